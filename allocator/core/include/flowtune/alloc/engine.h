@@ -1,0 +1,186 @@
+// The rate engine: network utility maximization over a fixed set of links and a
+// changing set of flows (paper §2-§4). One call to iterate() runs one
+// iteration of NED (Algorithm 1) or Gradient projection (Appendix B) and then
+// normalizes the rates with F-NORM or U-NORM (§3, eq. 5-6).
+//
+// Pure computation: no threads, sockets or clocks. Flows are partitioned into
+// FlowBlocks by (source site block, destination site block), each with private
+// copies of the links it touches (§4), so a driver (allocator/parallel) can run
+// the per-block passes on many cores; iterate() runs them in order on the
+// calling thread. The per-link aggregation always sums blocks in block order,
+// so any driver produces bit-identical results for the same block count.
+//
+// Units: the API speaks bits/s. Internally rates are Gbit/s (so prices start at
+// 1 in a sensible range, as in the paper) stored as Real (float or double).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "flowtune/alloc/topology.h"
+#include "flowtune/alloc/utility.h"
+#include "flowtune/common/aligned.h"
+
+namespace flowtune::alloc {
+
+using FlowId = std::uint32_t;
+
+enum class Algorithm { kNed, kGradient };
+enum class Normalizer { kNone, kUNorm, kFNorm };
+
+const char* to_string(Algorithm a);
+const char* to_string(Normalizer n);
+
+struct EngineConfig {
+  Algorithm algorithm = Algorithm::kNed;
+  Normalizer normalizer = Normalizer::kFNorm;
+  // NED step size γ (Algorithm 1, eq. 4); the paper's simulations use 0.4.
+  double gamma = 0.4;
+  // Gradient step in price units per Gbit/s of over-allocation. Gradient must
+  // step gently (Appendix B); this is stable for bottlenecks whose optimal
+  // price exceeds ~gradient_step * capacity / 2.
+  double gradient_step = 0.002;
+  // Utility family parameter (1 = weighted log).
+  double alpha = 1.0;
+  // FlowBlocks per side: blocks*blocks FlowBlocks in all (paper §4, Fig. 4).
+  std::uint32_t blocks = 1;
+  // A link is converged when its KKT residual (see IterationStats) is below this.
+  double tolerance = 1e-4;
+};
+
+struct FlowSpec {
+  Path path;
+  double weight = 1.0;
+  // Upper bound on the flow's rate (a sender that cannot go faster); 0 = none.
+  double max_bps = 0;
+  // Sites (racks) of the endpoints, for FlowBlock partitioning only.
+  std::uint32_t src_site = 0;
+  std::uint32_t dst_site = 0;
+};
+
+enum class FlowError {
+  kOk = 0,
+  kEmptyPath,
+  kPathTooLong,
+  kUnknownLink,
+  kRepeatedLink,
+  kBadWeight,
+  kBadMaxRate,
+  kBadSite,
+};
+const char* to_string(FlowError e);
+
+// What the last iteration saw, over links that carry flows.
+struct IterationStats {
+  // Worst KKT residual: |G|/c on priced links, max(G,0)/c on free links, where
+  // G = Σ raw rates - capacity. Zero at the optimum.
+  double max_residual = 0;
+  // Worst (Σ raw rates) / capacity, before normalization.
+  double max_raw_utilization = 0;
+  bool converged = false;
+};
+
+template <typename Real>
+class BasicEngine {
+ public:
+  // Throws std::invalid_argument for a non-positive capacity or bad config.
+  BasicEngine(std::vector<double> link_capacity_bps, std::uint32_t num_sites,
+              const EngineConfig& config);
+  ~BasicEngine();
+  BasicEngine(const BasicEngine&) = delete;
+  BasicEngine& operator=(const BasicEngine&) = delete;
+
+  FlowError check_flow(const FlowSpec& f) const;
+  // O(1) amortized. Requires check_flow(f) == kOk. The new flow's first rate
+  // comes from the current prices at the next iterate().
+  FlowId add_flow(const FlowSpec& f);
+  // O(1): the block's last flow moves into the freed slot.
+  void remove_flow(FlowId id);
+  bool has_flow(FlowId id) const;
+
+  // One optimizer iteration plus normalization (serial driver).
+  void iterate();
+  // iterate() until converged or max_iterations; returns iterations run.
+  std::uint64_t solve(std::uint64_t max_iterations);
+
+  // Normalized rate (what endpoints are told), bits/s; 0 before the first
+  // iteration that saw the flow.
+  double rate_bps(FlowId id) const;
+  // Optimizer rate before normalization, bits/s.
+  double raw_rate_bps(FlowId id) const;
+  double price(LinkId l) const { return static_cast<double>(price_[l]); }
+  void set_price(LinkId l, double p) { price_[l] = static_cast<Real>(p); }
+  double capacity_bps(LinkId l) const;
+  // Σ normalized rates on a link (bits/s); computed on demand, O(flows).
+  std::vector<double> link_allocation_bps() const;
+
+  std::size_t num_flows() const { return live_flows_; }
+  std::size_t num_links() const { return capacity_.size(); }
+  std::uint64_t iterations() const { return iterations_; }
+  const IterationStats& stats() const { return stats_; }
+  const EngineConfig& config() const { return config_; }
+  const AlphaFair& utility() const { return utility_; }
+
+  // ---- Steps of one iteration, for drivers (allocator/parallel). ----
+  // Order: prepare(); rate_pass(b) for every block; update_links(l0, l1) over
+  // disjoint ranges covering all links; finish_links(partials);
+  // normalize_pass(b) for every block. Blocks and link ranges of one step may
+  // run concurrently.
+  struct LinkPartial {
+    double max_residual = 0;
+    double max_raw_utilization = 0;
+    double max_ratio = 0;
+  };
+  void prepare();
+  std::size_t num_blocks() const { return blocks_.size(); }
+  // Flows in a block (for scheduling).
+  std::size_t block_size(std::size_t b) const;
+  void rate_pass(std::size_t b);
+  LinkPartial update_links(std::size_t link_begin, std::size_t link_end);
+  void finish_links(const LinkPartial& combined);
+  void normalize_pass(std::size_t b);
+  static LinkPartial combine(const LinkPartial& a, const LinkPartial& b);
+
+ private:
+  struct Block;
+  struct Slot {
+    std::uint32_t block;
+    std::uint32_t index;  // kFreeSlot when the id is unused
+  };
+  static constexpr std::uint32_t kFreeSlot = std::numeric_limits<std::uint32_t>::max();
+
+  std::uint32_t block_of(const FlowSpec& f) const;
+  void rebuild_contributions();
+  double min_path_capacity(const Path& p) const;
+
+  EngineConfig config_;
+  AlphaFair utility_;
+  std::uint32_t num_sites_;
+  // Global link state (internal units: Gbit/s and price per Gbit/s).
+  AlignedVector<Real> capacity_;
+  AlignedVector<Real> price_;
+  AlignedVector<Real> ratio_;  // Σ raw rate / capacity, for normalization
+  std::vector<std::unique_ptr<Block>> blocks_;
+  // For each global link, which (block, local link) copies to sum, in block order.
+  std::vector<std::uint32_t> contrib_begin_;
+  std::vector<std::uint32_t> contrib_block_;
+  std::vector<std::uint32_t> contrib_local_;
+  bool contributions_dirty_ = true;
+  // Stable flow ids.
+  std::vector<Slot> slots_;
+  std::vector<FlowId> free_ids_;
+  std::size_t live_flows_ = 0;
+  std::uint64_t iterations_ = 0;
+  IterationStats stats_;
+  Real max_ratio_ = 0;  // U-NORM's r* from the last update_links
+};
+
+extern template class BasicEngine<float>;
+extern template class BasicEngine<double>;
+
+// The precision the daemon and tools use (chosen by measurement: docs/engine.md).
+using Engine = BasicEngine<double>;
+
+}  // namespace flowtune::alloc

@@ -1,0 +1,447 @@
+#include "flowtune/alloc/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "flowtune/common/assert.h"
+
+namespace flowtune::alloc {
+namespace {
+
+// Internal rate unit: 1 Gbit/s.
+constexpr double kUnitBps = 1e9;
+// Local link 0 of every block is a null link (price 0, ratio 0) that pads
+// paths shorter than four hops, so the hot loops have no branch on path length.
+constexpr std::uint32_t kNullLocal = 0;
+
+}  // namespace
+
+const char* to_string(Algorithm a) {
+  switch (a) {
+    case Algorithm::kNed: return "ned";
+    case Algorithm::kGradient: return "gradient";
+  }
+  return "?";
+}
+
+const char* to_string(Normalizer n) {
+  switch (n) {
+    case Normalizer::kNone: return "none";
+    case Normalizer::kUNorm: return "unorm";
+    case Normalizer::kFNorm: return "fnorm";
+  }
+  return "?";
+}
+
+const char* to_string(FlowError e) {
+  switch (e) {
+    case FlowError::kOk: return "ok";
+    case FlowError::kEmptyPath: return "path is empty";
+    case FlowError::kPathTooLong: return "path has more than 4 links";
+    case FlowError::kUnknownLink: return "path names an unknown link";
+    case FlowError::kRepeatedLink: return "path visits a link twice";
+    case FlowError::kBadWeight: return "weight must be a positive finite number";
+    case FlowError::kBadMaxRate: return "max rate must be a non-negative finite number";
+    case FlowError::kBadSite: return "site out of range";
+  }
+  return "?";
+}
+
+// One FlowBlock: its flows as a structure of arrays (slot-indexed, dense), and
+// private copies of every link its flows touch, addressed by local index.
+template <typename Real>
+struct BasicEngine<Real>::Block {
+  // Flows. path[j][s] is the local index of flow s's j-th link (kNullLocal pads).
+  AlignedVector<std::uint32_t> path[kMaxPathLinks];
+  AlignedVector<Real> weight;
+  AlignedVector<Real> floor_price;  // U'(cap): below it the flow would exceed cap
+  AlignedVector<Real> cap;          // min(max rate, smallest path capacity), Gbit/s
+  AlignedVector<Real> x;            // raw optimizer rate, Gbit/s
+  AlignedVector<Real> xn;           // normalized rate, Gbit/s
+  AlignedVector<FlowId> id;
+
+  // Local links: copies of global price and ratio, private accumulators.
+  std::vector<LinkId> local_to_global{0};
+  std::vector<std::uint32_t> global_to_local;  // 0 = not present
+  AlignedVector<Real> price{0};
+  AlignedVector<Real> ratio{0};
+  AlignedVector<Real> y{0};  // Σ x over this block's flows on the link
+  AlignedVector<Real> h{0};  // Σ -dx/dp (the Hessian diagonal's share)
+
+  std::size_t size() const { return id.size(); }
+
+  std::uint32_t local_of(LinkId l, std::size_t num_links, bool* created) {
+    if (global_to_local.empty()) global_to_local.assign(num_links, 0);
+    std::uint32_t& loc = global_to_local[l];
+    if (loc == 0) {
+      loc = static_cast<std::uint32_t>(local_to_global.size());
+      local_to_global.push_back(l);
+      price.push_back(0);
+      ratio.push_back(0);
+      y.push_back(0);
+      h.push_back(0);
+      *created = true;
+    }
+    return loc;
+  }
+};
+
+template <typename Real>
+BasicEngine<Real>::BasicEngine(std::vector<double> link_capacity_bps, std::uint32_t num_sites,
+                               const EngineConfig& config)
+    : config_(config), utility_(config.alpha), num_sites_(num_sites) {
+  if (num_sites == 0) throw std::invalid_argument("num_sites must be >= 1");
+  if (config.blocks == 0 || config.blocks > 64) {
+    throw std::invalid_argument("blocks must be between 1 and 64");
+  }
+  if (!(config.gamma > 0) || !std::isfinite(config.gamma)) {
+    throw std::invalid_argument("gamma must be a positive finite number");
+  }
+  if (!(config.gradient_step > 0) || !std::isfinite(config.gradient_step)) {
+    throw std::invalid_argument("gradient step must be a positive finite number");
+  }
+  if (!(config.alpha > 0) || !std::isfinite(config.alpha)) {
+    throw std::invalid_argument("alpha must be a positive finite number");
+  }
+  if (!(config.tolerance > 0)) throw std::invalid_argument("tolerance must be positive");
+  capacity_.reserve(link_capacity_bps.size());
+  for (double c : link_capacity_bps) {
+    if (!(c > 0) || !std::isfinite(c)) {
+      throw std::invalid_argument("link capacities must be positive finite numbers");
+    }
+    capacity_.push_back(static_cast<Real>(c / kUnitBps));
+  }
+  // Prices start at 1 once, when the allocator starts (Algorithm 1), and
+  // persist across flow arrivals and departures.
+  price_.assign(capacity_.size(), Real{1});
+  ratio_.assign(capacity_.size(), Real{0});
+  std::size_t nb = std::size_t{config.blocks} * config.blocks;
+  for (std::size_t b = 0; b < nb; ++b) blocks_.push_back(std::make_unique<Block>());
+}
+
+template <typename Real>
+BasicEngine<Real>::~BasicEngine() = default;
+
+template <typename Real>
+FlowError BasicEngine<Real>::check_flow(const FlowSpec& f) const {
+  if (f.path.size == 0) return FlowError::kEmptyPath;
+  if (f.path.size > kMaxPathLinks) return FlowError::kPathTooLong;
+  for (int i = 0; i < f.path.size; ++i) {
+    if (f.path.links[i] >= capacity_.size()) return FlowError::kUnknownLink;
+    for (int j = 0; j < i; ++j) {
+      if (f.path.links[j] == f.path.links[i]) return FlowError::kRepeatedLink;
+    }
+  }
+  if (!(f.weight > 0) || !std::isfinite(f.weight)) return FlowError::kBadWeight;
+  if (!(f.max_bps >= 0) || !std::isfinite(f.max_bps)) return FlowError::kBadMaxRate;
+  if (f.src_site >= num_sites_ || f.dst_site >= num_sites_) return FlowError::kBadSite;
+  return FlowError::kOk;
+}
+
+template <typename Real>
+std::uint32_t BasicEngine<Real>::block_of(const FlowSpec& f) const {
+  std::uint64_t nb = config_.blocks;
+  std::uint64_t sb = std::uint64_t{f.src_site} * nb / num_sites_;
+  std::uint64_t db = std::uint64_t{f.dst_site} * nb / num_sites_;
+  return static_cast<std::uint32_t>(sb * nb + db);
+}
+
+template <typename Real>
+double BasicEngine<Real>::min_path_capacity(const Path& p) const {
+  double c = std::numeric_limits<double>::infinity();
+  for (LinkId l : p) c = std::min(c, static_cast<double>(capacity_[l]));
+  return c;
+}
+
+template <typename Real>
+FlowId BasicEngine<Real>::add_flow(const FlowSpec& f) {
+  FlowError err = check_flow(f);
+  FT_ASSERT(err == FlowError::kOk, to_string(err));
+  std::uint32_t b = block_of(f);
+  Block& k = *blocks_[b];
+
+  bool created = false;
+  for (int j = 0; j < kMaxPathLinks; ++j) {
+    std::uint32_t loc =
+        j < f.path.size ? k.local_of(f.path.links[j], capacity_.size(), &created) : kNullLocal;
+    k.path[j].push_back(loc);
+  }
+  if (created) contributions_dirty_ = true;
+
+  // The flow never asks for more than its cap or its smallest link; flooring
+  // its path price at U'(cap) enforces that and keeps every division finite
+  // when the path price is zero.
+  double cap = min_path_capacity(f.path);
+  if (f.max_bps > 0) cap = std::min(cap, f.max_bps / kUnitBps);
+  k.weight.push_back(static_cast<Real>(f.weight));
+  k.cap.push_back(static_cast<Real>(cap));
+  k.floor_price.push_back(static_cast<Real>(utility_.marginal(f.weight, cap)));
+  k.x.push_back(0);
+  k.xn.push_back(0);
+
+  FlowId id;
+  if (!free_ids_.empty()) {
+    id = free_ids_.back();
+    free_ids_.pop_back();
+  } else {
+    id = static_cast<FlowId>(slots_.size());
+    slots_.push_back({});
+  }
+  k.id.push_back(id);
+  slots_[id] = {b, static_cast<std::uint32_t>(k.size() - 1)};
+  ++live_flows_;
+  return id;
+}
+
+template <typename Real>
+bool BasicEngine<Real>::has_flow(FlowId id) const {
+  return id < slots_.size() && slots_[id].index != kFreeSlot;
+}
+
+template <typename Real>
+void BasicEngine<Real>::remove_flow(FlowId id) {
+  FT_ASSERT(has_flow(id), id);
+  Slot s = slots_[id];
+  Block& k = *blocks_[s.block];
+  std::size_t last = k.size() - 1;
+  auto move_last = [&](auto& v) {
+    v[s.index] = v[last];
+    v.pop_back();
+  };
+  for (auto& p : k.path) move_last(p);
+  move_last(k.weight);
+  move_last(k.floor_price);
+  move_last(k.cap);
+  move_last(k.x);
+  move_last(k.xn);
+  if (s.index != last) slots_[k.id[last]].index = s.index;
+  move_last(k.id);
+  slots_[id].index = kFreeSlot;
+  free_ids_.push_back(id);
+  --live_flows_;
+}
+
+template <typename Real>
+void BasicEngine<Real>::rebuild_contributions() {
+  std::size_t nl = capacity_.size();
+  contrib_begin_.assign(nl + 1, 0);
+  for (const auto& k : blocks_) {
+    for (std::size_t loc = 1; loc < k->local_to_global.size(); ++loc) {
+      ++contrib_begin_[k->local_to_global[loc] + 1];
+    }
+  }
+  for (std::size_t l = 0; l < nl; ++l) contrib_begin_[l + 1] += contrib_begin_[l];
+  contrib_block_.resize(contrib_begin_[nl]);
+  contrib_local_.resize(contrib_begin_[nl]);
+  std::vector<std::uint32_t> fill(contrib_begin_.begin(), contrib_begin_.end() - 1);
+  for (std::uint32_t b = 0; b < blocks_.size(); ++b) {
+    const auto& k = *blocks_[b];
+    for (std::uint32_t loc = 1; loc < k.local_to_global.size(); ++loc) {
+      std::uint32_t pos = fill[k.local_to_global[loc]]++;
+      contrib_block_[pos] = b;
+      contrib_local_[pos] = loc;
+    }
+  }
+  contributions_dirty_ = false;
+}
+
+template <typename Real>
+void BasicEngine<Real>::prepare() {
+  if (contributions_dirty_) rebuild_contributions();
+}
+
+template <typename Real>
+std::size_t BasicEngine<Real>::block_size(std::size_t b) const {
+  return blocks_[b]->size();
+}
+
+// Rate update (Algorithm 1, eq. 3) for one FlowBlock, and its share of each
+// link's load and Hessian diagonal (eq. 4):
+//   P_s = Σ_{l∈L(s)} p_l (floored at U'(cap_s)),  x_s = U'^-1(P_s),
+//   y_l += x_s,  h_l += -dx_s/dP = x_s / (α P_s).
+// Flows are a structure of arrays with paths padded to four local link ids,
+// and the link arrays are this block's private copies, small enough to stay
+// in L1/L2: the loop streams the flow arrays once, its only irregular
+// accesses hit the local link arrays, and no other thread writes them.
+template <typename Real>
+void BasicEngine<Real>::rate_pass(std::size_t b) {
+  Block& k = *blocks_[b];
+  std::size_t nloc = k.local_to_global.size();
+  for (std::size_t loc = 1; loc < nloc; ++loc) k.price[loc] = price_[k.local_to_global[loc]];
+  std::fill(k.y.begin(), k.y.end(), Real{0});
+  std::fill(k.h.begin(), k.h.end(), Real{0});
+
+  const std::size_t n = k.size();
+  const std::uint32_t* __restrict p0 = k.path[0].data();
+  const std::uint32_t* __restrict p1 = k.path[1].data();
+  const std::uint32_t* __restrict p2 = k.path[2].data();
+  const std::uint32_t* __restrict p3 = k.path[3].data();
+  const Real* __restrict w = k.weight.data();
+  const Real* __restrict fl = k.floor_price.data();
+  const Real* __restrict pr = k.price.data();
+  Real* __restrict x = k.x.data();
+  Real* __restrict y = k.y.data();
+  Real* __restrict h = k.h.data();
+  const bool log_utility = utility_.is_log();
+  for (std::size_t s = 0; s < n; ++s) {
+    Real P = pr[p0[s]] + pr[p1[s]] + pr[p2[s]] + pr[p3[s]];
+    P = std::max(P, fl[s]);
+    Real xs = log_utility ? w[s] / P : utility_.rate(w[s], P);
+    Real ds = log_utility ? xs / P : utility_.slope(xs, P);
+    x[s] = xs;
+    y[p0[s]] += xs;
+    h[p0[s]] += ds;
+    y[p1[s]] += xs;
+    h[p1[s]] += ds;
+    y[p2[s]] += xs;
+    h[p2[s]] += ds;
+    y[p3[s]] += xs;
+    h[p3[s]] += ds;
+  }
+}
+
+// Price update (eq. 4 for NED; p += step·G for Gradient) over global links
+// [begin, end): sums the blocks' private copies in block order, so the result
+// does not depend on how a driver schedules blocks.
+template <typename Real>
+typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links(std::size_t begin,
+                                                                        std::size_t end) {
+  LinkPartial part;
+  const Real gamma = static_cast<Real>(config_.gamma);
+  const Real step = static_cast<Real>(config_.gradient_step);
+  const bool ned = config_.algorithm == Algorithm::kNed;
+  for (std::size_t l = begin; l < end; ++l) {
+    Real yl = 0;
+    Real hl = 0;
+    for (std::uint32_t c = contrib_begin_[l]; c < contrib_begin_[l + 1]; ++c) {
+      const Block& k = *blocks_[contrib_block_[c]];
+      yl += k.y[contrib_local_[c]];
+      hl += k.h[contrib_local_[c]];
+    }
+    const Real cap = capacity_[l];
+    ratio_[l] = yl / cap;
+    // A link without flows has no information about its price: it keeps it.
+    if (!(hl > 0)) continue;
+    const Real g = yl - cap;
+    const Real p = price_[l];
+    double residual = p > 0 ? std::abs(g) / cap : std::max<Real>(g, 0) / cap;
+    part.max_residual = std::max(part.max_residual, residual);
+    part.max_raw_utilization = std::max(part.max_raw_utilization, double(ratio_[l]));
+    Real np = ned ? p + gamma * g / hl : p + step * g;
+    price_[l] = std::max(np, Real{0});
+  }
+  part.max_ratio = part.max_raw_utilization;
+  return part;
+}
+
+template <typename Real>
+typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::combine(const LinkPartial& a,
+                                                                   const LinkPartial& b) {
+  return {std::max(a.max_residual, b.max_residual),
+          std::max(a.max_raw_utilization, b.max_raw_utilization),
+          std::max(a.max_ratio, b.max_ratio)};
+}
+
+template <typename Real>
+void BasicEngine<Real>::finish_links(const LinkPartial& all) {
+  stats_.max_residual = all.max_residual;
+  stats_.max_raw_utilization = all.max_raw_utilization;
+  stats_.converged = live_flows_ > 0 && all.max_residual <= config_.tolerance;
+  max_ratio_ = static_cast<Real>(all.max_ratio);
+  ++iterations_;
+}
+
+// Normalization for one FlowBlock (§3). F-NORM (eq. 6) divides each flow by
+// the largest load ratio r_l = y_l / c_l on its path: every flow on link l is
+// divided by at least r_l, so no link exceeds capacity, and flows whose links
+// are all under-used scale up. U-NORM (eq. 5) divides every flow by the
+// global max ratio. Rates never exceed the flow's cap.
+template <typename Real>
+void BasicEngine<Real>::normalize_pass(std::size_t b) {
+  Block& k = *blocks_[b];
+  const std::size_t n = k.size();
+  const Real* __restrict x = k.x.data();
+  const Real* __restrict cap = k.cap.data();
+  Real* __restrict xn = k.xn.data();
+  if (config_.normalizer == Normalizer::kNone) {
+    std::copy(x, x + n, xn);
+    return;
+  }
+  if (config_.normalizer == Normalizer::kUNorm) {
+    const Real inv = max_ratio_ > 0 ? Real{1} / max_ratio_ : Real{1};
+    for (std::size_t s = 0; s < n; ++s) xn[s] = std::min(x[s] * inv, cap[s]);
+    return;
+  }
+  std::size_t nloc = k.local_to_global.size();
+  for (std::size_t loc = 1; loc < nloc; ++loc) k.ratio[loc] = ratio_[k.local_to_global[loc]];
+  const std::uint32_t* __restrict p0 = k.path[0].data();
+  const std::uint32_t* __restrict p1 = k.path[1].data();
+  const std::uint32_t* __restrict p2 = k.path[2].data();
+  const std::uint32_t* __restrict p3 = k.path[3].data();
+  const Real* __restrict r = k.ratio.data();
+  for (std::size_t s = 0; s < n; ++s) {
+    Real m = std::max(std::max(r[p0[s]], r[p1[s]]), std::max(r[p2[s]], r[p3[s]]));
+    // m >= x_s / c > 0 whenever x_s > 0; the guard only matters for x_s == 0.
+    Real scaled = m > 0 ? x[s] / m : x[s];
+    xn[s] = std::min(scaled, cap[s]);
+  }
+}
+
+template <typename Real>
+void BasicEngine<Real>::iterate() {
+  prepare();
+  for (std::size_t b = 0; b < blocks_.size(); ++b) rate_pass(b);
+  finish_links(update_links(0, capacity_.size()));
+  for (std::size_t b = 0; b < blocks_.size(); ++b) normalize_pass(b);
+}
+
+template <typename Real>
+std::uint64_t BasicEngine<Real>::solve(std::uint64_t max_iterations) {
+  std::uint64_t n = 0;
+  while (n < max_iterations) {
+    iterate();
+    ++n;
+    if (stats_.converged) break;
+  }
+  return n;
+}
+
+template <typename Real>
+double BasicEngine<Real>::rate_bps(FlowId id) const {
+  FT_ASSERT(has_flow(id), id);
+  const Slot& s = slots_[id];
+  return static_cast<double>(blocks_[s.block]->xn[s.index]) * kUnitBps;
+}
+
+template <typename Real>
+double BasicEngine<Real>::raw_rate_bps(FlowId id) const {
+  FT_ASSERT(has_flow(id), id);
+  const Slot& s = slots_[id];
+  return static_cast<double>(blocks_[s.block]->x[s.index]) * kUnitBps;
+}
+
+template <typename Real>
+double BasicEngine<Real>::capacity_bps(LinkId l) const {
+  return static_cast<double>(capacity_[l]) * kUnitBps;
+}
+
+template <typename Real>
+std::vector<double> BasicEngine<Real>::link_allocation_bps() const {
+  std::vector<double> alloc(capacity_.size(), 0.0);
+  for (const auto& k : blocks_) {
+    for (std::size_t s = 0; s < k->size(); ++s) {
+      for (const auto& p : k->path) {
+        if (p[s] != kNullLocal) {
+          alloc[k->local_to_global[p[s]]] += static_cast<double>(k->xn[s]) * kUnitBps;
+        }
+      }
+    }
+  }
+  return alloc;
+}
+
+template class BasicEngine<float>;
+template class BasicEngine<double>;
+
+}  // namespace flowtune::alloc

@@ -1,0 +1,18 @@
+# FT_SANITIZE=address → ASan + UBSan (no recovery); FT_SANITIZE=thread → TSan.
+# Applied to every target of this project through an interface library.
+add_library(flowtune_sanitizers INTERFACE)
+if(FT_SANITIZE STREQUAL "address")
+  set(_ft_san -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+elseif(FT_SANITIZE STREQUAL "thread")
+  set(_ft_san -fsanitize=thread -fno-omit-frame-pointer)
+elseif(NOT FT_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "FT_SANITIZE must be '', 'address' or 'thread' (got '${FT_SANITIZE}')")
+endif()
+if(_ft_san)
+  target_compile_options(flowtune_sanitizers INTERFACE ${_ft_san})
+  target_link_options(flowtune_sanitizers INTERFACE ${_ft_san})
+endif()
+
+# Every project target links this: warnings + sanitizers.
+add_library(flowtune_defaults INTERFACE)
+target_link_libraries(flowtune_defaults INTERFACE flowtune_warnings flowtune_sanitizers)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of Flowtune from Debian 12 packages.
+# Called by CMake when a dependency is missing (FT_AUTO_DEPS=ON) and by the
+# quick-start scripts; safe to run again (apt-get skips what is installed).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libuv1-dev liburing-dev libzmq3-dev cppzmq-dev capnproto libcapnp-dev
+  libtbb-dev libgtest-dev libgmock-dev libbenchmark-dev
+  # JSON for the offline solver and benchmark output: a well-kept header-only library.
+  nlohmann-json3-dev
+  # clang + its runtime: libFuzzer targets and sanitizer runtimes.
+  clang libclang-rt-14-dev
+  python3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing packages: ${missing[*]}" >&2
+  echo "install-deps: run this script as root (or: sudo apt-get install ${missing[*]})" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
