@@ -5,15 +5,22 @@
 #include <stdexcept>
 
 #include "flowtune/common/assert.h"
+#include "kernels.h"
 
 namespace flowtune::alloc {
 namespace {
 
 // Internal rate unit: 1 Gbit/s.
 constexpr double kUnitBps = 1e9;
-// Local link 0 of every block is a null link (price 0, ratio 0) that pads
-// paths shorter than four hops, so the hot loops have no branch on path length.
-constexpr std::uint32_t kNullLocal = 0;
+// Local links [0, kNullSlots) of every block are null links (price 0, ratio
+// 0) that pad paths shorter than four hops, so the hot loops have no branch on
+// path length. A flow pads with slot (index % kNullSlots): with a single null
+// link every short flow would update the same accumulator, a store-to-load
+// dependency chain through memory that serializes the scatter loop.
+constexpr std::uint32_t kNullSlots = 16;
+
+template <typename Real>
+using Acc = detail::LinkAcc<Real>;
 
 }  // namespace
 
@@ -44,6 +51,7 @@ const char* to_string(FlowError e) {
     case FlowError::kBadWeight: return "weight must be a positive finite number";
     case FlowError::kBadMaxRate: return "max rate must be a non-negative finite number";
     case FlowError::kBadSite: return "site out of range";
+    case FlowError::kBlockFull: return "flow block touches too many links (use more blocks)";
   }
   return "?";
 }
@@ -52,24 +60,31 @@ const char* to_string(FlowError e) {
 // private copies of every link its flows touch, addressed by local index.
 template <typename Real>
 struct BasicEngine<Real>::Block {
-  // Flows. path[j][s] is the local index of flow s's j-th link (kNullLocal pads).
-  AlignedVector<std::uint32_t> path[kMaxPathLinks];
+  // Flows. path[j][s] is the local index of flow s's j-th link (null slots pad).
+  AlignedVector<detail::LocalLink> path[kMaxPathLinks];
   AlignedVector<Real> weight;
   AlignedVector<Real> floor_price;  // U'(cap): below it the flow would exceed cap
   AlignedVector<Real> cap;          // min(max rate, smallest path capacity), Gbit/s
   AlignedVector<Real> x;            // raw optimizer rate, Gbit/s
   AlignedVector<Real> xn;           // normalized rate, Gbit/s
+  AlignedVector<Real> d;            // scratch for non-log utilities: -dx/dP
   AlignedVector<FlowId> id;
 
   // Local links: copies of global price and ratio, private accumulators.
-  std::vector<LinkId> local_to_global{0};
+  std::vector<LinkId> local_to_global = std::vector<LinkId>(kNullSlots, 0);
   std::vector<std::uint32_t> global_to_local;  // 0 = not present
-  AlignedVector<Real> price{0};
-  AlignedVector<Real> ratio{0};
-  AlignedVector<Real> y{0};  // Σ x over this block's flows on the link
-  AlignedVector<Real> h{0};  // Σ -dx/dp (the Hessian diagonal's share)
+  AlignedVector<Real> price = AlignedVector<Real>(kNullSlots, Real{0});
+  AlignedVector<Real> ratio = AlignedVector<Real>(kNullSlots, Real{0});
+  // Σ x and Σ -dx/dP (the Hessian diagonal's share) of this block's flows.
+  AlignedVector<Acc<Real>> acc = AlignedVector<Acc<Real>>(kNullSlots, Acc<Real>{});
 
   std::size_t size() const { return id.size(); }
+
+  detail::FlowArrays<Real> arrays() {
+    return {size(),
+            {path[0].data(), path[1].data(), path[2].data(), path[3].data()},
+            weight.data(), floor_price.data(), cap.data(), x.data(), xn.data()};
+  }
 
   std::uint32_t local_of(LinkId l, std::size_t num_links, bool* created) {
     if (global_to_local.empty()) global_to_local.assign(num_links, 0);
@@ -79,8 +94,7 @@ struct BasicEngine<Real>::Block {
       local_to_global.push_back(l);
       price.push_back(0);
       ratio.push_back(0);
-      y.push_back(0);
-      h.push_back(0);
+      acc.push_back({});
       *created = true;
     }
     return loc;
@@ -90,7 +104,10 @@ struct BasicEngine<Real>::Block {
 template <typename Real>
 BasicEngine<Real>::BasicEngine(std::vector<double> link_capacity_bps, std::uint32_t num_sites,
                                const EngineConfig& config)
-    : config_(config), utility_(config.alpha), num_sites_(num_sites) {
+    : config_(config),
+      utility_(config.alpha),
+      num_sites_(num_sites),
+      kernels_(&detail::kernels<Real>()) {
   if (num_sites == 0) throw std::invalid_argument("num_sites must be >= 1");
   if (config.blocks == 0 || config.blocks > 64) {
     throw std::invalid_argument("blocks must be between 1 and 64");
@@ -136,6 +153,10 @@ FlowError BasicEngine<Real>::check_flow(const FlowSpec& f) const {
   if (!(f.weight > 0) || !std::isfinite(f.weight)) return FlowError::kBadWeight;
   if (!(f.max_bps >= 0) || !std::isfinite(f.max_bps)) return FlowError::kBadMaxRate;
   if (f.src_site >= num_sites_ || f.dst_site >= num_sites_) return FlowError::kBadSite;
+  const Block& k = *blocks_[block_of(f)];
+  std::size_t fresh = 0;
+  for (LinkId l : f.path) fresh += k.global_to_local.empty() || k.global_to_local[l] == 0;
+  if (k.local_to_global.size() + fresh > detail::kMaxLocalLinks) return FlowError::kBlockFull;
   return FlowError::kOk;
 }
 
@@ -162,10 +183,11 @@ FlowId BasicEngine<Real>::add_flow(const FlowSpec& f) {
   Block& k = *blocks_[b];
 
   bool created = false;
+  const auto pad = static_cast<std::uint32_t>(k.size() % kNullSlots);
   for (int j = 0; j < kMaxPathLinks; ++j) {
     std::uint32_t loc =
-        j < f.path.size ? k.local_of(f.path.links[j], capacity_.size(), &created) : kNullLocal;
-    k.path[j].push_back(loc);
+        j < f.path.size ? k.local_of(f.path.links[j], capacity_.size(), &created) : pad;
+    k.path[j].push_back(static_cast<detail::LocalLink>(loc));
   }
   if (created) contributions_dirty_ = true;
 
@@ -227,20 +249,18 @@ void BasicEngine<Real>::rebuild_contributions() {
   std::size_t nl = capacity_.size();
   contrib_begin_.assign(nl + 1, 0);
   for (const auto& k : blocks_) {
-    for (std::size_t loc = 1; loc < k->local_to_global.size(); ++loc) {
+    for (std::size_t loc = kNullSlots; loc < k->local_to_global.size(); ++loc) {
       ++contrib_begin_[k->local_to_global[loc] + 1];
     }
   }
   for (std::size_t l = 0; l < nl; ++l) contrib_begin_[l + 1] += contrib_begin_[l];
-  contrib_block_.resize(contrib_begin_[nl]);
-  contrib_local_.resize(contrib_begin_[nl]);
+  contrib_.resize(contrib_begin_[nl]);
   std::vector<std::uint32_t> fill(contrib_begin_.begin(), contrib_begin_.end() - 1);
   for (std::uint32_t b = 0; b < blocks_.size(); ++b) {
     const auto& k = *blocks_[b];
-    for (std::uint32_t loc = 1; loc < k.local_to_global.size(); ++loc) {
+    for (std::uint32_t loc = kNullSlots; loc < k.local_to_global.size(); ++loc) {
       std::uint32_t pos = fill[k.local_to_global[loc]]++;
-      contrib_block_[pos] = b;
-      contrib_local_[pos] = loc;
+      contrib_[pos] = &k.acc[loc];
     }
   }
   contributions_dirty_ = false;
@@ -262,43 +282,30 @@ std::size_t BasicEngine<Real>::block_size(std::size_t b) const {
 //   y_l += x_s,  h_l += -dx_s/dP = x_s / (α P_s).
 // Flows are a structure of arrays with paths padded to four local link ids,
 // and the link arrays are this block's private copies, small enough to stay
-// in L1/L2: the loop streams the flow arrays once, its only irregular
-// accesses hit the local link arrays, and no other thread writes them.
+// in L1/L2. The loop is split in two: rates (gathers of prices, vectorized)
+// and accumulation (scalar scatter of (y, h) pairs); see kernels_impl.h.
 template <typename Real>
 void BasicEngine<Real>::rate_pass(std::size_t b) {
   Block& k = *blocks_[b];
   std::size_t nloc = k.local_to_global.size();
-  for (std::size_t loc = 1; loc < nloc; ++loc) k.price[loc] = price_[k.local_to_global[loc]];
-  std::fill(k.y.begin(), k.y.end(), Real{0});
-  std::fill(k.h.begin(), k.h.end(), Real{0});
-
-  const std::size_t n = k.size();
-  const std::uint32_t* __restrict p0 = k.path[0].data();
-  const std::uint32_t* __restrict p1 = k.path[1].data();
-  const std::uint32_t* __restrict p2 = k.path[2].data();
-  const std::uint32_t* __restrict p3 = k.path[3].data();
-  const Real* __restrict w = k.weight.data();
-  const Real* __restrict fl = k.floor_price.data();
-  const Real* __restrict pr = k.price.data();
-  Real* __restrict x = k.x.data();
-  Real* __restrict y = k.y.data();
-  Real* __restrict h = k.h.data();
-  const bool log_utility = utility_.is_log();
-  for (std::size_t s = 0; s < n; ++s) {
-    Real P = pr[p0[s]] + pr[p1[s]] + pr[p2[s]] + pr[p3[s]];
-    P = std::max(P, fl[s]);
-    Real xs = log_utility ? w[s] / P : utility_.rate(w[s], P);
-    Real ds = log_utility ? xs / P : utility_.slope(xs, P);
-    x[s] = xs;
-    y[p0[s]] += xs;
-    h[p0[s]] += ds;
-    y[p1[s]] += xs;
-    h[p1[s]] += ds;
-    y[p2[s]] += xs;
-    h[p2[s]] += ds;
-    y[p3[s]] += xs;
-    h[p3[s]] += ds;
+  for (std::size_t loc = kNullSlots; loc < nloc; ++loc) {
+    k.price[loc] = price_[k.local_to_global[loc]];
   }
+  std::fill(k.acc.begin(), k.acc.end(), Acc<Real>{});
+  detail::FlowArrays<Real> f = k.arrays();
+  if (utility_.is_log()) {
+    kernels_->rate_pass_log(f, k.price.data(), k.acc.data());
+    return;
+  }
+  k.d.resize(f.n);
+  for (std::size_t s = 0; s < f.n; ++s) {
+    Real P = (k.price[f.path[0][s]] + k.price[f.path[1][s]]) +
+             (k.price[f.path[2][s]] + k.price[f.path[3][s]]);
+    P = std::max(P, f.floor_price[s]);
+    f.x[s] = utility_.rate(f.weight[s], P);
+    k.d[s] = utility_.slope(f.x[s], P);
+  }
+  kernels_->accumulate(f, k.d.data(), k.acc.data());
 }
 
 // Price update (eq. 4 for NED; p += step·G for Gradient) over global links
@@ -315,9 +322,8 @@ typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links(std::siz
     Real yl = 0;
     Real hl = 0;
     for (std::uint32_t c = contrib_begin_[l]; c < contrib_begin_[l + 1]; ++c) {
-      const Block& k = *blocks_[contrib_block_[c]];
-      yl += k.y[contrib_local_[c]];
-      hl += k.h[contrib_local_[c]];
+      yl += contrib_[c]->y;
+      hl += contrib_[c]->h;
     }
     const Real cap = capacity_[l];
     ratio_[l] = yl / cap;
@@ -374,18 +380,10 @@ void BasicEngine<Real>::normalize_pass(std::size_t b) {
     return;
   }
   std::size_t nloc = k.local_to_global.size();
-  for (std::size_t loc = 1; loc < nloc; ++loc) k.ratio[loc] = ratio_[k.local_to_global[loc]];
-  const std::uint32_t* __restrict p0 = k.path[0].data();
-  const std::uint32_t* __restrict p1 = k.path[1].data();
-  const std::uint32_t* __restrict p2 = k.path[2].data();
-  const std::uint32_t* __restrict p3 = k.path[3].data();
-  const Real* __restrict r = k.ratio.data();
-  for (std::size_t s = 0; s < n; ++s) {
-    Real m = std::max(std::max(r[p0[s]], r[p1[s]]), std::max(r[p2[s]], r[p3[s]]));
-    // m >= x_s / c > 0 whenever x_s > 0; the guard only matters for x_s == 0.
-    Real scaled = m > 0 ? x[s] / m : x[s];
-    xn[s] = std::min(scaled, cap[s]);
+  for (std::size_t loc = kNullSlots; loc < nloc; ++loc) {
+    k.ratio[loc] = ratio_[k.local_to_global[loc]];
   }
+  kernels_->fnorm(k.arrays(), k.ratio.data());
 }
 
 template <typename Real>
@@ -422,6 +420,11 @@ double BasicEngine<Real>::raw_rate_bps(FlowId id) const {
 }
 
 template <typename Real>
+const char* BasicEngine<Real>::kernel_name() const {
+  return kernels_->name;
+}
+
+template <typename Real>
 double BasicEngine<Real>::capacity_bps(LinkId l) const {
   return static_cast<double>(capacity_[l]) * kUnitBps;
 }
@@ -432,7 +435,7 @@ std::vector<double> BasicEngine<Real>::link_allocation_bps() const {
   for (const auto& k : blocks_) {
     for (std::size_t s = 0; s < k->size(); ++s) {
       for (const auto& p : k->path) {
-        if (p[s] != kNullLocal) {
+        if (p[s] >= kNullSlots) {
           alloc[k->local_to_global[p[s]]] += static_cast<double>(k->xn[s]) * kUnitBps;
         }
       }

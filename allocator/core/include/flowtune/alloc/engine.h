@@ -24,6 +24,12 @@
 #include "flowtune/common/aligned.h"
 
 namespace flowtune::alloc {
+namespace detail {
+template <typename Real>
+struct Kernels;
+template <typename Real>
+struct LinkAcc;
+}  // namespace detail
 
 using FlowId = std::uint32_t;
 
@@ -69,6 +75,7 @@ enum class FlowError {
   kBadWeight,
   kBadMaxRate,
   kBadSite,
+  kBlockFull,  // a FlowBlock may touch at most 65,519 distinct links
 };
 const char* to_string(FlowError e);
 
@@ -122,6 +129,8 @@ class BasicEngine {
   const IterationStats& stats() const { return stats_; }
   const EngineConfig& config() const { return config_; }
   const AlphaFair& utility() const { return utility_; }
+  // Which compiled variant of the hot loops runs ("avx512" or "generic").
+  const char* kernel_name() const;
 
   // ---- Steps of one iteration, for drivers (allocator/parallel). ----
   // Order: prepare(); rate_pass(b) for every block; update_links(l0, l1) over
@@ -158,15 +167,17 @@ class BasicEngine {
   EngineConfig config_;
   AlphaFair utility_;
   std::uint32_t num_sites_;
+  const detail::Kernels<Real>* kernels_;
   // Global link state (internal units: Gbit/s and price per Gbit/s).
   AlignedVector<Real> capacity_;
   AlignedVector<Real> price_;
   AlignedVector<Real> ratio_;  // Σ raw rate / capacity, for normalization
   std::vector<std::unique_ptr<Block>> blocks_;
-  // For each global link, which (block, local link) copies to sum, in block order.
+  // For each global link, the blocks' private accumulators to sum, in block
+  // order (CSR). Rebuilt when a block gains a local link, which is also the
+  // only time a block's accumulator array can move.
   std::vector<std::uint32_t> contrib_begin_;
-  std::vector<std::uint32_t> contrib_block_;
-  std::vector<std::uint32_t> contrib_local_;
+  std::vector<const detail::LinkAcc<Real>*> contrib_;
   bool contributions_dirty_ = true;
   // Stable flow ids.
   std::vector<Slot> slots_;

@@ -1,0 +1,154 @@
+// Measures the wall time of one NED + F-NORM iteration (rate update, price
+// update, normalization) on two-tier Clos networks with the paper's §5.2 sizes
+// (384 hosts / 3,072 flows up to 4,608 hosts / 49,152 flows), for the engine
+// in float and double, serial and on the TBB driver at 1..N threads, next to a
+// naive serial implementation (bench/naive_engine.h) on the same flows in the
+// same run. Counters: ns per flow, and core-cycles per flow = wall time x TSC
+// rate x threads / flows (TSC ticks at the nominal clock; turbo or throttling
+// shift it). bench/engine_table.py turns the JSON output into the docs table.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <thread>
+#include <x86intrin.h>
+
+#include "flowtune/alloc/engine.h"
+#include "flowtune/alloc/parallel.h"
+#include "naive_engine.h"
+
+namespace {
+
+using flowtune::alloc::BasicEngine;
+using flowtune::alloc::EngineConfig;
+using flowtune::alloc::FlowSpec;
+using flowtune::alloc::ParallelDriver;
+using flowtune::alloc::Topology;
+using flowtune::alloc::TwoTierSpec;
+
+constexpr std::uint32_t kHostsPerRack = 16;
+constexpr std::uint32_t kSpines = 4;
+constexpr int kWarmupIterations = 50;
+
+double tsc_hz() {
+  static double hz = [] {
+    auto t0 = std::chrono::steady_clock::now();
+    std::uint64_t c0 = __rdtsc();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::uint64_t c1 = __rdtsc();
+    std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+    return static_cast<double>(c1 - c0) / dt.count();
+  }();
+  return hz;
+}
+
+Topology make_topology(std::uint32_t hosts) {
+  TwoTierSpec s;
+  s.racks = hosts / kHostsPerRack;
+  s.hosts_per_rack = kHostsPerRack;
+  s.spines = kSpines;
+  s.host_link_bps = 40e9;  // the paper's throughput figures assume 40 Gbit/s links
+  return Topology::two_tier(s);
+}
+
+// Random distinct (src, dst) pairs with an ECMP spine, the same for every
+// implementation given the seed.
+std::vector<FlowSpec> make_flows(const Topology& t, std::uint32_t flows, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::uint32_t> host(0, t.num_hosts() - 1);
+  std::vector<FlowSpec> out;
+  out.reserve(flows);
+  for (std::uint32_t i = 0; i < flows; ++i) {
+    std::uint32_t src = host(rng), dst = host(rng);
+    while (dst == src) dst = host(rng);
+    FlowSpec f;
+    f.path = t.path(src, dst, rng());
+    f.src_site = t.site_of_host(src);
+    f.dst_site = t.site_of_host(dst);
+    out.push_back(f);
+  }
+  return out;
+}
+
+void set_counters(benchmark::State& state, std::uint32_t flows, unsigned threads) {
+  state.counters["flows"] = flows;
+  state.counters["threads"] = threads;
+  state.counters["ns_per_flow"] = benchmark::Counter(
+      static_cast<double>(flows) * 1e-9,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["core_cycles_per_flow"] = benchmark::Counter(
+      static_cast<double>(flows) / (tsc_hz() * threads),
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+// Args: hosts, flows, threads (0 = the serial engine, no TBB).
+template <typename Real>
+void BM_Engine(benchmark::State& state) {
+  auto hosts = static_cast<std::uint32_t>(state.range(0));
+  auto flows = static_cast<std::uint32_t>(state.range(1));
+  auto threads = static_cast<unsigned>(state.range(2));
+  Topology t = make_topology(hosts);
+  EngineConfig cfg;
+  cfg.blocks = threads == 0 ? 1 : ParallelDriver::blocks_for_threads(threads);
+  BasicEngine<Real> e(t.capacities_bps(), t.num_sites(), cfg);
+  for (const auto& f : make_flows(t, flows, 42)) e.add_flow(f);
+  if (threads == 0) {
+    for (int i = 0; i < kWarmupIterations; ++i) e.iterate();
+    for (auto _ : state) e.iterate();
+  } else {
+    ParallelDriver d(threads);
+    for (int i = 0; i < kWarmupIterations; ++i) d.iterate(e);
+    for (auto _ : state) d.iterate(e);
+  }
+  set_counters(state, flows, threads == 0 ? 1 : threads);
+}
+
+void BM_Naive(benchmark::State& state) {
+  auto hosts = static_cast<std::uint32_t>(state.range(0));
+  auto flows = static_cast<std::uint32_t>(state.range(1));
+  Topology t = make_topology(hosts);
+  flowtune::bench::NaiveEngine e;
+  for (double c : t.capacities_bps()) e.links.push_back({c / 1e9, 1, 0, 0});
+  for (const auto& f : make_flows(t, flows, 42)) {
+    flowtune::bench::NaiveFlow nf;
+    for (auto l : f.path) nf.path.push_back(static_cast<int>(l));
+    e.flows.push_back(std::move(nf));
+  }
+  for (int i = 0; i < kWarmupIterations; ++i) e.iterate();
+  for (auto _ : state) e.iterate();
+  set_counters(state, flows, 1);
+}
+
+// The paper's §5.2 table: (hosts, flows).
+const std::vector<std::pair<std::int64_t, std::int64_t>> kSizes = {
+    {384, 3072},    {768, 6144},    {1536, 12288}, {1536, 24576},
+    {1536, 49152},  {3072, 49152},  {4608, 49152}};
+
+std::vector<std::int64_t> thread_counts() {
+  std::vector<std::int64_t> out{0, 1, 2};
+  for (std::int64_t n = 4; n <= std::thread::hardware_concurrency(); n *= 2) out.push_back(n);
+  return out;
+}
+
+void engine_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hosts", "flows", "threads"});
+  for (auto [hosts, flows] : kSizes) {
+    for (auto th : thread_counts()) b->Args({hosts, flows, th});
+  }
+  b->UseRealTime();
+}
+
+void naive_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hosts", "flows", "threads"});
+  for (auto [hosts, flows] : kSizes) b->Args({hosts, flows, 0});
+  b->UseRealTime();
+}
+
+BENCHMARK(BM_Naive)->Apply(naive_args);
+BENCHMARK(BM_Engine<float>)->Name("BM_Ned_Iteration/float")->Apply(engine_args);
+BENCHMARK(BM_Engine<double>)->Name("BM_Ned_Iteration/double")->Apply(engine_args);
+
+}  // namespace
+
+BENCHMARK_MAIN();

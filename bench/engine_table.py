@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Turns engine_bench JSON (Google Benchmark --benchmark_format=json) into the
+markdown table in docs/engine.md: time per NED + F-NORM iteration, ns and
+core-cycles per flow, and the speed-up over the naive baseline measured in the
+same run. Uses the median aggregate when the run had repetitions."""
+import json
+import re
+import sys
+from collections import defaultdict
+
+
+def load(path):
+    with open(path) as f:
+        data = json.load(f)
+    rows = {}
+    has_median = any(b.get("aggregate_name") == "median" for b in data["benchmarks"])
+    for b in data["benchmarks"]:
+        if has_median and b.get("aggregate_name") != "median":
+            continue
+        m = re.match(r"(BM_\w+(?:/\w+)?)/hosts:(\d+)/flows:(\d+)/threads:(\d+)", b["name"])
+        if not m:
+            continue
+        kind, hosts, flows, threads = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+        scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3}[b["time_unit"]]
+        rows[(kind, hosts, flows, threads)] = {
+            "us": b["real_time"] * scale,
+            "ns_per_flow": b.get("ns_per_flow"),
+            "cycles": b.get("core_cycles_per_flow"),
+        }
+    return data.get("context", {}), rows
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: engine_table.py RESULTS.json")
+    ctx, rows = load(sys.argv[1])
+    naive = {(h, f): r["us"] for (k, h, f, t), r in rows.items() if k == "BM_Naive"}
+    print(f"Machine: {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz (TSC); "
+          f"{ctx.get('date', '')}\n")
+    print("| hosts | flows | variant | threads | µs / iteration | ns / flow | core-cycles / flow "
+          "| speed-up vs naive |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|")
+    for (h, f) in sorted(naive):
+        print(f"| {h} | {f} | naive (serial) | 1 | {naive[(h, f)]:.1f} | "
+              f"{rows[('BM_Naive', h, f, 0)]['ns_per_flow']:.2f} | "
+              f"{rows[('BM_Naive', h, f, 0)]['cycles']:.1f} | 1.00 |")
+        variants = defaultdict(list)
+        for (k, hh, ff, t), r in rows.items():
+            if hh == h and ff == f and k != "BM_Naive":
+                variants[k].append((t, r))
+        for k in sorted(variants):
+            for t, r in sorted(variants[k]):
+                label = k.replace("BM_Ned_Iteration/", "engine ")
+                tlabel = "serial" if t == 0 else f"TBB {t}"
+                print(f"| {h} | {f} | {label} | {tlabel} | {r['us']:.1f} | {r['ns_per_flow']:.2f} | "
+                      f"{r['cycles']:.1f} | {naive[(h, f)] / r['us']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
