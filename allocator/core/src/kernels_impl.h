@@ -6,6 +6,10 @@
 // conflict detection.
 #include <algorithm>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "kernels.h"
 
 namespace flowtune::alloc::detail::FT_KERNEL_NS {
@@ -34,6 +38,33 @@ inline void rates_chunk(const FlowArrays<Real>& f, std::size_t begin, std::size_
   }
 }
 
+// acc[l] += (x, d) as one load/add/store of the pair: half the memory
+// operations of two scalar updates, and one store-to-load chain per link.
+inline void add_pair(LinkAcc<float>* a, float x, float d) {
+#if defined(__SSE2__)
+  static_assert(sizeof(LinkAcc<float>) == 8);
+  // __m128i loads and stores may alias any type.
+  auto* p = reinterpret_cast<__m128i*>(a);
+  __m128 v = _mm_unpacklo_ps(_mm_set_ss(x), _mm_set_ss(d));
+  __m128 o = _mm_castsi128_ps(_mm_loadl_epi64(p));
+  _mm_storel_epi64(p, _mm_castps_si128(_mm_add_ps(o, v)));
+#else
+  a->y += x;
+  a->h += d;
+#endif
+}
+
+inline void add_pair(LinkAcc<double>* a, double x, double d) {
+#if defined(__SSE2__)
+  static_assert(sizeof(LinkAcc<double>) == 16);
+  double* p = &a->y;  // y and h are adjacent doubles
+  _mm_storeu_pd(p, _mm_add_pd(_mm_loadu_pd(p), _mm_set_pd(d, x)));
+#else
+  a->y += x;
+  a->h += d;
+#endif
+}
+
 template <typename Real>
 inline void accumulate_range(const FlowArrays<Real>& f, std::size_t begin, std::size_t end,
                              const Real* __restrict d, LinkAcc<Real>* __restrict acc) {
@@ -45,14 +76,10 @@ inline void accumulate_range(const FlowArrays<Real>& f, std::size_t begin, std::
   for (std::size_t s = begin; s < end; ++s) {
     const Real xs = x[s];
     const Real ds = d[s - begin];
-    acc[p0[s]].y += xs;
-    acc[p0[s]].h += ds;
-    acc[p1[s]].y += xs;
-    acc[p1[s]].h += ds;
-    acc[p2[s]].y += xs;
-    acc[p2[s]].h += ds;
-    acc[p3[s]].y += xs;
-    acc[p3[s]].h += ds;
+    add_pair(acc + p0[s], xs, ds);
+    add_pair(acc + p1[s], xs, ds);
+    add_pair(acc + p2[s], xs, ds);
+    add_pair(acc + p3[s], xs, ds);
   }
 }
 
