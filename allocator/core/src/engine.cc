@@ -128,6 +128,7 @@ BasicEngine<Real>::BasicEngine(std::vector<double> link_capacity_bps, std::uint3
       throw std::invalid_argument("link capacities must be positive finite numbers");
     }
     capacity_.push_back(static_cast<Real>(c / kUnitBps));
+    inv_capacity_.push_back(Real{1} / capacity_.back());
   }
   // Prices start at 1 once, when the allocator starts (Algorithm 1), and
   // persist across flow arrivals and departures.
@@ -318,6 +319,8 @@ typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links(std::siz
   const Real gamma = static_cast<Real>(config_.gamma);
   const Real step = static_cast<Real>(config_.gradient_step);
   const bool ned = config_.algorithm == Algorithm::kNed;
+  Real max_residual = 0;
+  Real max_util = 0;
   for (std::size_t l = begin; l < end; ++l) {
     Real yl = 0;
     Real hl = 0;
@@ -325,18 +328,22 @@ typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links(std::siz
       yl += contrib_[c]->y;
       hl += contrib_[c]->h;
     }
-    const Real cap = capacity_[l];
-    ratio_[l] = yl / cap;
+    // One division per link (the Newton step); capacities are inverted once.
+    const Real inv_cap = inv_capacity_[l];
+    const Real r = yl * inv_cap;
+    ratio_[l] = r;
     // A link without flows has no information about its price: it keeps it.
     if (!(hl > 0)) continue;
-    const Real g = yl - cap;
+    const Real g = yl - capacity_[l];
     const Real p = price_[l];
-    double residual = p > 0 ? std::abs(g) / cap : std::max<Real>(g, 0) / cap;
-    part.max_residual = std::max(part.max_residual, residual);
-    part.max_raw_utilization = std::max(part.max_raw_utilization, double(ratio_[l]));
-    Real np = ned ? p + gamma * g / hl : p + step * g;
+    const Real residual = (p > 0 ? std::abs(g) : std::max(g, Real{0})) * inv_cap;
+    max_residual = std::max(max_residual, residual);
+    max_util = std::max(max_util, r);
+    const Real np = ned ? p + gamma * g / hl : p + step * g;
     price_[l] = std::max(np, Real{0});
   }
+  part.max_residual = static_cast<double>(max_residual);
+  part.max_raw_utilization = static_cast<double>(max_util);
   part.max_ratio = part.max_raw_utilization;
   return part;
 }
@@ -353,7 +360,7 @@ template <typename Real>
 void BasicEngine<Real>::finish_links(const LinkPartial& all) {
   stats_.max_residual = all.max_residual;
   stats_.max_raw_utilization = all.max_raw_utilization;
-  stats_.converged = live_flows_ > 0 && all.max_residual <= config_.tolerance;
+  stats_.converged = all.max_residual <= config_.tolerance;
   max_ratio_ = static_cast<Real>(all.max_ratio);
   ++iterations_;
 }

@@ -170,6 +170,7 @@ class BasicEngine {
   const detail::Kernels<Real>* kernels_;
   // Global link state (internal units: Gbit/s and price per Gbit/s).
   AlignedVector<Real> capacity_;
+  AlignedVector<Real> inv_capacity_;
   AlignedVector<Real> price_;
   AlignedVector<Real> ratio_;  // Σ raw rate / capacity, for normalization
   std::vector<std::unique_ptr<Block>> blocks_;
