@@ -111,6 +111,9 @@ int main() {
     row["ned_gamma_0.4"] = iterations(in, ned);
     ned.gamma = 1.0;
     row["ned_gamma_1.0"] = iterations(in, ned);
+    EngineConfig gd;
+    gd.algorithm = Algorithm::kGradient;
+    row["gradient_default_step"] = iterations(in, gd);
     std::uint64_t best = kMaxIterations + 1;
     double best_step = 0;
     for (double st : steps) {

@@ -55,8 +55,8 @@ Problem parse(const json& in) {
     if (!l.contains("id")) fail(where, "missing \"id\"");
     std::string key = id_key(l["id"], where + ".id");
     double cap = number(l, "capacity_bps", where, true, 0);
-    if (!(cap > 0) || !std::isfinite(cap)) {
-      fail(where + ".capacity_bps", "must be a positive finite number (got " +
+    if (!(cap >= alloc::kMinRateBps && cap <= alloc::kMaxRateBps)) {
+      fail(where + ".capacity_bps", "must be a positive number between 1e3 and 1e15 (got " +
                                         l["capacity_bps"].dump() + ")");
     }
     if (!link_index.emplace(key, static_cast<alloc::LinkId>(i)).second) {
@@ -91,12 +91,14 @@ Problem parse(const json& in) {
       spec.path.push(it->second);
     }
     spec.weight = number(f, "weight", where, false, 1.0);
-    if (!(spec.weight > 0) || !std::isfinite(spec.weight)) {
-      fail(where + ".weight", "must be a positive finite number");
+    if (!(spec.weight >= alloc::kMinWeight && spec.weight <= alloc::kMaxWeight)) {
+      fail(where + ".weight", "must be between 1e-6 and 1e6 (got " + f["weight"].dump() + ")");
     }
     spec.max_bps = number(f, "max_bps", where, false, 0.0);
-    if (!(spec.max_bps >= 0) || !std::isfinite(spec.max_bps)) {
-      fail(where + ".max_bps", "must be a non-negative finite number");
+    if (spec.max_bps != 0 &&
+        !(spec.max_bps >= alloc::kMinRateBps && spec.max_bps <= alloc::kMaxRateBps)) {
+      fail(where + ".max_bps", "must be 0 (no cap) or between 1e3 and 1e15 (got " +
+                                   f["max_bps"].dump() + ")");
     }
     p.flows.push_back(spec);
     p.flow_ids.push_back(f["id"]);
@@ -119,7 +121,13 @@ json solve(const json& problem, const SolveOptions& opt) {
   alloc::Engine engine(p.capacity_bps, 1, cfg);
   std::vector<alloc::FlowId> ids;
   ids.reserve(p.flows.size());
-  for (const auto& f : p.flows) ids.push_back(engine.add_flow(f));
+  for (std::size_t i = 0; i < p.flows.size(); ++i) {
+    alloc::FlowError err = engine.check_flow(p.flows[i]);
+    if (err != alloc::FlowError::kOk) {
+      fail("flows[" + std::to_string(i) + "]", alloc::to_string(err));
+    }
+    ids.push_back(engine.add_flow(p.flows[i]));
+  }
 
   auto step = [&] {
     if (driver) {

@@ -48,8 +48,8 @@ const char* to_string(FlowError e) {
     case FlowError::kPathTooLong: return "path has more than 4 links";
     case FlowError::kUnknownLink: return "path names an unknown link";
     case FlowError::kRepeatedLink: return "path visits a link twice";
-    case FlowError::kBadWeight: return "weight must be a positive finite number";
-    case FlowError::kBadMaxRate: return "max rate must be a non-negative finite number";
+    case FlowError::kBadWeight: return "weight must be between 1e-6 and 1e6";
+    case FlowError::kBadMaxRate: return "max rate must be 0 (none) or between 1e3 and 1e15 bits/s";
     case FlowError::kBadSite: return "site out of range";
     case FlowError::kBlockFull: return "flow block touches too many links (use more blocks)";
   }
@@ -107,7 +107,8 @@ BasicEngine<Real>::BasicEngine(std::vector<double> link_capacity_bps, std::uint3
     : config_(config),
       utility_(config.alpha),
       num_sites_(num_sites),
-      kernels_(&detail::kernels<Real>()) {
+      kernels_(config.portable_kernels ? &detail::generic_kernels<Real>()
+                                       : &detail::kernels<Real>()) {
   if (num_sites == 0) throw std::invalid_argument("num_sites must be >= 1");
   if (config.blocks == 0 || config.blocks > 64) {
     throw std::invalid_argument("blocks must be between 1 and 64");
@@ -124,8 +125,8 @@ BasicEngine<Real>::BasicEngine(std::vector<double> link_capacity_bps, std::uint3
   if (!(config.tolerance > 0)) throw std::invalid_argument("tolerance must be positive");
   capacity_.reserve(link_capacity_bps.size());
   for (double c : link_capacity_bps) {
-    if (!(c > 0) || !std::isfinite(c)) {
-      throw std::invalid_argument("link capacities must be positive finite numbers");
+    if (!(c >= kMinRateBps && c <= kMaxRateBps)) {
+      throw std::invalid_argument("link capacities must be between 1e3 and 1e15 bits/s");
     }
     capacity_.push_back(static_cast<Real>(c / kUnitBps));
     inv_capacity_.push_back(Real{1} / capacity_.back());
@@ -151,8 +152,10 @@ FlowError BasicEngine<Real>::check_flow(const FlowSpec& f) const {
       if (f.path.links[j] == f.path.links[i]) return FlowError::kRepeatedLink;
     }
   }
-  if (!(f.weight > 0) || !std::isfinite(f.weight)) return FlowError::kBadWeight;
-  if (!(f.max_bps >= 0) || !std::isfinite(f.max_bps)) return FlowError::kBadMaxRate;
+  if (!(f.weight >= kMinWeight && f.weight <= kMaxWeight)) return FlowError::kBadWeight;
+  if (f.max_bps != 0 && !(f.max_bps >= kMinRateBps && f.max_bps <= kMaxRateBps)) {
+    return FlowError::kBadMaxRate;
+  }
   if (f.src_site >= num_sites_ || f.dst_site >= num_sites_) return FlowError::kBadSite;
   const Block& k = *blocks_[block_of(f)];
   std::size_t fresh = 0;

@@ -15,9 +15,10 @@ namespace {
 //   [2N + R*S, 2N + 2R*S)  spine k -> ToR r, at 2N + R*S + r*S + k
 // A big switch is the first two ranges only.
 
+// The engine's accepted capacity range (engine.h: kMinRateBps..kMaxRateBps).
 void require_positive(double v, const char* what) {
-  if (!(v > 0) || !std::isfinite(v)) {
-    throw std::invalid_argument(std::string(what) + " must be a positive finite number");
+  if (!(v >= 1e3 && v <= 1e15)) {
+    throw std::invalid_argument(std::string(what) + " must be between 1e3 and 1e15 bits/s");
   }
 }
 
@@ -42,6 +43,7 @@ std::uint64_t ecmp_hash(const FiveTuple& t) {
 
 Topology Topology::big_switch(std::uint32_t hosts, double host_link_bps) {
   if (hosts < 2) throw std::invalid_argument("a big switch needs at least 2 hosts");
+  if (hosts > kMaxHosts) throw std::invalid_argument("too many hosts (at most 2^24)");
   require_positive(host_link_bps, "host link capacity");
   Topology t;
   t.kind_ = TopologyKind::kBigSwitch;
@@ -56,8 +58,11 @@ Topology Topology::two_tier(const TwoTierSpec& s) {
   if (s.racks < 1 || s.hosts_per_rack < 1 || s.spines < 1) {
     throw std::invalid_argument("two-tier racks, hosts per rack and spines must be >= 1");
   }
-  if (std::uint64_t{s.racks} * s.hosts_per_rack < 2) {
-    throw std::invalid_argument("a two-tier network needs at least 2 hosts");
+  const std::uint64_t hosts = std::uint64_t{s.racks} * s.hosts_per_rack;
+  if (hosts < 2) throw std::invalid_argument("a two-tier network needs at least 2 hosts");
+  if (hosts > kMaxHosts) throw std::invalid_argument("too many hosts (at most 2^24)");
+  if (std::uint64_t{s.racks} * s.spines > kMaxHosts) {
+    throw std::invalid_argument("too many racks x spines (at most 2^24)");
   }
   require_positive(s.host_link_bps, "host link capacity");
   double spine_bps = s.spine_link_bps;

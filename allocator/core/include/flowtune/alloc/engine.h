@@ -54,12 +54,23 @@ struct EngineConfig {
   std::uint32_t blocks = 1;
   // A link is converged when its KKT residual (see IterationStats) is below this.
   double tolerance = 1e-4;
+  // Use the x86-64 baseline kernels even where AVX-512 ones would run (tests
+  // compare the two; operators can rule out a CPU-specific path).
+  bool portable_kernels = false;
 };
+
+// Accepted ranges. They keep every internal quantity (rates in Gbit/s, prices
+// = weight / rate, slopes = rate / price) a normal number in float and double.
+inline constexpr double kMinWeight = 1e-6;
+inline constexpr double kMaxWeight = 1e6;
+inline constexpr double kMinRateBps = 1e3;   // 1 kbit/s
+inline constexpr double kMaxRateBps = 1e15;  // 1 Pbit/s
 
 struct FlowSpec {
   Path path;
-  double weight = 1.0;
-  // Upper bound on the flow's rate (a sender that cannot go faster); 0 = none.
+  double weight = 1.0;  // in [kMinWeight, kMaxWeight]
+  // Upper bound on the flow's rate (a sender that cannot go faster), bits/s;
+  // 0 = none, else in [kMinRateBps, kMaxRateBps].
   double max_bps = 0;
   // Sites (racks) of the endpoints, for FlowBlock partitioning only.
   std::uint32_t src_site = 0;
@@ -92,7 +103,8 @@ struct IterationStats {
 template <typename Real>
 class BasicEngine {
  public:
-  // Throws std::invalid_argument for a non-positive capacity or bad config.
+  // Throws std::invalid_argument for a capacity outside [kMinRateBps,
+  // kMaxRateBps] or a bad config.
   BasicEngine(std::vector<double> link_capacity_bps, std::uint32_t num_sites,
               const EngineConfig& config);
   ~BasicEngine();

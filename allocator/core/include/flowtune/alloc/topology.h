@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "flowtune/common/assert.h"
+
 namespace flowtune::alloc {
 
 using LinkId = std::uint32_t;
@@ -22,7 +24,10 @@ struct Path {
   std::array<LinkId, kMaxPathLinks> links{};
   std::uint8_t size = 0;
 
-  void push(LinkId l) { links[size++] = l; }
+  void push(LinkId l) {
+    FT_ASSERT(size < kMaxPathLinks, "a path holds at most 4 links", l);
+    links[size++] = l;
+  }
   const LinkId* begin() const { return links.data(); }
   const LinkId* end() const { return links.data() + size; }
 };
@@ -54,7 +59,9 @@ struct TwoTierSpec {
 
 class Topology {
  public:
-  // Throws std::invalid_argument on non-positive sizes or capacities.
+  // Throws std::invalid_argument on non-positive sizes or capacities, and on
+  // networks of more than kMaxHosts hosts.
+  static constexpr std::uint32_t kMaxHosts = 1u << 24;
   static Topology big_switch(std::uint32_t hosts, double host_link_bps);
   static Topology two_tier(const TwoTierSpec& spec);
   // Links only; paths are given per flow. num_sites is 1.

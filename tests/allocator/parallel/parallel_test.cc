@@ -1,0 +1,242 @@
+// Differential test of the TBB driver (paper §4) against the serial engine.
+// The same random flow churn on a two-tier network is applied to three
+// engines: one run by ParallelDriver with B blocks per side, one run by
+// BasicEngine::iterate() with the same B, and one serial engine with B = 1.
+//   - parallel vs serial, same B: bit-identical (the engine sums each link's
+//     block copies in block order whatever the schedule), so EXPECT_EQ on
+//     doubles and floats.
+//   - parallel vs serial B = 1: the same mathematics summed in a different
+//     order, so equal up to rounding. Tolerance: 1e-9 relative on rates and
+//     prices (double; rounding differences start near 1e-16 and NED is a
+//     contraction, so they stay many orders of magnitude below this), plus
+//     1e-15 absolute on prices so a price clamped to 0 in one engine may be a
+//     rounding-sized positive number in the other.
+#include "flowtune/alloc/parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "flowtune/alloc/engine.h"
+#include "flowtune/alloc/topology.h"
+
+namespace flowtune::alloc {
+namespace {
+
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) : gen_(seed) {}
+  double uniform(double lo, double hi) {
+    return lo + (hi - lo) * static_cast<double>(gen_() >> 11) * 0x1.0p-53;
+  }
+  std::uint64_t below(std::uint64_t n) { return gen_() % n; }
+  std::uint64_t next() { return gen_(); }
+
+ private:
+  std::mt19937_64 gen_;
+};
+
+Topology two_tier_8x8x4() {
+  TwoTierSpec s;
+  s.racks = 8;
+  s.hosts_per_rack = 8;
+  s.spines = 4;
+  s.host_link_bps = 10e9;
+  return Topology::two_tier(s);
+}
+
+FlowSpec random_flow(const Topology& t, Rng& rng) {
+  const auto src = static_cast<HostId>(rng.below(t.num_hosts()));
+  auto dst = static_cast<HostId>(rng.below(t.num_hosts() - 1));
+  if (dst >= src) ++dst;
+  FlowSpec f;
+  f.path = t.path(src, dst, rng.next());
+  f.weight = rng.uniform(0.2, 5);
+  f.max_bps = rng.below(5) == 0 ? rng.uniform(0.5e9, 8e9) : 0;
+  f.src_site = t.site_of_host(src);
+  f.dst_site = t.site_of_host(dst);
+  return f;
+}
+
+// One engine and the ids it gave to the live flows (same order everywhere).
+template <typename Real>
+struct Subject {
+  std::unique_ptr<BasicEngine<Real>> engine;
+  std::vector<FlowId> ids;
+};
+
+template <typename Real>
+Subject<Real> make(const Topology& t, std::uint32_t blocks,
+                   Normalizer normalizer = Normalizer::kFNorm) {
+  EngineConfig cfg;
+  cfg.blocks = blocks;
+  cfg.normalizer = normalizer;
+  cfg.tolerance = 1e-12;
+  return {std::make_unique<BasicEngine<Real>>(t.capacities_bps(), t.num_sites(), cfg), {}};
+}
+
+template <typename Real>
+void add(Subject<Real>& s, const FlowSpec& f) {
+  ASSERT_EQ(s.engine->check_flow(f), FlowError::kOk);
+  s.ids.push_back(s.engine->add_flow(f));
+}
+
+template <typename Real>
+void remove_at(Subject<Real>& s, std::size_t k) {
+  s.engine->remove_flow(s.ids[k]);
+  s.ids[k] = s.ids.back();
+  s.ids.pop_back();
+}
+
+template <typename Real>
+void expect_identical(const Subject<Real>& a, const Subject<Real>& b) {
+  ASSERT_EQ(a.ids.size(), b.ids.size());
+  for (std::size_t k = 0; k < a.ids.size(); ++k) {
+    ASSERT_EQ(a.engine->rate_bps(a.ids[k]), b.engine->rate_bps(b.ids[k])) << "flow " << k;
+    ASSERT_EQ(a.engine->raw_rate_bps(a.ids[k]), b.engine->raw_rate_bps(b.ids[k])) << "flow " << k;
+  }
+  for (LinkId l = 0; l < a.engine->num_links(); ++l) {
+    ASSERT_EQ(a.engine->price(l), b.engine->price(l)) << "link " << l;
+  }
+  EXPECT_EQ(a.engine->link_allocation_bps(), b.engine->link_allocation_bps());
+  EXPECT_EQ(a.engine->stats().max_residual, b.engine->stats().max_residual);
+  EXPECT_EQ(a.engine->stats().max_raw_utilization, b.engine->stats().max_raw_utilization);
+  EXPECT_EQ(a.engine->stats().converged, b.engine->stats().converged);
+  EXPECT_EQ(a.engine->iterations(), b.engine->iterations());
+}
+
+void expect_close(const Subject<double>& a, const Subject<double>& ref, double rel) {
+  ASSERT_EQ(a.ids.size(), ref.ids.size());
+  for (std::size_t k = 0; k < a.ids.size(); ++k) {
+    const double want = ref.engine->rate_bps(ref.ids[k]);
+    ASSERT_NEAR(a.engine->rate_bps(a.ids[k]), want, rel * want) << "flow " << k;
+    const double raw = ref.engine->raw_rate_bps(ref.ids[k]);
+    ASSERT_NEAR(a.engine->raw_rate_bps(a.ids[k]), raw, rel * raw) << "flow " << k;
+  }
+  for (LinkId l = 0; l < a.engine->num_links(); ++l) {
+    const double want = ref.engine->price(l);
+    ASSERT_NEAR(a.engine->price(l), want, rel * want + 1e-15) << "link " << l;
+  }
+}
+
+// Runs `iterations` rounds of churn (about 5% of flows leave and as many
+// arrive) followed by one iteration, on every subject alike.
+template <typename Real, typename Check>
+void churn(const Topology& t, std::uint64_t seed, int initial_flows, int iterations,
+           ParallelDriver& driver, Subject<Real>& par, Subject<Real>& ser,
+           std::vector<Subject<Real>*> others, Check check) {
+  Rng rng(seed);
+  std::vector<Subject<Real>*> all = {&par, &ser};
+  all.insert(all.end(), others.begin(), others.end());
+  for (int i = 0; i < initial_flows; ++i) {
+    FlowSpec f = random_flow(t, rng);
+    for (auto* s : all) add(*s, f);
+  }
+  for (int it = 0; it < iterations; ++it) {
+    SCOPED_TRACE("iteration " + std::to_string(it));
+    if (it > 0) {
+      const auto leave = rng.below(par.ids.size() / 10 + 1);
+      for (std::uint64_t j = 0; j < leave && !par.ids.empty(); ++j) {
+        const std::size_t k = rng.below(par.ids.size());
+        for (auto* s : all) remove_at(*s, k);
+      }
+      const auto arrive = rng.below(initial_flows / 10 + 1);
+      for (std::uint64_t j = 0; j < arrive; ++j) {
+        FlowSpec f = random_flow(t, rng);
+        for (auto* s : all) add(*s, f);
+      }
+    }
+    driver.iterate(*par.engine);
+    ser.engine->iterate();
+    for (auto* s : others) s->engine->iterate();
+    check();
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST(ParallelDriver, MatchesSerialEngineBitForBitAndSingleBlockToRounding) {
+  const Topology t = two_tier_8x8x4();
+  for (std::uint32_t blocks = 1; blocks <= 4; ++blocks) {
+    for (unsigned threads = 1; threads <= 4; ++threads) {
+      SCOPED_TRACE("blocks " + std::to_string(blocks) + " threads " + std::to_string(threads));
+      ParallelDriver driver(threads);
+      ASSERT_EQ(driver.threads(), threads);
+      // Alternate normalizers: U-NORM depends on the global max ratio that
+      // finish_links() publishes, F-NORM on per-link ratios.
+      const Normalizer norm = (blocks + threads) % 2 ? Normalizer::kUNorm : Normalizer::kFNorm;
+      Subject<double> par = make<double>(t, blocks, norm);
+      Subject<double> ser = make<double>(t, blocks, norm);
+      Subject<double> one = make<double>(t, 1, norm);
+      ASSERT_EQ(par.engine->num_blocks(), std::size_t{blocks} * blocks);
+      churn<double>(t, 1000 + blocks * 10 + threads, 400, 25, driver, par, ser, {&one}, [&] {
+        expect_identical(par, ser);
+        expect_close(par, one, 1e-9);
+      });
+      // The flows really were spread over the blocks.
+      std::size_t nonempty = 0;
+      for (std::size_t b = 0; b < par.engine->num_blocks(); ++b) {
+        nonempty += par.engine->block_size(b) > 0;
+      }
+      EXPECT_EQ(nonempty, par.engine->num_blocks());
+    }
+  }
+}
+
+TEST(ParallelDriver, FloatEngineMatchesSerialBitForBit) {
+  const Topology t = two_tier_8x8x4();
+  for (std::uint32_t blocks : {2u, 3u}) {
+    SCOPED_TRACE("blocks " + std::to_string(blocks));
+    ParallelDriver driver(4);
+    Subject<float> par = make<float>(t, blocks);
+    Subject<float> ser = make<float>(t, blocks);
+    churn<float>(t, 77 + blocks, 400, 20, driver, par, ser, {},
+                 [&] { expect_identical(par, ser); });
+  }
+}
+
+TEST(ParallelDriver, SolveStopsAtTheSameIterationAsSerialSolve) {
+  const Topology t = two_tier_8x8x4();
+  Rng rng(99);
+  EngineConfig cfg;
+  cfg.blocks = 3;
+  cfg.tolerance = 1e-8;
+  Engine par(t.capacities_bps(), t.num_sites(), cfg);
+  Engine ser(t.capacities_bps(), t.num_sites(), cfg);
+  std::vector<FlowId> ids;
+  for (int i = 0; i < 300; ++i) {
+    FlowSpec f = random_flow(t, rng);
+    ids.push_back(par.add_flow(f));
+    ASSERT_EQ(ser.add_flow(f), ids.back());
+  }
+  ParallelDriver driver(3);
+  const std::uint64_t n = driver.solve(par, 100000);
+  EXPECT_EQ(ser.solve(100000), n);
+  EXPECT_TRUE(par.stats().converged);
+  EXPECT_LE(par.stats().max_residual, 1e-8);
+  EXPECT_EQ(par.iterations(), n);
+  for (FlowId id : ids) EXPECT_EQ(par.rate_bps(id), ser.rate_bps(id));
+  // A budget smaller than needed is honoured.
+  Engine fresh(t.capacities_bps(), t.num_sites(), cfg);
+  for (int i = 0; i < 50; ++i) fresh.add_flow(random_flow(t, rng));
+  EXPECT_EQ(driver.solve(fresh, 3), 3u);
+  EXPECT_EQ(fresh.iterations(), 3u);
+}
+
+TEST(ParallelDriver, BlocksForThreadsGivesEveryThreadABlock) {
+  // B blocks per side make B*B FlowBlocks: the smallest B with B*B >= threads.
+  const unsigned threads[] = {1, 2, 3, 4, 5, 9, 10, 16, 17, 64};
+  const std::uint32_t want[] = {1, 2, 2, 2, 3, 3, 4, 4, 5, 8};
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(ParallelDriver::blocks_for_threads(threads[i]), want[i]) << threads[i] << " threads";
+  }
+  EXPECT_EQ(ParallelDriver::blocks_for_threads(0), 1u);
+  EXPECT_GE(ParallelDriver(0).threads(), 1u);
+}
+
+}  // namespace
+}  // namespace flowtune::alloc
