@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flowtune/alloc/engine.h"
+#include "workload.h"
 
 namespace {
 
@@ -72,17 +73,7 @@ Instance two_tier(int flows, std::uint64_t seed) {
   Topology t = Topology::two_tier(s);
   Instance in{"two_tier_144_hosts_" + std::to_string(flows) + "_flows", t.capacities_bps(),
               t.num_sites(), {}};
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::uint32_t> host(0, t.num_hosts() - 1);
-  for (int i = 0; i < flows; ++i) {
-    std::uint32_t a = host(rng), b = host(rng);
-    while (b == a) b = host(rng);
-    FlowSpec f;
-    f.path = t.path(a, b, rng());
-    f.src_site = t.site_of_host(a);
-    f.dst_site = t.site_of_host(b);
-    in.flows.push_back(f);
-  }
+  in.flows = flowtune::bench::random_host_pairs(t, static_cast<std::uint32_t>(flows), seed);
   return in;
 }
 
@@ -97,7 +88,7 @@ std::uint64_t iterations(const Instance& in, const EngineConfig& cfg) {
 }  // namespace
 
 int main() {
-  std::vector<Instance> instances = {parking_lot(2), parking_lot(5), random_explicit(1),
+  std::vector<Instance> instances = {parking_lot(2), parking_lot(4), random_explicit(1),
                                      random_explicit(2), random_explicit(3), two_tier(500, 7),
                                      two_tier(2000, 8)};
   const std::vector<double> steps = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02};

@@ -10,13 +10,13 @@
 
 #include <chrono>
 #include <cstdint>
-#include <random>
 #include <thread>
 #include <x86intrin.h>
 
 #include "flowtune/alloc/engine.h"
 #include "flowtune/alloc/parallel.h"
 #include "naive_engine.h"
+#include "workload.h"
 
 namespace {
 
@@ -52,25 +52,6 @@ Topology make_topology(std::uint32_t hosts) {
   return Topology::two_tier(s);
 }
 
-// Random distinct (src, dst) pairs with an ECMP spine, the same for every
-// implementation given the seed.
-std::vector<FlowSpec> make_flows(const Topology& t, std::uint32_t flows, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::uint32_t> host(0, t.num_hosts() - 1);
-  std::vector<FlowSpec> out;
-  out.reserve(flows);
-  for (std::uint32_t i = 0; i < flows; ++i) {
-    std::uint32_t src = host(rng), dst = host(rng);
-    while (dst == src) dst = host(rng);
-    FlowSpec f;
-    f.path = t.path(src, dst, rng());
-    f.src_site = t.site_of_host(src);
-    f.dst_site = t.site_of_host(dst);
-    out.push_back(f);
-  }
-  return out;
-}
-
 void set_counters(benchmark::State& state, std::uint32_t flows, unsigned threads) {
   state.counters["flows"] = flows;
   state.counters["threads"] = threads;
@@ -92,7 +73,7 @@ void BM_Engine(benchmark::State& state) {
   EngineConfig cfg;
   cfg.blocks = threads == 0 ? 1 : ParallelDriver::blocks_for_threads(threads);
   BasicEngine<Real> e(t.capacities_bps(), t.num_sites(), cfg);
-  for (const auto& f : make_flows(t, flows, 42)) e.add_flow(f);
+  for (const auto& f : flowtune::bench::random_host_pairs(t, flows, 42)) e.add_flow(f);
   if (threads == 0) {
     for (int i = 0; i < kWarmupIterations; ++i) e.iterate();
     for (auto _ : state) e.iterate();
@@ -110,7 +91,7 @@ void BM_Naive(benchmark::State& state) {
   Topology t = make_topology(hosts);
   flowtune::bench::NaiveEngine e;
   for (double c : t.capacities_bps()) e.links.push_back({c / 1e9, 1, 0, 0});
-  for (const auto& f : make_flows(t, flows, 42)) {
+  for (const auto& f : flowtune::bench::random_host_pairs(t, flows, 42)) {
     flowtune::bench::NaiveFlow nf;
     for (auto l : f.path) nf.path.push_back(static_cast<int>(l));
     e.flows.push_back(std::move(nf));

@@ -56,6 +56,16 @@ const char* to_string(FlowError e) {
   return "?";
 }
 
+FlowSpec make_flow(const Topology& t, HostId src, HostId dst, std::uint64_t flow_hash,
+                   double weight) {
+  FlowSpec f;
+  f.path = t.path(src, dst, flow_hash);
+  f.weight = weight;
+  f.src_site = t.site_of_host(src);
+  f.dst_site = t.site_of_host(dst);
+  return f;
+}
+
 // One FlowBlock: its flows as a structure of arrays (slot-indexed, dense), and
 // private copies of every link its flows touch, addressed by local index.
 template <typename Real>

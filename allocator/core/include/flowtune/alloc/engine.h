@@ -77,6 +77,11 @@ struct FlowSpec {
   std::uint32_t dst_site = 0;
 };
 
+// The spec of a flow from src to dst on a host topology: its path (ECMP spine
+// from flow_hash) and the sites that place it in a FlowBlock.
+FlowSpec make_flow(const Topology& t, HostId src, HostId dst, std::uint64_t flow_hash,
+                   double weight = 1.0);
+
 enum class FlowError {
   kOk = 0,
   kEmptyPath,
