@@ -43,7 +43,7 @@ solve options:
   --tolerance T              KKT residual that counts as converged (default 1e-4)
   --gamma G                  NED step size (default 0.4)
   --step S                   Gradient step, price per Gbit/s (default 0.002)
-  --alpha A                  alpha-fair utility; 1 = weighted log (default 1)
+  --alpha A                  alpha-fair utility, 0.1-10; 1 = weighted log (default 1)
   --threads N                use the TBB-parallel driver with N threads (default: serial)
   --table                    print a human-readable table instead of JSON
   -h, --help                 show this help

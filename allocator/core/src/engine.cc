@@ -129,8 +129,10 @@ BasicEngine<Real>::BasicEngine(std::vector<double> link_capacity_bps, std::uint3
   if (!(config.gradient_step > 0) || !std::isfinite(config.gradient_step)) {
     throw std::invalid_argument("gradient step must be a positive finite number");
   }
-  if (!(config.alpha > 0) || !std::isfinite(config.alpha)) {
-    throw std::invalid_argument("alpha must be a positive finite number");
+  // Beyond α = 10 the allocation is within a few percent of max-min anyway,
+  // and U'(cap) = w·cap^-α would underflow.
+  if (!(config.alpha >= 0.1 && config.alpha <= 10)) {
+    throw std::invalid_argument("alpha must be between 0.1 and 10");
   }
   if (!(config.tolerance > 0)) throw std::invalid_argument("tolerance must be positive");
   capacity_.reserve(link_capacity_bps.size());
@@ -315,8 +317,9 @@ void BasicEngine<Real>::rate_pass(std::size_t b) {
   for (std::size_t s = 0; s < f.n; ++s) {
     Real P = (k.price[f.path[0][s]] + k.price[f.path[1][s]]) +
              (k.price[f.path[2][s]] + k.price[f.path[3][s]]);
-    P = std::max(P, f.floor_price[s]);
-    f.x[s] = utility_.rate(f.weight[s], P);
+    // The floor can underflow in float for large α: never divide by zero.
+    P = std::max({P, f.floor_price[s], std::numeric_limits<Real>::min()});
+    f.x[s] = std::min(utility_.rate(f.weight[s], P), f.cap[s]);
     k.d[s] = utility_.slope(f.x[s], P);
   }
   kernels_->accumulate(f, k.d.data(), k.acc.data());

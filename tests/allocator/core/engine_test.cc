@@ -1257,6 +1257,11 @@ TEST(Engine, InvalidConstructorArgumentsThrow) {
   EXPECT_THROW(Engine({1e9}, 1, with([](EngineConfig& c) { c.alpha = 0; })), std::invalid_argument);
   EXPECT_THROW(Engine({1e9}, 1, with([](EngineConfig& c) { c.alpha = kInf; })),
                std::invalid_argument);
+  EXPECT_THROW(Engine({1e9}, 1, with([](EngineConfig& c) { c.alpha = 0.05; })),
+               std::invalid_argument);
+  EXPECT_THROW(Engine({1e9}, 1, with([](EngineConfig& c) { c.alpha = 10.5; })),
+               std::invalid_argument);
+  EXPECT_NO_THROW(Engine({1e9}, 1, with([](EngineConfig& c) { c.alpha = 10; })));
   EXPECT_THROW(Engine({1e9}, 1, with([](EngineConfig& c) { c.tolerance = 0; })),
                std::invalid_argument);
   EXPECT_THROW(Engine({1e9}, 1, with([](EngineConfig& c) { c.tolerance = kNaN; })),
@@ -1352,6 +1357,37 @@ TEST(Kernels, VectorAndPortableVariantsGiveIdenticalBitsDouble) {
 
 TEST(Kernels, VectorAndPortableVariantsGiveIdenticalBitsFloat) {
   expect_kernel_variants_identical<float>();
+}
+
+}  // namespace
+}  // namespace flowtune::alloc
+
+namespace flowtune::alloc {
+namespace {
+
+// α = 10 on the float engine with the widest accepted capacities: the rate
+// floor U'(cap) = w·cap^-10 underflows float, and no rate or price may turn
+// into inf or NaN because of it.
+TEST(FloatEngine, LargeAlphaWithHugeCapacityStaysFinite) {
+  EngineConfig cfg;
+  cfg.alpha = 10;
+  BasicEngine<float> e({kMaxRateBps, kMaxRateBps}, 1, cfg);
+  FlowSpec a;
+  a.path.push(0);
+  a.weight = kMinWeight;
+  FlowSpec b;
+  b.path.push(0);
+  b.path.push(1);
+  const FlowId ia = e.add_flow(a), ib = e.add_flow(b);
+  for (LinkId l = 0; l < 2; ++l) e.set_price(l, 0);  // every path price at zero
+  for (int it = 0; it < 50; ++it) {
+    e.iterate();
+    for (FlowId id : {ia, ib}) {
+      ASSERT_TRUE(std::isfinite(e.raw_rate_bps(id))) << "iteration " << it;
+      ASSERT_LE(e.rate_bps(id), kMaxRateBps * (1 + 1e-6)) << "iteration " << it;
+    }
+    for (LinkId l = 0; l < 2; ++l) ASSERT_TRUE(std::isfinite(e.price(l))) << "iteration " << it;
+  }
 }
 
 }  // namespace
