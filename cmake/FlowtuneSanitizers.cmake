@@ -13,6 +13,12 @@ if(_ft_san)
   target_link_options(flowtune_sanitizers INTERFACE ${_ft_san})
 endif()
 
+# Fuzz builds instrument every target for coverage, so libFuzzer sees the
+# engine's branches, not only the fuzz target's.
+if(FT_FUZZ)
+  target_compile_options(flowtune_sanitizers INTERFACE -fsanitize=fuzzer-no-link)
+endif()
+
 # Every project target links this: warnings + sanitizers.
 add_library(flowtune_defaults INTERFACE)
 target_link_libraries(flowtune_defaults INTERFACE flowtune_warnings flowtune_sanitizers)
