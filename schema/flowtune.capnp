@@ -1,0 +1,90 @@
+@0xac17459ba277593f;
+# Flowtune's wire protocol: endpoints (libflowtune, the preload shim) talk to
+# flowtune-allocator over ZeroMQ (DEALER -> ROUTER), one Cap'n Proto message
+# per ZeroMQ frame. Units on the wire: bytes, bytes/s, microseconds.
+#
+# Paper §5.1: a lost or reordered message must never leave state wrong. The
+# endpoint sends state, not history: after a reconnect, or when a reply
+# carries a new allocator epoch, it sends `resync` with every live flowlet.
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("flowtune::wire::schema");
+
+# Bumped on any incompatible change; a mismatch is answered with an error.
+const protocolVersion :UInt16 = 1;
+
+struct FiveTuple {
+  srcIp @0 :UInt32;      # IPv4, host byte order
+  dstIp @1 :UInt32;
+  srcPort @2 :UInt16;
+  dstPort @3 :UInt16;
+  protocol @4 :UInt8 = 6;
+}
+
+struct HostPair {
+  src @0 :UInt32;        # host index in the allocator's topology
+  dst @1 :UInt32;
+}
+
+struct FlowletStart {
+  flowKey @0 :UInt64;    # chosen by the endpoint, unique among its live flows
+  endpoints :union {
+    tuple @1 :FiveTuple;
+    hosts @2 :HostPair;
+  }
+  bytes @3 :UInt64;      # bytes in the flowlet, 0 = not known
+  weight @4 :Float32 = 1.0;
+  coflowId @5 :UInt64;   # 0 = none
+}
+
+struct Hello {
+  endpointId @0 :Text;   # unique per process incarnation
+  hostId @1 :Text;       # the host's identity in the topology (name or address)
+}
+
+struct EndpointEvent {
+  union {
+    hello @0 :Hello;
+    start @1 :FlowletStart;
+    end @2 :UInt64;                  # flow key of a flowlet that ended
+    heartbeat @3 :Void;
+    resync @4 :List(FlowletStart);   # the endpoint's complete live state
+  }
+}
+
+struct EndpointMessage {
+  version @0 :UInt16;
+  seq @1 :UInt64;        # per-endpoint message counter, for diagnostics
+  events @2 :List(EndpointEvent);
+}
+
+struct RateUpdate {
+  flowKey @0 :UInt64;
+  bytesPerSec @1 :UInt64;  # the pacing rate (SO_MAX_PACING_RATE units)
+  leaseUs @2 :UInt32;      # the rate lapses this long after receipt
+}
+
+enum ErrorCode {
+  malformed @0;
+  unsupportedVersion @1;
+  notRegistered @2;      # events before hello
+  unknownFlow @3;
+  badValue @4;
+  unknownHost @5;
+  tooManyFlows @6;
+  rateLimited @7;
+}
+
+struct ErrorReport {
+  code @0 :ErrorCode;
+  text @1 :Text;
+  flowKey @2 :UInt64;    # the flow concerned, 0 = none
+}
+
+struct AllocatorMessage {
+  version @0 :UInt16;
+  epoch @1 :UInt64;        # new on every allocator start: the endpoint resyncs
+  rates @2 :List(RateUpdate);
+  leaseRefreshUs @3 :UInt32;  # non-zero: every live rate of the endpoint lasts this long again
+  errors @4 :List(ErrorReport);
+}

@@ -1,0 +1,114 @@
+// Flowtune's protocol messages as plain C++ values (schema/flowtune.capnp is
+// the wire form; codec.h converts). Both sides of the protocol include this
+// one header, so units, limits and ids cannot drift apart (a Fastpass bug
+// came from two sides disagreeing on time units).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace flowtune::wire {
+
+inline constexpr std::uint16_t kProtocolVersion = 1;
+
+// Limits every decoder enforces; larger values are bad input. They are chosen
+// so that any message a decoder accepts re-encodes within them too: at most
+// one hello, and at most kMaxItemsPerMessage events, resync entries, rates or
+// errors in all (a sender splits bigger batches).
+inline constexpr std::size_t kMaxMessageBytes = 4u << 20;  // one ZeroMQ frame
+inline constexpr std::size_t kMaxItemsPerMessage = 16384;
+inline constexpr std::size_t kMaxErrorsPerMessage = 1024;
+inline constexpr std::size_t kMaxTextBytes = 256;
+inline constexpr std::uint64_t kMaxFlowletBytes = std::uint64_t{1} << 60;
+inline constexpr float kMinWeight = 1e-6f;  // as the engine (alloc::kMinWeight)
+inline constexpr float kMaxWeight = 1e6f;
+
+struct FiveTuple {
+  std::uint32_t src_ip = 0;  // IPv4, host byte order
+  std::uint32_t dst_ip = 0;
+  std::uint16_t src_port = 0;
+  std::uint16_t dst_port = 0;
+  std::uint8_t protocol = 6;
+  bool operator==(const FiveTuple&) const = default;
+};
+
+struct HostPair {
+  std::uint32_t src = 0;
+  std::uint32_t dst = 0;
+  bool operator==(const HostPair&) const = default;
+};
+
+struct FlowletStart {
+  std::uint64_t flow_key = 0;
+  std::variant<FiveTuple, HostPair> endpoints;
+  std::uint64_t bytes = 0;  // 0 = not known
+  float weight = 1.0f;
+  std::uint64_t coflow_id = 0;
+  bool operator==(const FlowletStart&) const = default;
+};
+
+struct Hello {
+  std::string endpoint_id;
+  std::string host_id;
+  bool operator==(const Hello&) const = default;
+};
+
+struct FlowletEnd {
+  std::uint64_t flow_key = 0;
+  bool operator==(const FlowletEnd&) const = default;
+};
+
+struct Heartbeat {
+  bool operator==(const Heartbeat&) const = default;
+};
+
+struct Resync {
+  std::vector<FlowletStart> flows;
+  bool operator==(const Resync&) const = default;
+};
+
+using EndpointEvent = std::variant<Hello, FlowletStart, FlowletEnd, Heartbeat, Resync>;
+
+struct EndpointMessage {
+  std::uint64_t seq = 0;
+  std::vector<EndpointEvent> events;
+  bool operator==(const EndpointMessage&) const = default;
+};
+
+struct RateUpdate {
+  std::uint64_t flow_key = 0;
+  std::uint64_t bytes_per_sec = 0;
+  std::uint32_t lease_us = 0;
+  bool operator==(const RateUpdate&) const = default;
+};
+
+enum class ErrorCode : std::uint16_t {
+  kMalformed = 0,
+  kUnsupportedVersion,
+  kNotRegistered,
+  kUnknownFlow,
+  kBadValue,
+  kUnknownHost,
+  kTooManyFlows,
+  kRateLimited,
+};
+const char* to_string(ErrorCode c);
+
+struct ErrorReport {
+  ErrorCode code = ErrorCode::kMalformed;
+  std::string text;
+  std::uint64_t flow_key = 0;
+  bool operator==(const ErrorReport&) const = default;
+};
+
+struct AllocatorMessage {
+  std::uint64_t epoch = 0;
+  std::vector<RateUpdate> rates;
+  std::uint32_t lease_refresh_us = 0;
+  std::vector<ErrorReport> errors;
+  bool operator==(const AllocatorMessage&) const = default;
+};
+
+}  // namespace flowtune::wire
