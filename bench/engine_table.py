@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Turns engine_bench JSON (Google Benchmark --benchmark_format=json) into the
 markdown table in docs/engine.md: time per NED + F-NORM iteration, ns and
-core-cycles per flow, and the speed-up over the naive baseline measured in the
-same run. Uses the median aggregate when the run had repetitions."""
+core-cycles per flow, and the speed-up over the naive baseline. Prefers the
+interleaved A/B benchmark (BM_EngineVsNaive) when the run has it, else pairs
+the sequential BM_Naive and BM_Ned_Iteration rows. Uses the median
+aggregate when the run had repetitions."""
 import json
 import re
 import sys
@@ -26,14 +28,37 @@ def load(path):
             "us": b["real_time"] * scale,
             "ns_per_flow": b.get("ns_per_flow"),
             "cycles": b.get("core_cycles_per_flow"),
+            "naive_us": b.get("naive_us"),
+            "speedup": b.get("speedup_vs_naive"),
         }
     return data.get("context", {}), rows
+
+
+def ab_table(ctx, rows):
+    """The interleaved A/B benchmark: engine and naive timed in alternating
+    blocks, so the speed-up is taken under the same machine state."""
+    ab = {k: r for k, r in rows.items() if k[0].startswith("BM_EngineVsNaive/")}
+    if not ab:
+        return False
+    print(f"Machine: {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz (TSC); "
+          f"{ctx.get('date', '')}\n")
+    print("| hosts | flows | precision | threads | engine µs / iteration | naive µs (same run) "
+          "| speed-up | ns / flow | core-cycles / flow |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    for (k, h, f, t) in sorted(ab, key=lambda k: (k[1], k[2], k[0], k[3])):
+        r = ab[(k, h, f, t)]
+        tlabel = "serial" if t == 0 else f"TBB {t}"
+        print(f"| {h} | {f} | {k.split('/')[1]} | {tlabel} | {r['us']:.1f} | {r['naive_us']:.1f} | "
+              f"{r['speedup']:.2f}× | {r['ns_per_flow']:.2f} | {r['cycles']:.1f} |")
+    return True
 
 
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: engine_table.py RESULTS.json")
     ctx, rows = load(sys.argv[1])
+    if ab_table(ctx, rows):
+        return
     naive = {(h, f): r["us"] for (k, h, f, t), r in rows.items() if k == "BM_Naive"}
     print(f"Machine: {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz (TSC); "
           f"{ctx.get('date', '')}\n")
