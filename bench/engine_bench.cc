@@ -65,6 +65,29 @@ void set_counters(benchmark::State& state, std::uint32_t flows, unsigned threads
       benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
+// The engine and the naive baseline over the same flows; threads == 0 means
+// the serial engine (one block), otherwise blocks for the TBB driver.
+template <typename Real>
+std::unique_ptr<BasicEngine<Real>> make_engine(const Topology& t, const std::vector<FlowSpec>& specs,
+                                               unsigned threads) {
+  EngineConfig cfg;
+  cfg.blocks = threads == 0 ? 1 : ParallelDriver::blocks_for_threads(threads);
+  auto e = std::make_unique<BasicEngine<Real>>(t.capacities_bps(), t.num_sites(), cfg);
+  for (const auto& f : specs) e->add_flow(f);
+  return e;
+}
+
+flowtune::bench::NaiveEngine make_naive(const Topology& t, const std::vector<FlowSpec>& specs) {
+  flowtune::bench::NaiveEngine e;
+  for (double c : t.capacities_bps()) e.links.push_back({c / 1e9, 1, 0, 0});
+  for (const auto& f : specs) {
+    flowtune::bench::NaiveFlow nf;
+    for (auto l : f.path) nf.path.push_back(static_cast<int>(l));
+    e.flows.push_back(std::move(nf));
+  }
+  return e;
+}
+
 // Args: hosts, flows, threads (0 = the serial engine, no TBB).
 template <typename Real>
 void BM_Engine(benchmark::State& state) {
@@ -72,10 +95,8 @@ void BM_Engine(benchmark::State& state) {
   auto flows = static_cast<std::uint32_t>(state.range(1));
   auto threads = static_cast<unsigned>(state.range(2));
   Topology t = make_topology(hosts);
-  EngineConfig cfg;
-  cfg.blocks = threads == 0 ? 1 : ParallelDriver::blocks_for_threads(threads);
-  BasicEngine<Real> e(t.capacities_bps(), t.num_sites(), cfg);
-  for (const auto& f : flowtune::bench::random_host_pairs(t, flows, 42)) e.add_flow(f);
+  auto engine = make_engine<Real>(t, flowtune::bench::random_host_pairs(t, flows, 42), threads);
+  BasicEngine<Real>& e = *engine;
   if (threads == 0) {
     for (int i = 0; i < kWarmupIterations; ++i) e.iterate();
     for (auto _ : state) e.iterate();
@@ -91,13 +112,7 @@ void BM_Naive(benchmark::State& state) {
   auto hosts = static_cast<std::uint32_t>(state.range(0));
   auto flows = static_cast<std::uint32_t>(state.range(1));
   Topology t = make_topology(hosts);
-  flowtune::bench::NaiveEngine e;
-  for (double c : t.capacities_bps()) e.links.push_back({c / 1e9, 1, 0, 0});
-  for (const auto& f : flowtune::bench::random_host_pairs(t, flows, 42)) {
-    flowtune::bench::NaiveFlow nf;
-    for (auto l : f.path) nf.path.push_back(static_cast<int>(l));
-    e.flows.push_back(std::move(nf));
-  }
+  flowtune::bench::NaiveEngine e = make_naive(t, flowtune::bench::random_host_pairs(t, flows, 42));
   for (int i = 0; i < kWarmupIterations; ++i) e.iterate();
   for (auto _ : state) e.iterate();
   set_counters(state, flows, 1);
@@ -116,17 +131,9 @@ void BM_EngineVsNaive(benchmark::State& state) {
   auto threads = static_cast<unsigned>(state.range(2));
   Topology t = make_topology(hosts);
   std::vector<FlowSpec> specs = flowtune::bench::random_host_pairs(t, flows, 42);
-  EngineConfig cfg;
-  cfg.blocks = threads == 0 ? 1 : ParallelDriver::blocks_for_threads(threads);
-  BasicEngine<Real> e(t.capacities_bps(), t.num_sites(), cfg);
-  for (const auto& f : specs) e.add_flow(f);
-  flowtune::bench::NaiveEngine naive;
-  for (double c : t.capacities_bps()) naive.links.push_back({c / 1e9, 1, 0, 0});
-  for (const auto& f : specs) {
-    flowtune::bench::NaiveFlow nf;
-    for (auto l : f.path) nf.path.push_back(static_cast<int>(l));
-    naive.flows.push_back(std::move(nf));
-  }
+  auto engine = make_engine<Real>(t, specs, threads);
+  BasicEngine<Real>& e = *engine;
+  flowtune::bench::NaiveEngine naive = make_naive(t, specs);
   std::unique_ptr<ParallelDriver> driver;
   if (threads > 0) driver = std::make_unique<ParallelDriver>(threads);
   auto engine_step = [&] {
