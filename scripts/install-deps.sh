@@ -10,6 +10,9 @@ packages=(
   libtbb-dev libgtest-dev libgmock-dev libbenchmark-dev
   # JSON for the offline solver and benchmark output: a well-kept header-only library.
   nlohmann-json3-dev
+  # TOML for the allocator's topology file: a maintained, spec-complete parser
+  # with line/column errors, which a hand-written one would not match.
+  libtomlplusplus-dev
   # clang + its runtime: libFuzzer targets and sanitizer runtimes.
   clang libclang-rt-14-dev
   python3

@@ -20,6 +20,9 @@ inline constexpr std::uint16_t kProtocolVersion = 1;
 inline constexpr std::size_t kMaxMessageBytes = 4u << 20;  // one ZeroMQ frame
 inline constexpr std::size_t kMaxItemsPerMessage = 16384;
 inline constexpr std::size_t kMaxErrorsPerMessage = 1024;
+// The most flows one resync can carry next to its hello: an endpoint's whole
+// live state must fit one message, so this also caps flows per endpoint.
+inline constexpr std::size_t kMaxResyncFlows = kMaxItemsPerMessage - 2;
 inline constexpr std::size_t kMaxTextBytes = 256;
 inline constexpr std::uint64_t kMaxFlowletBytes = std::uint64_t{1} << 60;
 inline constexpr float kMinWeight = 1e-6f;  // as the engine (alloc::kMinWeight)

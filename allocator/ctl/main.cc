@@ -1,0 +1,268 @@
+// flowtune-ctl: asks a running flowtune-allocator for its state over the same
+// ZeroMQ endpoint the endpoints use, and prints it as tables or JSON.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int kExitUsage = 2;
+constexpr int kExitUnreachable = 1;
+constexpr const char* kControlTag = "flowtune-ctl";  // as flowtune/daemon/server.h
+
+constexpr const char* kUsage = R"(usage: flowtune-ctl [options] [COMMAND]
+
+Shows the state of a running flowtune-allocator.
+
+commands:
+  status      summary, configuration and counters (default)
+  endpoints   connected endpoints: host, flows, idle time, messages, errors
+  flows       active flows: endpoints, path, weight, current and sent rate
+  links       links that carry flows: capacity, allocation, utilization, price
+  all         every section above
+
+options:
+  --allocator ENDPOINT   the allocator's --listen endpoint (default
+                         $FLOWTUNE_ALLOCATOR or tcp://127.0.0.1:5555)
+  --json                 print the allocator's JSON reply instead of tables
+  --limit N              at most N flows (default 1000)
+  --timeout-ms MS        wait this long for a reply (default 1000)
+  --watch SECONDS        repeat every SECONDS until interrupted
+  -h, --help             show this help
+
+exit status: 0 ok, 1 no reply from the allocator, 2 bad usage.
+)";
+
+struct Options {
+  std::string allocator;
+  std::string command = "status";
+  bool json = false;
+  std::size_t limit = 1000;
+  long timeout_ms = 1000;
+  double watch_s = 0;
+};
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::cerr << "flowtune-ctl: " << msg << "\n(run 'flowtune-ctl --help' for usage)\n";
+  std::exit(kExitUsage);
+}
+
+unsigned long long integer(std::string_view flag, const char* v) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || v[0] == '-') {
+    usage_error(std::string(flag) + " expects a non-negative integer, got '" + v + "'");
+  }
+  return n;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  const char* env = std::getenv("FLOWTUNE_ALLOCATOR");
+  o.allocator = env != nullptr && *env != '\0' ? env : "tcp://127.0.0.1:5555";
+  bool have_command = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      std::exit(0);
+    }
+    if (a == "--json") {
+      o.json = true;
+    } else if (a == "--allocator" || a == "--limit" || a == "--timeout-ms" || a == "--watch") {
+      if (i + 1 >= argc) usage_error(std::string(a) + " needs a value");
+      const char* v = argv[++i];
+      if (a == "--allocator") o.allocator = v;
+      if (a == "--limit") o.limit = integer(a, v);
+      if (a == "--timeout-ms") o.timeout_ms = static_cast<long>(integer(a, v));
+      if (a == "--watch") {
+        char* end = nullptr;
+        o.watch_s = std::strtod(v, &end);
+        if (end == v || *end != '\0' || !(o.watch_s > 0)) usage_error("--watch expects seconds > 0");
+      }
+    } else if (!a.empty() && a[0] != '-' && !have_command) {
+      if (a != "status" && a != "endpoints" && a != "flows" && a != "links" && a != "all") {
+        usage_error("unknown command: " + std::string(a));
+      }
+      o.command = a;
+      have_command = true;
+    } else {
+      usage_error("unknown option: " + std::string(a));
+    }
+  }
+  return o;
+}
+
+// One request/reply. A fresh socket per request: a reply that missed its
+// deadline must not be read as the answer to the next question.
+json ask(zmq::context_t& ctx, const Options& o, const std::string& request) {
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(o.allocator);
+  s.send(zmq::buffer(std::string_view(kControlTag)), zmq::send_flags::sndmore);
+  s.send(zmq::buffer(request), zmq::send_flags::none);
+  zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+  zmq::poll(&item, 1, std::chrono::milliseconds(o.timeout_ms));
+  zmq::message_t tag, body;
+  if ((item.revents & ZMQ_POLLIN) == 0 || !s.recv(tag, zmq::recv_flags::dontwait) || !tag.more() ||
+      !s.recv(body, zmq::recv_flags::dontwait)) {
+    std::cerr << "flowtune-ctl: no reply from " << o.allocator << " within " << o.timeout_ms
+              << " ms (is flowtune-allocator running there?)\n";
+    std::exit(kExitUnreachable);
+  }
+  json j = json::parse(body.to_string_view(), nullptr, false);
+  if (j.is_discarded()) {
+    std::cerr << "flowtune-ctl: the reply from " << o.allocator << " is not JSON\n";
+    std::exit(kExitUnreachable);
+  }
+  if (j.contains("error")) {
+    std::cerr << "flowtune-ctl: allocator says: " << j["error"].get<std::string>() << "\n";
+    std::exit(kExitUsage);
+  }
+  return j;
+}
+
+std::string rate(double bps) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1);
+  if (bps >= 1e9) s << bps / 1e9 << "G";
+  else if (bps >= 1e6) s << bps / 1e6 << "M";
+  else s << bps / 1e3 << "k";
+  return s.str();
+}
+
+void print_status(const json& j) {
+  const json& c = j["counters"];
+  std::cout << "allocator " << j["listen"].get<std::string>() << "  epoch " << j["epoch"]
+            << "  up " << std::fixed << std::setprecision(1) << j["uptime_s"].get<double>()
+            << " s\n";
+  const json& t = j["topology"];
+  const json& cfg = j["config"];
+  std::cout << "network   " << t["kind"].get<std::string>() << ", " << t["hosts"] << " hosts ("
+            << t["spare_hosts"] << " spare), " << t["links"] << " links\n"
+            << "engine    NED gamma " << cfg["gamma"] << ", " << cfg["norm"].get<std::string>()
+            << ", " << cfg["threads"] << " thread(s), " << j["kernels"].get<std::string>()
+            << "; threshold " << cfg["threshold"] << ", headroom " << cfg["headroom"] << "\n"
+            << "state     " << j["endpoints"] << " endpoints, " << j["flows"] << " flows, "
+            << (j["busy"].get<bool>() ? "iterating" : "idle") << "\n"
+            << "events    " << c["events"] << " (hello " << c["hellos"] << ", start " << c["starts"]
+            << ", end " << c["ends"] << ", heartbeat " << c["heartbeats"] << ", resync "
+            << c["resyncs"] << ") in " << c["messages_in"] << " messages, " << c["bytes_in"]
+            << " B\n"
+            << "sent      " << c["rate_updates"] << " rate updates ("
+            << c["rate_updates_suppressed"] << " under threshold), " << c["lease_refreshes"]
+            << " lease refreshes in " << c["messages_out"] << " messages, " << c["bytes_out"]
+            << " B; " << c["send_failures"] << " send failures\n"
+            << "engine    " << c["iterations"] << " iterations; time p50 "
+            << c["iteration_ns"]["p50"].get<double>() / 1e3 << " us, p99 "
+            << c["iteration_ns"]["p99"].get<double>() / 1e3 << " us, p99.9 "
+            << c["iteration_ns"]["p999"].get<double>() / 1e3 << " us\n"
+            << "expired   " << c["endpoints_timed_out"] << " endpoints, " << c["flows_expired"]
+            << " flows\n"
+            << "refused  ";
+  bool any = false;
+  for (const auto& [cause, n] : c["errors"].items()) {
+    if (n.get<std::uint64_t>() == 0) continue;
+    std::cout << " " << cause << "=" << n;
+    any = true;
+  }
+  std::cout << (any ? "\n" : " none\n");
+}
+
+void print_endpoints(const json& j) {
+  std::cout << std::left << std::setw(28) << "ENDPOINT" << std::setw(16) << "HOST" << std::right
+            << std::setw(8) << "FLOWS" << std::setw(10) << "IDLE_MS" << std::setw(10) << "MSGS"
+            << std::setw(8) << "ERRORS" << "\n";
+  for (const json& e : j["endpoints"]) {
+    std::cout << std::left << std::setw(28) << e["id"].get<std::string>() << std::setw(16)
+              << e["host"].get<std::string>() << std::right << std::setw(8) << e["flows"]
+              << std::setw(10) << std::fixed << std::setprecision(1) << e["idle_ms"].get<double>()
+              << std::setw(10) << e["messages"] << std::setw(8) << e["errors"] << "\n";
+  }
+}
+
+void print_flows(const json& j) {
+  std::cout << std::left << std::setw(24) << "ENDPOINT" << std::setw(10) << "KEY" << std::setw(12)
+            << "SRC" << std::setw(12) << "DST" << std::right << std::setw(8) << "WEIGHT"
+            << std::setw(10) << "RATE" << std::setw(10) << "SENT" << "  PATH\n";
+  for (const json& f : j["flows"]) {
+    std::string path;
+    for (const json& l : f["path"]) path += (path.empty() ? "" : ",") + l.get<std::string>();
+    std::cout << std::left << std::setw(24) << f["endpoint"].get<std::string>() << std::setw(10)
+              << f["key"] << std::setw(12) << f["src"].get<std::string>() << std::setw(12)
+              << f["dst"].get<std::string>() << std::right << std::setw(8) << std::setprecision(2)
+              << f["weight"].get<double>() << std::setw(10) << rate(f["rate_bps"].get<double>())
+              << std::setw(10) << rate(f["sent_rate_bps"].get<double>()) << "  " << path << "\n";
+  }
+  const auto shown = j["flows"].size();
+  if (shown < j["total"].get<std::size_t>()) {
+    std::cout << "(" << shown << " of " << j["total"] << " flows; --limit shows more)\n";
+  }
+}
+
+void print_links(const json& j) {
+  std::cout << std::left << std::setw(20) << "LINK" << std::right << std::setw(10) << "CAPACITY"
+            << std::setw(10) << "SCHED" << std::setw(10) << "ALLOC" << std::setw(8) << "UTIL%"
+            << std::setw(8) << "FLOWS" << std::setw(12) << "PRICE" << "\n";
+  for (const json& l : j["links"]) {
+    std::cout << std::left << std::setw(20) << l["name"].get<std::string>() << std::right
+              << std::setw(10) << rate(l["capacity_bps"].get<double>()) << std::setw(10)
+              << rate(l["scheduled_bps"].get<double>()) << std::setw(10)
+              << rate(l["allocated_bps"].get<double>()) << std::setw(8) << std::fixed
+              << std::setprecision(1) << 100 * l["utilization"].get<double>() << std::setw(8)
+              << l["flows"] << std::setw(12) << std::setprecision(4) << l["price"].get<double>()
+              << "\n";
+  }
+}
+
+void show(zmq::context_t& ctx, const Options& o) {
+  const bool all = o.command == "all";
+  json out = json::object();
+  if (all || o.command == "status") out["status"] = ask(ctx, o, "status");
+  if (all || o.command == "endpoints") out["endpoints"] = ask(ctx, o, "endpoints")["endpoints"];
+  if (all || o.command == "flows") out["flows"] = ask(ctx, o, "flows " + std::to_string(o.limit));
+  if (all || o.command == "links") out["links"] = ask(ctx, o, "links")["links"];
+  if (o.json) {
+    std::cout << (all ? out : out.begin().value()).dump(2) << "\n";
+    return;
+  }
+  if (out.contains("status")) print_status(out["status"]);
+  if (out.contains("endpoints")) print_endpoints({{"endpoints", out["endpoints"]}});
+  if (out.contains("flows")) print_flows(out["flows"]);
+  if (out.contains("links")) print_links({{"links", out["links"]}});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  try {
+    zmq::context_t ctx(1);
+    do {
+      if (o.watch_s > 0 && !o.json) std::cout << "\033[H\033[2J";
+      show(ctx, o);
+      std::cout.flush();
+      if (o.watch_s > 0) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(o.watch_s));
+      }
+    } while (o.watch_s > 0);
+  } catch (const zmq::error_t& e) {
+    std::cerr << "flowtune-ctl: " << o.allocator << ": " << e.what() << "\n";
+    return kExitUsage;
+  }
+  return 0;
+}

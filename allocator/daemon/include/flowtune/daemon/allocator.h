@@ -1,0 +1,188 @@
+// The allocator's protocol state machine: endpoints, their flowlets, the
+// engine that rates them, and the messages it owes each endpoint. No sockets
+// and no clock: the server (server.h) feeds it frames with the current time
+// and sends what it emits; tests do the same with hand-built messages.
+//
+// Life of a flowlet: an endpoint's start adds a flow to the engine; iterate()
+// runs one NED iteration and queues a rate update for every flow whose
+// normalized rate moved by more than the threshold since the endpoint was last
+// told (new flows always); an end removes it. Rates are leases: each update
+// and each periodic lease refresh lets the endpoint use its rates for
+// lease_us; an endpoint silent for endpoint_timeout_us loses all its flows,
+// so a vanished endpoint cannot hold capacity.
+//
+// Threading: one thread calls everything; the engine may use TBB inside
+// iterate() when threads > 1.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "flowtune/alloc/engine.h"
+#include "flowtune/alloc/parallel.h"
+#include "flowtune/daemon/counters.h"
+#include "flowtune/daemon/log.h"
+#include "flowtune/daemon/network.h"
+#include "flowtune/wire/messages.h"
+
+namespace flowtune::daemon {
+
+enum class UnknownHosts { kReject, kAdd };
+
+struct AllocatorConfig {
+  alloc::EngineConfig engine;  // gamma, normalizer, tolerance
+  unsigned threads = 1;        // > 1: TBB-parallel iterations
+  // Updates go out only when a rate moved by more than this fraction (paper
+  // §5.3.2), and every link is scaled by (1 - threshold) so the stale rates it
+  // leaves at endpoints cannot add up past capacity.
+  double threshold = 0.01;
+  // A further fraction of every link kept for unscheduled mice and external
+  // traffic (paper §6).
+  double headroom = 0.0;
+  std::uint32_t lease_us = 1'000'000;
+  std::uint64_t lease_refresh_us = 300'000;  // how often live leases are renewed
+  std::uint64_t endpoint_timeout_us = 3'000'000;
+  // Iterations after the last flow change before giving up on convergence (a
+  // flow set whose prices keep oscillating must not burn a core forever).
+  std::uint64_t max_settle_iterations = 2000;
+  // At most wire::kMaxResyncFlows: an endpoint's whole state must fit one
+  // resync message.
+  std::uint32_t max_flows_per_endpoint = 16000;
+  std::uint32_t max_endpoints = 1u << 16;
+  // Per-endpoint message rate: a token bucket of this many messages/s with a
+  // burst of a tenth of a second. 0 = unlimited.
+  double max_messages_per_sec = 100'000;
+  UnknownHosts unknown_hosts = UnknownHosts::kReject;
+};
+
+// Throws ConfigError when a field is out of range.
+void validate(const AllocatorConfig& c);
+
+struct Outgoing {
+  std::string peer;  // ZeroMQ routing id
+  wire::AllocatorMessage message;
+};
+
+// A snapshot of one flow, for flowtune-ctl.
+struct FlowView {
+  std::string endpoint_id;
+  std::uint64_t flow_key;
+  alloc::HostId src, dst;
+  alloc::Path path;
+  double weight;
+  std::uint64_t bytes;
+  std::uint64_t coflow_id;
+  double rate_bps;       // current normalized rate
+  double sent_rate_bps;  // what the endpoint was last told
+  std::uint64_t age_us;
+};
+
+struct EndpointView {
+  std::string endpoint_id;
+  std::string peer;
+  alloc::HostId host;
+  std::size_t flows;
+  std::uint64_t idle_us;  // since the endpoint was last heard
+  std::uint64_t messages;
+  std::uint64_t errors;
+};
+
+class Allocator {
+ public:
+  // Throws ConfigError for a bad config or a network the engine rejects.
+  Allocator(Network network, const AllocatorConfig& config, std::uint64_t epoch, Log* log);
+  ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // One endpoint message (one ZeroMQ frame) from `peer`. Never throws on bad
+  // input: it is counted, logged (rate-limited) and answered with an error.
+  void on_message(std::string_view peer, std::span<const std::uint8_t> frame, std::uint64_t now_us);
+  // A frame that cannot be an endpoint message (wrong frame count): counted
+  // and answered.
+  void on_bad_frames(std::string_view peer, std::size_t frames, std::uint64_t now_us);
+
+  // True while iterations are due: the flow set changed, or prices have not
+  // settled since the last change. When false the server may block.
+  bool busy() const;
+  // One engine iteration, then rate updates for flows that moved.
+  void iterate(std::uint64_t now_us);
+  // Lease refreshes and endpoint timeouts due at now_us.
+  void on_timer(std::uint64_t now_us);
+  // When on_timer() next has work; UINT64_MAX when nothing is scheduled.
+  std::uint64_t next_timer_us() const { return next_timer_us_; }
+
+  // Moves out the messages owed to endpoints, at most one per endpoint and
+  // wire limit (large batches are split).
+  std::vector<Outgoing> take_outbox();
+
+  std::uint64_t epoch() const { return epoch_; }
+  Counters& counters() { return counters_; }
+  const Counters& counters() const { return counters_; }
+  const Network& network() const { return network_; }
+  const alloc::Engine& engine() const { return *engine_; }
+  const AllocatorConfig& config() const { return config_; }
+  std::size_t num_flows() const { return engine_->num_flows(); }
+  std::size_t num_endpoints() const { return by_endpoint_id_.size(); }
+  // Link capacities as the engine sees them (after threshold and headroom).
+  double scheduled_capacity_bps(alloc::LinkId l) const { return engine_->capacity_bps(l); }
+
+  std::vector<EndpointView> endpoints(std::uint64_t now_us) const;
+  std::vector<FlowView> flows(std::uint64_t now_us, std::size_t limit) const;
+
+ private:
+  struct Endpoint;
+  struct Flow;
+  using EndpointIdx = std::uint32_t;
+
+  // Protocol events (allocator_events.cc).
+  void on_hello(std::string_view peer, const wire::Hello& h, std::uint64_t now_us);
+  void on_start(Endpoint& e, const wire::FlowletStart& s, std::uint64_t now_us);
+  void on_end(Endpoint& e, std::uint64_t key, std::uint64_t now_us);
+  void on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& flows, std::uint64_t now_us);
+  void refuse(std::string_view peer, Endpoint* e, Cause c, std::string detail,
+              std::uint64_t flow_key, std::uint64_t now_us);
+  bool admit_message(Endpoint& e, std::uint64_t now_us);
+
+  // Flow table.
+  // The flow's spec, or the cause (and *why) it cannot be scheduled; kCount = ok.
+  Cause resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::FlowSpec* spec,
+                alloc::HostId* src, alloc::HostId* dst, std::string* why);
+  void add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::FlowSpec& spec,
+                alloc::HostId src, alloc::HostId dst, std::uint64_t now_us);
+  void remove_flow(Endpoint& e, alloc::FlowId id);
+  void drop_endpoint(EndpointIdx idx);
+
+  // Outbox.
+  wire::AllocatorMessage& pending(Endpoint& e);
+  void schedule_timer(std::uint64_t at_us);
+
+  AllocatorConfig config_;
+  Network network_;
+  std::uint64_t epoch_;
+  Log* log_;
+  std::unique_ptr<alloc::Engine> engine_;
+  std::unique_ptr<alloc::ParallelDriver> driver_;
+
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;  // by EndpointIdx; null = free
+  std::vector<EndpointIdx> free_endpoints_;
+  std::unordered_map<std::string, EndpointIdx> by_peer_;
+  std::unordered_map<std::string, EndpointIdx> by_endpoint_id_;
+  std::vector<Flow> flows_;  // by engine FlowId
+
+  // Replies to peers that are not (or no longer) registered endpoints.
+  std::unordered_map<std::string, wire::AllocatorMessage> stray_;
+  std::vector<EndpointIdx> dirty_;  // endpoints with a pending message
+
+  bool flows_changed_ = false;
+  std::uint64_t settle_iterations_ = 0;
+  std::uint64_t next_timer_us_ = UINT64_MAX;
+  Counters counters_;
+};
+
+}  // namespace flowtune::daemon

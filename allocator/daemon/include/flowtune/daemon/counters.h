@@ -1,0 +1,75 @@
+// What the allocator counts, for flowtune-ctl and the logs. Plain integers
+// updated by the one thread that runs the protocol (no atomics needed).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "flowtune/wire/codec.h"
+#include "flowtune/wire/messages.h"
+
+namespace flowtune::daemon {
+
+// Why an input was refused. Decode failures and protocol errors share one
+// list so every refusal is counted once, under one name.
+enum class Cause : std::uint8_t {
+  kTooLarge,
+  kTruncated,
+  kMalformed,
+  kUnsupportedVersion,
+  kBadValue,
+  kNotRegistered,
+  kUnknownFlow,
+  kUnknownHost,
+  kTooManyFlows,
+  kTooManyEndpoints,
+  kRateLimited,
+  kBadFrames,  // a ZeroMQ message with an unexpected number of frames
+  kCount
+};
+inline constexpr std::size_t kNumCauses = static_cast<std::size_t>(Cause::kCount);
+const char* to_string(Cause c);
+Cause cause_of(wire::DecodeError e);
+wire::ErrorCode error_code_of(Cause c);
+
+// Durations in ns on a log scale with 8 buckets per power of two, so a
+// quantile is exact to within 1/8 (12.5%) in any range, in fixed memory.
+class LatencyHistogram {
+ public:
+  void record(std::uint64_t ns);
+  std::uint64_t count() const { return count_; }
+  // Upper edge of the bucket holding quantile q (0..1), ns; 0 when empty.
+  std::uint64_t quantile_ns(double q) const;
+
+ private:
+  static constexpr int kSubBits = 3;
+  std::array<std::uint64_t, 64 << kSubBits> buckets_{};
+  std::uint64_t count_ = 0;
+};
+
+struct Counters {
+  std::uint64_t messages_in = 0;
+  std::uint64_t bytes_in = 0;
+  std::uint64_t hellos = 0;
+  std::uint64_t starts = 0;
+  std::uint64_t ends = 0;
+  std::uint64_t heartbeats = 0;
+  std::uint64_t resyncs = 0;
+  std::uint64_t messages_out = 0;
+  std::uint64_t bytes_out = 0;
+  std::uint64_t send_failures = 0;  // peer gone or its queue full: message dropped
+  std::uint64_t rate_updates = 0;
+  std::uint64_t rate_updates_suppressed = 0;  // moved by less than the threshold
+  std::uint64_t lease_refreshes = 0;
+  std::uint64_t endpoints_timed_out = 0;
+  std::uint64_t flows_expired = 0;  // removed with a timed-out endpoint
+  std::uint64_t iterations = 0;
+  std::uint64_t control_requests = 0;
+  std::array<std::uint64_t, kNumCauses> errors{};
+  LatencyHistogram iteration_ns;
+
+  std::uint64_t events() const { return hellos + starts + ends + heartbeats + resyncs; }
+  void count(Cause c) { ++errors[static_cast<std::size_t>(c)]; }
+};
+
+}  // namespace flowtune::daemon

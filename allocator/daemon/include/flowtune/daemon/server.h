@@ -1,0 +1,51 @@
+// The daemon's event loop: one ZeroMQ ROUTER socket, the Allocator, and a
+// signal fd. Each turn it drains the socket, runs due timers, runs one engine
+// iteration while the allocator is busy, and sends what the allocator owes.
+// When nothing is due it blocks in zmq_poll until a message, a timer or a
+// signal, so an idle network costs no CPU.
+//
+// Frames: an endpoint message is one frame after the routing id; a
+// flowtune-ctl request is two ("flowtune-ctl", command) and gets two back
+// ("flowtune-ctl", JSON). Anything else is refused and counted.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <zmq.hpp>
+
+#include "flowtune/daemon/allocator.h"
+#include "flowtune/daemon/log.h"
+
+namespace flowtune::daemon {
+
+inline constexpr const char* kControlTag = "flowtune-ctl";
+
+class Server {
+ public:
+  // Binds `listen`; throws ConfigError naming the endpoint when it cannot.
+  Server(zmq::context_t& ctx, Allocator& allocator, Log& log, const std::string& listen);
+
+  // Runs until a signal arrives on signal_fd (read and reported) and returns
+  // its number; -1 as signal_fd runs until stop_after_turns (tests) is hit.
+  int run(int signal_fd, std::uint64_t stop_after_turns = UINT64_MAX);
+
+  // The endpoint actually bound (a tcp://*:0 listen gets its port here).
+  const std::string& bound_endpoint() const { return bound_; }
+
+  // Monotonic microseconds since the server started.
+  std::uint64_t now_us() const;
+
+ private:
+  bool receive_one(std::uint64_t now_us);
+  void flush();
+  void send(const std::string& peer, const void* data, std::size_t size, const char* tag);
+
+  Allocator& allocator_;
+  Log& log_;
+  zmq::socket_t router_;
+  std::string bound_;
+  std::int64_t start_ns_;
+};
+
+}  // namespace flowtune::daemon

@@ -1,0 +1,243 @@
+// flowtune-allocator: the Flowtune rate allocator daemon. main() parses flags,
+// builds the network and the Allocator, and runs the Server until SIGINT or
+// SIGTERM. Configuration errors exit with status 2 and the reason.
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <string>
+#include <string_view>
+
+#include "flowtune/daemon/allocator.h"
+#include "flowtune/daemon/server.h"
+
+namespace {
+
+using namespace flowtune::daemon;
+
+constexpr int kExitConfig = 2;
+
+constexpr const char* kUsage = R"(usage: flowtune-allocator [options]
+
+Runs the Flowtune allocator: endpoints (libflowtune, flowtune-run) report
+flowlets over ZeroMQ; the allocator computes rates with NED + F-NORM and sends
+each endpoint the pacing rates of its flows. flowtune-ctl shows its state.
+
+network:
+  --listen ENDPOINT          ZeroMQ endpoint to bind (default tcp://127.0.0.1:5555)
+  --topology FILE            network from a TOML file (docs/topology.md)
+  --host-gbps G              without --topology: a big switch whose host links
+                             run at G Gbit/s (default 10)
+  --hosts N                  without --topology: hosts h0..h{N-1} (default 0)
+  --unknown-hosts MODE       reject | add: what to do with a host the network
+                             does not name (default: reject with --topology,
+                             add without); add needs spare host slots
+  --spare-hosts N            without --topology: slots for added hosts (default 1024)
+
+engine:
+  --threads N                engine threads; > 1 iterates on TBB (default 1)
+  --gamma G                  NED step size (default 0.4)
+  --norm fnorm|unorm|none    normalizer (default fnorm)
+  --threshold T              send a rate only when it moved by more than T
+                             (fraction, default 0.01); links are scaled by 1-T
+  --headroom H               fraction of every link kept for unscheduled mice and
+                             external traffic (default 0)
+  --max-settle-iterations N  iterations after a change before giving up on
+                             convergence (default 2000)
+
+leases and limits:
+  --lease-ms MS              lifetime of a rate at the endpoint (default 1000)
+  --lease-refresh-ms MS      how often live leases are renewed (default 300)
+  --endpoint-timeout-ms MS   an endpoint silent this long loses its flows (default 3000)
+  --max-flows-per-endpoint N at most 16382, one resync message (default 16000)
+  --max-endpoints N          (default 65536)
+  --max-msg-rate R           messages/s per endpoint, 0 = unlimited (default 100000)
+
+operation:
+  --log-level LEVEL          error | warn | info | debug (default info)
+  --log-interval-s S         a refusal cause is logged at most once per S (default 10)
+  --check-config             validate the configuration, print it, and exit
+  -h, --help                 show this help
+
+exit status: 0 after SIGINT/SIGTERM or --check-config, 2 on a configuration error.
+)";
+
+struct Options {
+  std::string listen = "tcp://127.0.0.1:5555";
+  std::string topology_file;
+  double host_gbps = 10;
+  std::uint32_t hosts = 0;
+  std::uint32_t spare_hosts = 1024;
+  std::string unknown_hosts;  // empty: by mode
+  AllocatorConfig alloc;
+  LogLevel log_level = LogLevel::kInfo;
+  double log_interval_s = 10;
+  bool check_config = false;
+};
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::cerr << "flowtune-allocator: " << msg << "\n(run 'flowtune-allocator --help' for usage)\n";
+  std::exit(kExitConfig);
+}
+
+double number(std::string_view flag, const char* v) {
+  char* end = nullptr;
+  errno = 0;
+  const double d = std::strtod(v, &end);
+  if (errno != 0 || end == v || *end != '\0' || !std::isfinite(d)) {
+    usage_error(std::string(flag) + " expects a number, got '" + v + "'");
+  }
+  return d;
+}
+
+std::uint64_t count(std::string_view flag, const char* v, std::uint64_t max) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || n > max) {
+    usage_error(std::string(flag) + " expects an integer 0-" + std::to_string(max) + ", got '" +
+                v + "'");
+  }
+  return n;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      std::exit(0);
+    }
+    if (a == "--check-config") {
+      o.check_config = true;
+      continue;
+    }
+    if (i + 1 >= argc) usage_error("unknown option or missing value: " + std::string(a));
+    const char* v = argv[++i];
+    if (a == "--listen") o.listen = v;
+    else if (a == "--topology") o.topology_file = v;
+    else if (a == "--host-gbps") o.host_gbps = number(a, v);
+    else if (a == "--hosts") o.hosts = static_cast<std::uint32_t>(count(a, v, 1u << 24));
+    else if (a == "--spare-hosts") o.spare_hosts = static_cast<std::uint32_t>(count(a, v, 1u << 24));
+    else if (a == "--unknown-hosts") o.unknown_hosts = v;
+    else if (a == "--threads") o.alloc.threads = static_cast<unsigned>(count(a, v, 256));
+    else if (a == "--gamma") o.alloc.engine.gamma = number(a, v);
+    else if (a == "--norm") {
+      const std::string_view n = v;
+      if (n == "fnorm") o.alloc.engine.normalizer = flowtune::alloc::Normalizer::kFNorm;
+      else if (n == "unorm") o.alloc.engine.normalizer = flowtune::alloc::Normalizer::kUNorm;
+      else if (n == "none") o.alloc.engine.normalizer = flowtune::alloc::Normalizer::kNone;
+      else usage_error("--norm expects fnorm, unorm or none, got '" + std::string(n) + "'");
+    } else if (a == "--threshold") o.alloc.threshold = number(a, v);
+    else if (a == "--headroom") o.alloc.headroom = number(a, v);
+    else if (a == "--max-settle-iterations") o.alloc.max_settle_iterations = count(a, v, UINT64_MAX);
+    else if (a == "--lease-ms") o.alloc.lease_us = static_cast<std::uint32_t>(count(a, v, 3'600'000) * 1000);
+    else if (a == "--lease-refresh-ms") o.alloc.lease_refresh_us = count(a, v, 3'600'000) * 1000;
+    else if (a == "--endpoint-timeout-ms") o.alloc.endpoint_timeout_us = count(a, v, 86'400'000) * 1000;
+    else if (a == "--max-flows-per-endpoint") o.alloc.max_flows_per_endpoint = static_cast<std::uint32_t>(count(a, v, 1u << 30));
+    else if (a == "--max-endpoints") o.alloc.max_endpoints = static_cast<std::uint32_t>(count(a, v, 1u << 24));
+    else if (a == "--max-msg-rate") o.alloc.max_messages_per_sec = number(a, v);
+    else if (a == "--log-level") {
+      const std::string_view l = v;
+      if (l == "error") o.log_level = LogLevel::kError;
+      else if (l == "warn") o.log_level = LogLevel::kWarn;
+      else if (l == "info") o.log_level = LogLevel::kInfo;
+      else if (l == "debug") o.log_level = LogLevel::kDebug;
+      else usage_error("--log-level expects error, warn, info or debug, got '" + std::string(l) + "'");
+    } else if (a == "--log-interval-s") o.log_interval_s = number(a, v);
+    else usage_error("unknown option: " + std::string(a));
+  }
+  if (o.unknown_hosts.empty()) o.unknown_hosts = o.topology_file.empty() ? "add" : "reject";
+  if (o.unknown_hosts == "add") o.alloc.unknown_hosts = UnknownHosts::kAdd;
+  else if (o.unknown_hosts == "reject") o.alloc.unknown_hosts = UnknownHosts::kReject;
+  else usage_error("--unknown-hosts expects reject or add, got '" + o.unknown_hosts + "'");
+  if (o.log_interval_s < 0) usage_error("--log-interval-s must not be negative");
+  return o;
+}
+
+Network build_network(const Options& o) {
+  if (!o.topology_file.empty()) return Network::from_toml_file(o.topology_file);
+  if (!(o.host_gbps > 0)) throw ConfigError("--host-gbps must be positive");
+  const std::uint32_t spare = o.alloc.unknown_hosts == UnknownHosts::kAdd ? o.spare_hosts : 0;
+  if (o.hosts + spare == 0) {
+    throw ConfigError("the network has no hosts: give --hosts, --unknown-hosts add, or --topology");
+  }
+  return Network::big_switch(o.hosts, o.host_gbps * 1e9, spare);
+}
+
+std::uint64_t new_epoch() {
+  std::random_device rd;
+  std::uint64_t e = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  return e == 0 ? 1 : e;
+}
+
+std::string describe(const Options& o, const Network& n, const Allocator& a) {
+  const auto& t = n.topology();
+  std::string s = "network: " + std::to_string(n.num_hosts()) + " hosts";
+  if (n.spare_slots() > 0) s += " (+" + std::to_string(n.spare_slots()) + " spare)";
+  s += ", " + std::to_string(t.num_links()) + " links";
+  s += o.topology_file.empty() ? " (big switch, " + std::to_string(o.host_gbps) + " Gbit/s hosts)"
+                               : " from " + o.topology_file;
+  s += "; engine: NED gamma " + std::to_string(o.alloc.engine.gamma) + ", " +
+       flowtune::alloc::to_string(o.alloc.engine.normalizer) + ", " +
+       std::to_string(o.alloc.threads) + " thread(s), " + a.engine().kernel_name() + " kernels";
+  s += "; threshold " + std::to_string(o.alloc.threshold) + ", headroom " +
+       std::to_string(o.alloc.headroom) + "; unknown hosts: " + o.unknown_hosts;
+  return s;
+}
+
+int run(const Options& o) {
+  Log log(Log::stderr_sink(), o.log_level, static_cast<std::uint64_t>(o.log_interval_s * 1e6));
+  Network network = build_network(o);
+  Allocator allocator(std::move(network), o.alloc, new_epoch(), &log);
+  const std::string summary = describe(o, allocator.network(), allocator);
+  if (o.check_config) {
+    std::cout << "configuration ok: " << summary << "\n";
+    return 0;
+  }
+  // Signals arrive on an fd the loop polls, so shutdown is an ordinary event.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  const int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+  if (sfd < 0) throw ConfigError(std::string("signalfd: ") + std::strerror(errno));
+
+  zmq::context_t ctx(1);
+  Server server(ctx, allocator, log, o.listen);
+  log.write(LogLevel::kInfo, "listening on " + server.bound_endpoint() + "; epoch " +
+                                 std::to_string(allocator.epoch()) + "; " + summary);
+  const int sig = server.run(sfd);
+  const Counters& c = allocator.counters();
+  log.write(LogLevel::kInfo,
+            std::string("stopping on ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ": " +
+                std::to_string(allocator.num_endpoints()) + " endpoints, " +
+                std::to_string(allocator.num_flows()) + " flows; " + std::to_string(c.events()) +
+                " events, " + std::to_string(c.rate_updates) + " rate updates, " +
+                std::to_string(c.iterations) + " iterations");
+  ::close(sfd);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  try {
+    return run(o);
+  } catch (const ConfigError& e) {
+    std::cerr << "flowtune-allocator: " << e.what() << "\n";
+    return kExitConfig;
+  } catch (const std::exception& e) {
+    std::cerr << "flowtune-allocator: fatal: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,322 @@
+// Allocator: message dispatch, engine iterations and rate updates, lease
+// timers, and the outbox. What each event does is in allocator_events.cc.
+#include "flowtune/daemon/allocator.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "allocator_internal.h"
+#include "flowtune/wire/codec.h"
+
+namespace flowtune::daemon {
+
+void validate(const AllocatorConfig& c) {
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw ConfigError(what);
+  };
+  require(c.threads >= 1 && c.threads <= 256, "threads must be 1-256");
+  require(c.threshold >= 0 && c.threshold <= 0.5, "threshold must be in [0, 0.5]");
+  require(c.headroom >= 0 && c.headroom <= 0.9, "headroom must be in [0, 0.9]");
+  require(c.lease_us >= 1000, "lease must be at least 1 ms");
+  require(c.lease_refresh_us >= 1000 && c.lease_refresh_us < c.lease_us,
+          "lease refresh must be at least 1 ms and shorter than the lease");
+  require(c.endpoint_timeout_us >= 1000, "endpoint timeout must be at least 1 ms");
+  require(c.max_settle_iterations >= 1, "max settle iterations must be at least 1");
+  require(c.max_flows_per_endpoint >= 1 && c.max_flows_per_endpoint <= wire::kMaxResyncFlows,
+          "max flows per endpoint must be 1-" + std::to_string(wire::kMaxResyncFlows) +
+              " (an endpoint's state must fit one resync message)");
+  require(c.max_endpoints >= 1, "max endpoints must be at least 1");
+  require(c.max_messages_per_sec >= 0 && std::isfinite(c.max_messages_per_sec),
+          "max messages per second must be a non-negative number");
+}
+
+namespace {
+
+alloc::EngineConfig engine_config(const AllocatorConfig& c) {
+  alloc::EngineConfig e = c.engine;
+  e.blocks = c.threads > 1 ? alloc::ParallelDriver::blocks_for_threads(c.threads) : 1;
+  return e;
+}
+
+std::vector<double> scheduled_capacities(const Network& n, const AllocatorConfig& c) {
+  std::vector<double> caps = n.topology().capacities_bps();
+  const double scale = (1.0 - c.threshold) * (1.0 - c.headroom);
+  for (double& cap : caps) cap *= scale;
+  return caps;
+}
+
+}  // namespace
+
+Allocator::Allocator(Network network, const AllocatorConfig& config, std::uint64_t epoch, Log* log)
+    : config_(config), network_(std::move(network)), epoch_(epoch), log_(log) {
+  validate(config_);
+  try {
+    engine_ = std::make_unique<alloc::Engine>(scheduled_capacities(network_, config_),
+                                              network_.topology().num_sites(),
+                                              engine_config(config_));
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("engine: ") + e.what());
+  }
+  if (config_.threads > 1) driver_ = std::make_unique<alloc::ParallelDriver>(config_.threads);
+}
+
+Allocator::~Allocator() = default;
+
+// ---- input ----
+
+void Allocator::on_message(std::string_view peer, std::span<const std::uint8_t> frame,
+                           std::uint64_t now_us) {
+  ++counters_.messages_in;
+  counters_.bytes_in += frame.size();
+  auto it = by_peer_.find(std::string(peer));
+  Endpoint* e = it == by_peer_.end() ? nullptr : endpoints_[it->second].get();
+
+  wire::EndpointMessage m;
+  const wire::DecodeStatus st = wire::decode(frame, &m);
+  if (!st.ok()) {
+    std::string detail = st.detail;
+    if (st.error == wire::DecodeError::kUnsupportedVersion) {
+      detail = "protocol version " + std::to_string(st.version) +
+               " is not supported; this allocator speaks version " +
+               std::to_string(wire::kProtocolVersion);
+    }
+    refuse(peer, e, cause_of(st.error), detail, 0, now_us);
+    return;
+  }
+  if (e != nullptr && !admit_message(*e, now_us)) return;
+
+  for (const wire::EndpointEvent& ev : m.events) {
+    if (const auto* h = std::get_if<wire::Hello>(&ev)) {
+      ++counters_.hellos;
+      on_hello(peer, *h, now_us);
+      it = by_peer_.find(std::string(peer));
+      e = it == by_peer_.end() ? nullptr : endpoints_[it->second].get();
+      continue;
+    }
+    if (e == nullptr) {
+      refuse(peer, nullptr, Cause::kNotRegistered,
+             "events before hello: send hello (and resync) first", 0, now_us);
+      return;
+    }
+    if (const auto* s = std::get_if<wire::FlowletStart>(&ev)) {
+      ++counters_.starts;
+      on_start(*e, *s, now_us);
+    } else if (const auto* end = std::get_if<wire::FlowletEnd>(&ev)) {
+      ++counters_.ends;
+      on_end(*e, end->flow_key, now_us);
+    } else if (std::holds_alternative<wire::Heartbeat>(ev)) {
+      ++counters_.heartbeats;
+    } else if (const auto* r = std::get_if<wire::Resync>(&ev)) {
+      ++counters_.resyncs;
+      on_resync(*e, r->flows, now_us);
+    }
+  }
+  if (e != nullptr) {
+    e->last_heard_us = now_us;
+    ++e->messages;
+  }
+}
+
+void Allocator::on_bad_frames(std::string_view peer, std::size_t frames, std::uint64_t now_us) {
+  ++counters_.messages_in;
+  auto it = by_peer_.find(std::string(peer));
+  Endpoint* e = it == by_peer_.end() ? nullptr : endpoints_[it->second].get();
+  refuse(peer, e, Cause::kBadFrames,
+         "a message has 1 frame (endpoint) or 2 (flowtune-ctl), not " + std::to_string(frames), 0,
+         now_us);
+}
+
+bool Allocator::admit_message(Endpoint& e, std::uint64_t now_us) {
+  const double rate = config_.max_messages_per_sec;
+  if (rate == 0) return true;
+  const double burst = std::max(1.0, rate / 10);
+  const double elapsed_s = static_cast<double>(now_us - e.tokens_at_us) * 1e-6;
+  e.tokens = std::min(burst, e.tokens + elapsed_s * rate);
+  e.tokens_at_us = now_us;
+  if (e.tokens >= 1) {
+    e.tokens -= 1;
+    return true;
+  }
+  refuse(e.peer, &e, Cause::kRateLimited,
+         "message dropped: over " + std::to_string(static_cast<std::uint64_t>(rate)) +
+             " messages/s; slow down and resync",
+         0, now_us);
+  return false;
+}
+
+void Allocator::refuse(std::string_view peer, Endpoint* e, Cause c, std::string detail,
+                       std::uint64_t flow_key, std::uint64_t now_us) {
+  counters_.count(c);
+  if (log_ != nullptr) log_->refusal(c, now_us, peer, detail);
+  wire::AllocatorMessage* out = nullptr;
+  if (e != nullptr) {
+    ++e->errors;
+    out = &pending(*e);
+  } else {
+    // Bounded: a storm of strangers cannot grow the reply table without limit.
+    constexpr std::size_t kMaxStrayPeers = 4096;
+    auto it = stray_.find(std::string(peer));
+    if (it == stray_.end()) {
+      if (stray_.size() >= kMaxStrayPeers) return;
+      it = stray_.emplace(std::string(peer), wire::AllocatorMessage{}).first;
+    }
+    out = &it->second;
+  }
+  if (out->errors.size() >= wire::kMaxErrorsPerMessage) return;
+  if (detail.size() > wire::kMaxTextBytes) detail.resize(wire::kMaxTextBytes);
+  out->errors.push_back({error_code_of(c), std::move(detail), flow_key});
+}
+
+// ---- iterations ----
+
+bool Allocator::busy() const {
+  if (flows_changed_) return true;
+  return engine_->num_flows() > 0 && !engine_->stats().converged &&
+         settle_iterations_ < config_.max_settle_iterations;
+}
+
+void Allocator::iterate(std::uint64_t now_us) {
+  (void)now_us;
+  if (driver_) {
+    driver_->iterate(*engine_);
+  } else {
+    engine_->iterate();
+  }
+  ++counters_.iterations;
+  flows_changed_ = false;
+  ++settle_iterations_;
+
+  const double threshold = config_.threshold;
+  for (alloc::FlowId id = 0; id < flows_.size(); ++id) {
+    Flow& f = flows_[id];
+    if (!f.live()) continue;
+    const std::uint64_t rate = to_bytes_per_sec(engine_->rate_bps(id));
+    const std::uint64_t sent = f.sent_bytes_per_sec;
+    if (rate == sent) continue;
+    if (sent != 0 && std::abs(static_cast<double>(rate) - static_cast<double>(sent)) <=
+                         threshold * static_cast<double>(sent)) {
+      ++counters_.rate_updates_suppressed;
+      continue;
+    }
+    f.sent_bytes_per_sec = rate;
+    pending(*endpoints_[f.endpoint]).rates.push_back({f.key, rate, config_.lease_us});
+    ++counters_.rate_updates;
+  }
+}
+
+// ---- timers ----
+
+void Allocator::schedule_timer(std::uint64_t at_us) { next_timer_us_ = std::min(next_timer_us_, at_us); }
+
+void Allocator::on_timer(std::uint64_t now_us) {
+  std::uint64_t next = UINT64_MAX;
+  for (EndpointIdx idx = 0; idx < endpoints_.size(); ++idx) {
+    Endpoint* e = endpoints_[idx].get();
+    if (e == nullptr) continue;
+    const std::uint64_t deadline = e->last_heard_us + config_.endpoint_timeout_us;
+    if (now_us >= deadline) {
+      ++counters_.endpoints_timed_out;
+      counters_.flows_expired += e->flows.size();
+      if (log_ != nullptr && log_->enabled(LogLevel::kInfo)) {
+        log_->write(LogLevel::kInfo, "endpoint " + e->id + " timed out; " +
+                                         std::to_string(e->flows.size()) + " flows removed");
+      }
+      drop_endpoint(idx);
+      continue;
+    }
+    if (now_us >= e->next_refresh_us) {
+      if (!e->flows.empty()) {
+        pending(*e).lease_refresh_us = config_.lease_us;
+        ++counters_.lease_refreshes;
+      }
+      e->next_refresh_us = now_us + config_.lease_refresh_us;
+    }
+    next = std::min({next, deadline, e->next_refresh_us});
+  }
+  next_timer_us_ = next;
+}
+
+// ---- outbox ----
+
+wire::AllocatorMessage& Allocator::pending(Endpoint& e) {
+  if (!e.dirty) {
+    e.dirty = true;
+    dirty_.push_back(e.idx);
+  }
+  return e.out;
+}
+
+namespace {
+
+// Splits a message so each part stays within the wire's item limits.
+void split_into(std::string_view peer, wire::AllocatorMessage&& m, std::uint64_t epoch,
+                std::vector<Outgoing>* out) {
+  m.epoch = epoch;
+  const std::size_t items = m.rates.size() + m.errors.size();
+  if (items <= wire::kMaxItemsPerMessage) {
+    out->push_back({std::string(peer), std::move(m)});
+    return;
+  }
+  std::size_t r = 0;
+  bool first = true;
+  while (r < m.rates.size() || first) {
+    wire::AllocatorMessage part;
+    part.epoch = epoch;
+    if (first) {
+      part.errors = std::move(m.errors);
+      part.lease_refresh_us = m.lease_refresh_us;
+    }
+    const std::size_t room = wire::kMaxItemsPerMessage - part.errors.size();
+    const std::size_t n = std::min(room, m.rates.size() - r);
+    part.rates.assign(m.rates.begin() + static_cast<std::ptrdiff_t>(r),
+                      m.rates.begin() + static_cast<std::ptrdiff_t>(r + n));
+    r += n;
+    first = false;
+    out->push_back({std::string(peer), std::move(part)});
+  }
+}
+
+}  // namespace
+
+std::vector<Outgoing> Allocator::take_outbox() {
+  std::vector<Outgoing> out;
+  for (EndpointIdx idx : dirty_) {
+    Endpoint* e = idx < endpoints_.size() ? endpoints_[idx].get() : nullptr;
+    if (e == nullptr || !e->dirty) continue;
+    e->dirty = false;
+    split_into(e->peer, std::move(e->out), epoch_, &out);
+    e->out = {};
+  }
+  dirty_.clear();
+  for (auto& [peer, m] : stray_) split_into(peer, std::move(m), epoch_, &out);
+  stray_.clear();
+  return out;
+}
+
+// ---- views ----
+
+std::vector<EndpointView> Allocator::endpoints(std::uint64_t now_us) const {
+  std::vector<EndpointView> v;
+  for (const auto& e : endpoints_) {
+    if (!e) continue;
+    v.push_back({e->id, e->peer, e->host, e->flows.size(),
+                 now_us > e->last_heard_us ? now_us - e->last_heard_us : 0, e->messages,
+                 e->errors});
+  }
+  return v;
+}
+
+std::vector<FlowView> Allocator::flows(std::uint64_t now_us, std::size_t limit) const {
+  std::vector<FlowView> v;
+  for (alloc::FlowId id = 0; id < flows_.size() && v.size() < limit; ++id) {
+    const Flow& f = flows_[id];
+    if (!f.live()) continue;
+    v.push_back({endpoints_[f.endpoint]->id, f.key, f.src, f.dst, f.path, f.weight, f.bytes,
+                 f.coflow_id, engine_->rate_bps(id),
+                 static_cast<double>(f.sent_bytes_per_sec) * 8.0,
+                 now_us > f.started_us ? now_us - f.started_us : 0});
+  }
+  return v;
+}
+
+}  // namespace flowtune::daemon

@@ -1,0 +1,258 @@
+// What each protocol event does to the endpoint and flow tables. Every
+// handler is idempotent where the protocol allows repeats: a repeated start
+// replaces the flow, a resync replaces the endpoint's whole state, so a lost
+// or duplicated message never leaves the allocator wrong for long (§5.1).
+#include <unordered_set>
+
+#include "allocator_internal.h"
+
+namespace flowtune::daemon {
+
+namespace {
+
+std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  return x ^ (x >> 33);
+}
+
+bool same_path(const alloc::Path& a, const alloc::Path& b) {
+  return a.size == b.size && std::equal(a.begin(), a.end(), b.begin());
+}
+
+}  // namespace
+
+void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint64_t now_us) {
+  if (h.endpoint_id.empty()) {
+    refuse(peer, nullptr, Cause::kBadValue, "hello: endpoint id is empty", 0, now_us);
+    return;
+  }
+  std::optional<alloc::HostId> host = network_.find_host(h.host_id);
+  if (!host && config_.unknown_hosts == UnknownHosts::kAdd) host = network_.add_host(h.host_id);
+  if (!host) {
+    refuse(peer, nullptr, Cause::kUnknownHost,
+           "hello: host \"" + h.host_id + "\" is not in the topology" +
+               (config_.unknown_hosts == UnknownHosts::kAdd ? " and no spare host slot is left"
+                                                            : ""),
+           0, now_us);
+    return;
+  }
+  const std::string peer_s(peer);
+  // This connection spoke for another endpoint before: that process is gone.
+  if (auto it = by_peer_.find(peer_s); it != by_peer_.end()) {
+    Endpoint& old = *endpoints_[it->second];
+    if (old.id != h.endpoint_id || old.host != *host) drop_endpoint(it->second);
+  }
+  if (auto it = by_endpoint_id_.find(h.endpoint_id); it != by_endpoint_id_.end()) {
+    // A known endpoint on a new connection (it reconnected): keep its flows
+    // until the resync that follows the hello replaces them.
+    Endpoint& e = *endpoints_[it->second];
+    if (e.host != *host) {
+      drop_endpoint(it->second);
+    } else {
+      if (e.peer != peer_s) {
+        by_peer_.erase(e.peer);
+        e.peer = peer_s;
+        by_peer_[peer_s] = e.idx;
+      }
+      e.last_heard_us = now_us;
+      return;
+    }
+  }
+  if (by_endpoint_id_.size() >= config_.max_endpoints) {
+    refuse(peer, nullptr, Cause::kTooManyEndpoints,
+           "hello: the allocator already serves " + std::to_string(config_.max_endpoints) +
+               " endpoints",
+           0, now_us);
+    return;
+  }
+  EndpointIdx idx;
+  if (!free_endpoints_.empty()) {
+    idx = free_endpoints_.back();
+    free_endpoints_.pop_back();
+  } else {
+    idx = static_cast<EndpointIdx>(endpoints_.size());
+    endpoints_.emplace_back();
+  }
+  auto e = std::make_unique<Endpoint>();
+  e->idx = idx;
+  e->peer = peer_s;
+  e->id = h.endpoint_id;
+  e->host = *host;
+  e->last_heard_us = now_us;
+  e->next_refresh_us = now_us + config_.lease_refresh_us;
+  e->tokens = std::max(1.0, config_.max_messages_per_sec / 10);
+  e->tokens_at_us = now_us;
+  endpoints_[idx] = std::move(e);
+  by_peer_[peer_s] = idx;
+  by_endpoint_id_[h.endpoint_id] = idx;
+  schedule_timer(now_us + std::min(config_.lease_refresh_us, config_.endpoint_timeout_us));
+  if (log_ != nullptr && log_->enabled(LogLevel::kDebug)) {
+    log_->write(LogLevel::kDebug, "endpoint " + h.endpoint_id + " on host " +
+                                      network_.host_name(*host) + " registered");
+  }
+}
+
+Cause Allocator::resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::FlowSpec* spec,
+                         alloc::HostId* src, alloc::HostId* dst, std::string* why) {
+  std::uint64_t hash;
+  if (const auto* hp = std::get_if<wire::HostPair>(&s.endpoints)) {
+    if (hp->src >= network_.num_hosts() || hp->dst >= network_.num_hosts()) {
+      *why = "host pair " + std::to_string(hp->src) + "->" + std::to_string(hp->dst) +
+             ": the topology has " + std::to_string(network_.num_hosts()) + " hosts";
+      return Cause::kUnknownHost;
+    }
+    *src = hp->src;
+    *dst = hp->dst;
+    hash = mix(s.flow_key ^ mix(e.idx));
+  } else {
+    const auto& t = std::get<wire::FiveTuple>(s.endpoints);
+    *src = network_.find_host_by_ip(t.src_ip).value_or(e.host);
+    std::optional<alloc::HostId> d = network_.find_host_by_ip(t.dst_ip);
+    if (!d && config_.unknown_hosts == UnknownHosts::kAdd) d = network_.add_host(format_ipv4(t.dst_ip));
+    if (!d) {
+      *why = "destination " + format_ipv4(t.dst_ip) + " is not in the topology";
+      return Cause::kUnknownHost;
+    }
+    *dst = *d;
+    hash = alloc::ecmp_hash({t.src_ip, t.dst_ip, t.src_port, t.dst_port, t.protocol});
+  }
+  if (*src == *dst) {
+    *why = "source and destination are both host " + network_.host_name(*src) +
+           ": traffic within a host is not scheduled";
+    return Cause::kBadValue;
+  }
+  const std::optional<alloc::Path> path = network_.path(*src, *dst, hash);
+  if (!path) {
+    *why = "no route from " + network_.host_name(*src) + " to " + network_.host_name(*dst);
+    return Cause::kUnknownHost;
+  }
+  spec->path = *path;
+  spec->weight = s.weight;
+  spec->max_bps = 0;
+  spec->src_site = network_.site_of_host(*src);
+  spec->dst_site = network_.site_of_host(*dst);
+  const alloc::FlowError err = engine_->check_flow(*spec);
+  if (err == alloc::FlowError::kOk) return Cause::kCount;
+  *why = std::string("engine refused the flow: ") + alloc::to_string(err);
+  return err == alloc::FlowError::kBlockFull ? Cause::kTooManyFlows : Cause::kBadValue;
+}
+
+void Allocator::on_start(Endpoint& e, const wire::FlowletStart& s, std::uint64_t now_us) {
+  const auto existing = e.flows.find(s.flow_key);
+  if (existing == e.flows.end() && e.flows.size() >= config_.max_flows_per_endpoint) {
+    refuse(e.peer, &e, Cause::kTooManyFlows,
+           "start: endpoint already has " + std::to_string(e.flows.size()) + " live flows",
+           s.flow_key, now_us);
+    return;
+  }
+  alloc::FlowSpec spec;
+  alloc::HostId src = 0, dst = 0;
+  std::string why;
+  if (Cause c = resolve(e, s, &spec, &src, &dst, &why); c != Cause::kCount) {
+    refuse(e.peer, &e, c, "start: " + why, s.flow_key, now_us);
+    return;
+  }
+  // A repeated start (a retransmission, or the next flowlet on the same key)
+  // replaces the flow.
+  if (existing != e.flows.end()) remove_flow(e, existing->second);
+  add_flow(e, s, spec, src, dst, now_us);
+}
+
+void Allocator::on_end(Endpoint& e, std::uint64_t key, std::uint64_t now_us) {
+  const auto it = e.flows.find(key);
+  if (it == e.flows.end()) {
+    refuse(e.peer, &e, Cause::kUnknownFlow, "end: no live flow with this key", key, now_us);
+    return;
+  }
+  remove_flow(e, it->second);
+}
+
+void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& list,
+                          std::uint64_t now_us) {
+  std::unordered_set<std::uint64_t> keep;
+  keep.reserve(list.size());
+  for (const wire::FlowletStart& s : list) {
+    keep.insert(s.flow_key);
+    const auto existing = e.flows.find(s.flow_key);
+    alloc::FlowSpec spec;
+    alloc::HostId src = 0, dst = 0;
+    std::string why;
+    if (Cause c = resolve(e, s, &spec, &src, &dst, &why); c != Cause::kCount) {
+      refuse(e.peer, &e, c, "resync: " + why, s.flow_key, now_us);
+      if (existing != e.flows.end()) remove_flow(e, existing->second);
+      continue;
+    }
+    if (existing != e.flows.end()) {
+      Flow& f = flows_[existing->second];
+      if (same_path(f.path, spec.path) && f.weight == s.weight) {
+        // Unchanged: keep its prices' history, but tell the endpoint its rate
+        // again (it may have lost it with the connection).
+        f.bytes = s.bytes;
+        f.coflow_id = s.coflow_id;
+        f.sent_bytes_per_sec = 0;
+        flows_changed_ = true;
+        continue;
+      }
+      remove_flow(e, existing->second);
+    } else if (e.flows.size() >= config_.max_flows_per_endpoint) {
+      refuse(e.peer, &e, Cause::kTooManyFlows, "resync: too many live flows", s.flow_key, now_us);
+      continue;
+    }
+    add_flow(e, s, spec, src, dst, now_us);
+  }
+  std::vector<alloc::FlowId> gone;
+  for (const auto& [key, id] : e.flows) {
+    if (!keep.contains(key)) gone.push_back(id);
+  }
+  for (alloc::FlowId id : gone) remove_flow(e, id);
+}
+
+void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::FlowSpec& spec,
+                         alloc::HostId src, alloc::HostId dst, std::uint64_t now_us) {
+  const alloc::FlowId id = engine_->add_flow(spec);
+  if (id >= flows_.size()) flows_.resize(static_cast<std::size_t>(id) + 1);
+  Flow& f = flows_[id];
+  f.endpoint = e.idx;
+  f.key = s.flow_key;
+  f.src = src;
+  f.dst = dst;
+  f.path = spec.path;
+  f.weight = s.weight;
+  f.bytes = s.bytes;
+  f.coflow_id = s.coflow_id;
+  f.started_us = now_us;
+  f.sent_bytes_per_sec = 0;
+  e.flows[s.flow_key] = id;
+  flows_changed_ = true;
+  settle_iterations_ = 0;
+}
+
+void Allocator::remove_flow(Endpoint& e, alloc::FlowId id) {
+  Flow& f = flows_[id];
+  e.flows.erase(f.key);
+  engine_->remove_flow(id);
+  f.endpoint = Flow::kNone;
+  flows_changed_ = true;
+  settle_iterations_ = 0;
+}
+
+void Allocator::drop_endpoint(EndpointIdx idx) {
+  Endpoint& e = *endpoints_[idx];
+  for (const auto& [key, id] : e.flows) {
+    engine_->remove_flow(id);
+    flows_[id].endpoint = Flow::kNone;
+  }
+  if (!e.flows.empty()) {
+    flows_changed_ = true;
+    settle_iterations_ = 0;
+  }
+  by_peer_.erase(e.peer);
+  by_endpoint_id_.erase(e.id);
+  endpoints_[idx].reset();
+  free_endpoints_.push_back(idx);
+}
+
+}  // namespace flowtune::daemon

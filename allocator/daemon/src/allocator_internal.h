@@ -1,0 +1,50 @@
+// The allocator's private records, shared by its source files (allocator.cc:
+// dispatch, iterations, timers, outbox; allocator_events.cc: what each
+// protocol event does to the flow table).
+#pragma once
+
+#include <limits>
+
+#include "flowtune/daemon/allocator.h"
+
+namespace flowtune::daemon {
+
+struct Allocator::Endpoint {
+  EndpointIdx idx = 0;
+  std::string peer;  // routing id of its current connection
+  std::string id;    // from hello: unique per process incarnation
+  alloc::HostId host = 0;
+  std::unordered_map<std::uint64_t, alloc::FlowId> flows;  // flow key -> engine id
+  std::uint64_t last_heard_us = 0;
+  std::uint64_t next_refresh_us = 0;
+  // Token bucket of messages (AllocatorConfig::max_messages_per_sec).
+  double tokens = 0;
+  std::uint64_t tokens_at_us = 0;
+  std::uint64_t messages = 0;
+  std::uint64_t errors = 0;
+  wire::AllocatorMessage out;  // owed to the endpoint
+  bool dirty = false;
+};
+
+struct Allocator::Flow {
+  static constexpr EndpointIdx kNone = std::numeric_limits<EndpointIdx>::max();
+  EndpointIdx endpoint = kNone;  // kNone: the engine id is free
+  std::uint64_t key = 0;
+  alloc::HostId src = 0;
+  alloc::HostId dst = 0;
+  alloc::Path path;
+  float weight = 1;
+  std::uint64_t bytes = 0;
+  std::uint64_t coflow_id = 0;
+  std::uint64_t started_us = 0;
+  std::uint64_t sent_bytes_per_sec = 0;  // last rate told; 0 = none yet
+  bool live() const { return endpoint != kNone; }
+};
+
+// Bytes/s as the endpoint applies it (SO_MAX_PACING_RATE), never 0.
+inline std::uint64_t to_bytes_per_sec(double bps) {
+  const double b = bps / 8.0;
+  return b < 1.0 ? 1 : static_cast<std::uint64_t>(b + 0.5);
+}
+
+}  // namespace flowtune::daemon

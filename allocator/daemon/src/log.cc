@@ -1,0 +1,45 @@
+#include "flowtune/daemon/log.h"
+
+#include <cstdio>
+
+namespace flowtune::daemon {
+
+Log::Sink Log::stderr_sink() {
+  return [](std::string_view line) {
+    std::fprintf(stderr, "flowtune-allocator: %.*s\n", static_cast<int>(line.size()), line.data());
+  };
+}
+
+void Log::write(LogLevel l, std::string_view text) {
+  if (enabled(l)) sink_(text);
+}
+
+void Log::refusal(Cause c, std::uint64_t now_us, std::string_view peer, std::string_view detail) {
+  CauseState& s = causes_[static_cast<std::size_t>(c)];
+  if (s.logged && now_us - s.last_us < interval_us_) {
+    ++s.suppressed;
+    return;
+  }
+  std::string line = "refused (" + std::string(to_string(c)) + ") from " +
+                     printable_peer(peer) + ": " + std::string(detail);
+  if (s.suppressed > 0) {
+    line += " [" + std::to_string(s.suppressed) + " more of this cause not logged]";
+  }
+  s = CauseState{now_us, 0, true};
+  write(LogLevel::kWarn, line);
+}
+
+std::string printable_peer(std::string_view id) {
+  bool printable = !id.empty();
+  for (unsigned char c : id) printable = printable && c >= 0x21 && c < 0x7f;
+  if (printable) return std::string(id);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "0x";
+  for (unsigned char c : id) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
+}  // namespace flowtune::daemon

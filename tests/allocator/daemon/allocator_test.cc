@@ -1,0 +1,466 @@
+// Protocol state machine tests: hand-built endpoint messages go into one
+// Allocator (no sockets, time advanced by hand), and the test asserts on the
+// messages it emits. Rates are checked against closed forms: n equal flows on
+// one bottleneck get (1 - threshold) * capacity / n each.
+#include "flowtune/daemon/allocator.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize-packed.h>
+#include <gtest/gtest.h>
+#include <kj/io.h>
+
+#include <map>
+
+#include "flowtune.capnp.h"
+#include "flowtune/wire/codec.h"
+
+namespace flowtune::daemon {
+namespace {
+
+using wire::AllocatorMessage;
+using wire::EndpointMessage;
+using wire::ErrorCode;
+
+constexpr double kGbps = 1e9;
+
+wire::FlowletStart start_of(std::uint64_t key, std::uint32_t src, std::uint32_t dst,
+                            float weight = 1) {
+  wire::FlowletStart s;
+  s.flow_key = key;
+  s.endpoints = wire::HostPair{src, dst};
+  s.bytes = 1 << 20;
+  s.weight = weight;
+  return s;
+}
+
+class AllocatorTest : public ::testing::Test {
+ protected:
+  AllocatorConfig config() {
+    AllocatorConfig c;
+    c.threshold = 0.01;
+    c.lease_us = 1'000'000;
+    c.lease_refresh_us = 300'000;
+    c.endpoint_timeout_us = 3'000'000;
+    return c;
+  }
+  void make(AllocatorConfig c, std::uint32_t hosts = 8, std::uint32_t spare = 0,
+            std::uint64_t epoch = 42) {
+    alloc_ = std::make_unique<Allocator>(Network::big_switch(hosts, kGbps, spare), c, epoch,
+                                         &log_);
+  }
+  void SetUp() override { make(config()); }
+
+  void send(std::string_view peer, std::vector<wire::EndpointEvent> events) {
+    EndpointMessage m;
+    m.events = std::move(events);
+    const auto bytes = wire::encode(m);
+    alloc_->on_message(peer, bytes, now_);
+  }
+  void hello(std::string_view peer, std::string id, std::string host) {
+    send(peer, {wire::Hello{std::move(id), std::move(host)}});
+  }
+  // Iterates until the allocator is idle; collects everything it emits.
+  std::vector<Outgoing> settle() {
+    std::vector<Outgoing> all = alloc_->take_outbox();
+    for (int i = 0; i < 100000 && alloc_->busy(); ++i) {
+      now_ += 10;
+      alloc_->iterate(now_);
+      for (auto& o : alloc_->take_outbox()) all.push_back(std::move(o));
+    }
+    EXPECT_FALSE(alloc_->busy()) << "did not settle";
+    return all;
+  }
+  // The last rate each (peer, key) was told, bytes/s.
+  static std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> last_rates(
+      const std::vector<Outgoing>& out) {
+    std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> r;
+    for (const auto& o : out) {
+      for (const auto& u : o.message.rates) r[{o.peer, u.flow_key}] = u.bytes_per_sec;
+    }
+    return r;
+  }
+  static std::vector<wire::ErrorReport> errors_to(const std::vector<Outgoing>& out,
+                                                  std::string_view peer) {
+    std::vector<wire::ErrorReport> e;
+    for (const auto& o : out) {
+      if (o.peer != peer) continue;
+      e.insert(e.end(), o.message.errors.begin(), o.message.errors.end());
+    }
+    return e;
+  }
+  std::uint64_t errors(Cause c) const { return alloc_->counters().errors[static_cast<int>(c)]; }
+
+  std::vector<std::string> lines_;
+  Log log_{[this](std::string_view l) { lines_.emplace_back(l); }, LogLevel::kDebug, 1'000'000};
+  std::unique_ptr<Allocator> alloc_;
+  std::uint64_t now_ = 1'000;
+};
+
+// The scheduled share of one 1 Gbit/s link among n equal flows, bytes/s.
+double share(double n, double threshold = 0.01) { return kGbps * (1 - threshold) / 8 / n; }
+
+TEST_F(AllocatorTest, StartGetsTheWholeScheduledLinkAsItsFirstRate) {
+  // Given: a registered endpoint on h0.
+  hello("p0", "ep0", "h0");
+  // When: it starts one flowlet to h1.
+  send("p0", {start_of(7, 0, 1)});
+  const auto out = settle();
+  // Expect: one rate for key 7 near the link's scheduled capacity, with a lease and the epoch.
+  const auto rates = last_rates(out);
+  ASSERT_EQ(rates.size(), 1u);
+  EXPECT_NEAR(static_cast<double>(rates.at({"p0", 7})), share(1), share(1) * 1e-3);
+  for (const auto& o : out) {
+    EXPECT_EQ(o.message.epoch, 42u);
+    for (const auto& u : o.message.rates) EXPECT_EQ(u.lease_us, 1'000'000u);
+  }
+  EXPECT_EQ(alloc_->counters().starts, 1u);
+}
+
+TEST_F(AllocatorTest, FlowsIntoOneHostSplitItsDownlinkEvenly) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h1");
+  hello("c", "ep-c", "h2");
+  send("a", {start_of(1, 0, 3)});
+  send("b", {start_of(1, 1, 3)});
+  send("c", {start_of(1, 2, 3), start_of(2, 2, 4)});
+  const auto rates = last_rates(settle());
+  // h3's downlink carries a, b and c1; h2's uplink carries c1 and c2. With
+  // prices p (h3 down) and q (h2 up), proportional fairness gives a = b = 1/p,
+  // c1 = 1/(p+q), c2 = 1/q; both links full gives p = 2q and
+  // a = b = 3C/8, c1 = C/4, c2 = 3C/4.
+  const double c = share(1);
+  EXPECT_NEAR(static_cast<double>(rates.at({"a", 1})), 3 * c / 8, c * 0.01);
+  EXPECT_NEAR(static_cast<double>(rates.at({"b", 1})), 3 * c / 8, c * 0.01);
+  EXPECT_NEAR(static_cast<double>(rates.at({"c", 1})), c / 4, c * 0.01);
+  EXPECT_NEAR(static_cast<double>(rates.at({"c", 2})), 3 * c / 4, c * 0.01);
+}
+
+TEST_F(AllocatorTest, EndFreesCapacityForTheOthers) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h1");
+  send("a", {start_of(1, 0, 2)});
+  send("b", {start_of(1, 1, 2)});
+  auto rates = last_rates(settle());
+  EXPECT_NEAR(static_cast<double>(rates.at({"b", 1})), share(2), share(2) * 0.01);
+  // When: a's flowlet ends.
+  send("a", {wire::FlowletEnd{1}});
+  rates = last_rates(settle());
+  // Expect: b is told the whole link, a is told nothing more.
+  EXPECT_NEAR(static_cast<double>(rates.at({"b", 1})), share(1), share(1) * 0.01);
+  EXPECT_FALSE(rates.contains({"a", 1}));
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+}
+
+TEST_F(AllocatorTest, SmallMovesAreSuppressedAndTheSlackCannotOverAllocate) {
+  AllocatorConfig c = config();
+  c.threshold = 0.05;
+  make(c);
+  hello("a", "ep-a", "h0");
+  // Given: 30 flows from h0 to h1 (h0's uplink is the bottleneck).
+  std::vector<wire::EndpointEvent> starts;
+  for (std::uint32_t k = 0; k < 30; ++k) starts.push_back(start_of(k, 0, 1 + k % 7));
+  send("a", starts);
+  auto told = last_rates(settle());
+  ASSERT_EQ(told.size(), 30u);
+  // When: a 31st flow joins; every share moves by 1/31 = 3.2% < 5%.
+  send("a", {start_of(30, 0, 1)});
+  const auto out = settle();
+  // Expect: only the newcomer is told a rate.
+  const auto update = last_rates(out);
+  ASSERT_EQ(update.size(), 1u);
+  EXPECT_TRUE(update.contains({"a", 30}));
+  EXPECT_GT(alloc_->counters().rate_updates_suppressed, 0u);
+  // And the rates the endpoint now holds (stale ones included) fit the real link.
+  told.merge(std::map(update));
+  double sum = 0;
+  for (const auto& [k, r] : told) sum += static_cast<double>(r);
+  EXPECT_LE(sum * 8, kGbps * 1.0001);
+}
+
+TEST_F(AllocatorTest, EventsBeforeHelloAreRefusedAsNotRegistered) {
+  send("stranger", {start_of(1, 0, 1)});
+  const auto out = settle();
+  const auto errs = errors_to(out, "stranger");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].code, ErrorCode::kNotRegistered);
+  EXPECT_EQ(errors(Cause::kNotRegistered), 1u);
+  EXPECT_EQ(alloc_->num_flows(), 0u);
+}
+
+TEST_F(AllocatorTest, OtherProtocolVersionGetsAClearError) {
+  capnp::MallocMessageBuilder b;
+  auto root = b.initRoot<wire::schema::EndpointMessage>();
+  root.setVersion(9);
+  root.initEvents(1)[0].setHeartbeat();
+  kj::VectorOutputStream stream;
+  capnp::writePackedMessage(stream, b);
+  auto bytes = stream.getArray();
+  alloc_->on_message("future", {bytes.begin(), bytes.size()}, now_);
+  const auto errs = errors_to(alloc_->take_outbox(), "future");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].code, ErrorCode::kUnsupportedVersion);
+  EXPECT_NE(errs[0].text.find("version 9"), std::string::npos) << errs[0].text;
+  EXPECT_EQ(errors(Cause::kUnsupportedVersion), 1u);
+}
+
+TEST_F(AllocatorTest, MalformedAndEmptyFramesAreCountedAndAnswered) {
+  hello("p", "ep", "h0");
+  const std::uint8_t junk[] = {0xff, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08};
+  alloc_->on_message("p", junk, now_);
+  alloc_->on_message("p", {}, now_);
+  alloc_->on_bad_frames("p", 3, now_);
+  const auto errs = errors_to(alloc_->take_outbox(), "p");
+  ASSERT_EQ(errs.size(), 3u);
+  EXPECT_EQ(errors(Cause::kMalformed), 1u);
+  EXPECT_EQ(errors(Cause::kTruncated), 1u);
+  EXPECT_EQ(errors(Cause::kBadFrames), 1u);
+  // The endpoint is still served.
+  send("p", {start_of(1, 0, 1)});
+  EXPECT_EQ(last_rates(settle()).size(), 1u);
+}
+
+TEST_F(AllocatorTest, RefusalsAreLoggedOncePerCausePerInterval) {
+  for (int i = 0; i < 100; ++i) alloc_->on_message("p", {}, now_);
+  now_ += 2'000'000;
+  alloc_->on_message("p", {}, now_);
+  int refusal_lines = 0;
+  for (const auto& l : lines_) refusal_lines += l.find("refused (truncated)") != std::string::npos;
+  EXPECT_EQ(refusal_lines, 2);
+  EXPECT_NE(lines_.back().find("99 more"), std::string::npos) << lines_.back();
+  EXPECT_EQ(errors(Cause::kTruncated), 101u);
+}
+
+TEST_F(AllocatorTest, UnknownFlowEndNamesTheKey) {
+  hello("p", "ep", "h0");
+  send("p", {wire::FlowletEnd{99}});
+  const auto errs = errors_to(alloc_->take_outbox(), "p");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].code, ErrorCode::kUnknownFlow);
+  EXPECT_EQ(errs[0].flow_key, 99u);
+}
+
+TEST_F(AllocatorTest, UnknownHostIsRejectedOrAddedAsConfigured) {
+  hello("p", "ep", "nowhere");
+  auto errs = errors_to(alloc_->take_outbox(), "p");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].code, ErrorCode::kUnknownHost);
+  EXPECT_EQ(alloc_->num_endpoints(), 0u);
+
+  AllocatorConfig c = config();
+  c.unknown_hosts = UnknownHosts::kAdd;
+  make(c, 2, 1);
+  hello("p", "ep", "10.0.0.9");
+  hello("q", "eq", "another");  // no slot left
+  EXPECT_EQ(alloc_->num_endpoints(), 1u);
+  errs = errors_to(alloc_->take_outbox(), "q");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].code, ErrorCode::kUnknownHost);
+  // A flow by 5-tuple to a configured host's... the added host sends to h0.
+  wire::FlowletStart s;
+  s.flow_key = 5;
+  s.endpoints = wire::FiveTuple{0x0a000009, 0, 1000, 80, 6};
+  send("p", {s});  // dst 0.0.0.0 is unknown and there is no slot: refused
+  errs = errors_to(alloc_->take_outbox(), "p");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].code, ErrorCode::kUnknownHost);
+  send("p", {start_of(6, 2, 0)});
+  EXPECT_EQ(last_rates(settle()).size(), 1u);
+}
+
+TEST_F(AllocatorTest, FlowWithinOneHostIsRefused) {
+  hello("p", "ep", "h0");
+  send("p", {start_of(1, 0, 0)});
+  const auto errs = errors_to(alloc_->take_outbox(), "p");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].code, ErrorCode::kBadValue);
+  EXPECT_EQ(alloc_->num_flows(), 0u);
+}
+
+TEST_F(AllocatorTest, PerEndpointFlowLimitHolds) {
+  AllocatorConfig c = config();
+  c.max_flows_per_endpoint = 3;
+  make(c);
+  hello("p", "ep", "h0");
+  send("p", {start_of(1, 0, 1), start_of(2, 0, 1), start_of(3, 0, 1), start_of(4, 0, 1),
+             start_of(1, 0, 2)});  // a repeated key replaces, so it is not over the limit
+  const auto errs = errors_to(alloc_->take_outbox(), "p");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].code, ErrorCode::kTooManyFlows);
+  EXPECT_EQ(errs[0].flow_key, 4u);
+  EXPECT_EQ(alloc_->num_flows(), 3u);
+}
+
+TEST_F(AllocatorTest, MessageFloodIsRateLimitedPerEndpoint) {
+  AllocatorConfig c = config();
+  c.max_messages_per_sec = 100;  // burst of 10
+  make(c);
+  hello("p", "ep", "h0");
+  hello("q", "eq", "h1");
+  for (int i = 0; i < 50; ++i) send("p", {wire::Heartbeat{}});
+  send("q", {start_of(1, 1, 2)});
+  EXPECT_EQ(errors(Cause::kRateLimited), 40u);  // a burst of 10 passes
+  EXPECT_EQ(alloc_->counters().heartbeats, 10u);
+  // The other endpoint is unaffected, and p recovers as tokens refill.
+  now_ += 100'000;
+  send("p", {start_of(1, 0, 3)});
+  EXPECT_EQ(alloc_->num_flows(), 2u);
+}
+
+TEST_F(AllocatorTest, LiveLeasesAreRefreshedPeriodically) {
+  hello("p", "ep", "h0");
+  send("p", {start_of(1, 0, 1)});
+  settle();
+  hello("idle", "ep-idle", "h2");  // no flows: no refresh owed
+  now_ += 300'000;
+  ASSERT_LE(alloc_->next_timer_us(), now_);
+  alloc_->on_timer(now_);
+  const auto out = alloc_->take_outbox();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].peer, "p");
+  EXPECT_EQ(out[0].message.lease_refresh_us, 1'000'000u);
+  EXPECT_GT(alloc_->next_timer_us(), now_);
+}
+
+TEST_F(AllocatorTest, SilentEndpointLosesItsFlowsAndOthersGetTheCapacity) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h1");
+  send("a", {start_of(1, 0, 2)});
+  send("b", {start_of(1, 1, 2)});
+  settle();
+  // b heartbeats; a goes silent.
+  for (int i = 0; i < 4; ++i) {
+    now_ += 1'000'000;
+    send("b", {wire::Heartbeat{}});
+    alloc_->on_timer(now_);
+  }
+  EXPECT_EQ(alloc_->num_endpoints(), 1u);
+  EXPECT_EQ(alloc_->counters().endpoints_timed_out, 1u);
+  EXPECT_EQ(alloc_->counters().flows_expired, 1u);
+  const auto rates = last_rates(settle());
+  EXPECT_NEAR(static_cast<double>(rates.at({"b", 1})), share(1), share(1) * 0.01);
+  // a's next message is refused until it registers again.
+  send("a", {wire::Heartbeat{}});
+  EXPECT_EQ(errors_to(alloc_->take_outbox(), "a").at(0).code, ErrorCode::kNotRegistered);
+}
+
+TEST_F(AllocatorTest, ResyncReplacesTheEndpointsStateAndResendsRates) {
+  hello("p", "ep", "h0");
+  send("p", {start_of(1, 0, 1), start_of(2, 0, 2), start_of(3, 0, 3)});
+  settle();
+  // When: the endpoint resyncs with flows 2 (unchanged), 3 (new weight) and 4 (new).
+  send("p", {wire::Resync{{start_of(2, 0, 2), start_of(3, 0, 3, 2.0f), start_of(4, 0, 4)}}});
+  const auto out = settle();
+  // Expect: 1 is gone; every live flow is told its rate again.
+  EXPECT_EQ(alloc_->num_flows(), 3u);
+  const auto rates = last_rates(out);
+  EXPECT_EQ(rates.size(), 3u);
+  EXPECT_FALSE(rates.contains({"p", 1}));
+  // Weighted proportional fairness on h0's uplink: weights 1, 2, 1.
+  EXPECT_NEAR(static_cast<double>(rates.at({"p", 3})), 2 * share(4), share(4) * 0.02);
+  EXPECT_NEAR(static_cast<double>(rates.at({"p", 2})), share(4), share(4) * 0.02);
+}
+
+TEST_F(AllocatorTest, ReconnectedEndpointKeepsItsFlowsAndIsAnsweredOnItsNewConnection) {
+  hello("old", "ep", "h0");
+  send("old", {start_of(1, 0, 1)});
+  settle();
+  hello("new", "ep", "h0");
+  send("new", {wire::Resync{{start_of(1, 0, 1)}}});
+  const auto out = settle();
+  EXPECT_EQ(alloc_->num_endpoints(), 1u);
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  const auto rates = last_rates(out);
+  EXPECT_TRUE(rates.contains({"new", 1}));
+  EXPECT_FALSE(rates.contains({"old", 1}));
+}
+
+TEST_F(AllocatorTest, AfterAnAllocatorRestartTheEndpointResyncsItsState) {
+  hello("p", "ep", "h0");
+  send("p", {start_of(1, 0, 1), start_of(2, 0, 2)});
+  settle();
+  // Given: the allocator restarts (a new epoch, no state).
+  make(config(), 8, 0, 43);
+  // When: the endpoint's next message arrives.
+  send("p", {wire::Heartbeat{}});
+  auto out = alloc_->take_outbox();
+  // Expect: an error carrying the new epoch, which tells the endpoint to resync.
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].message.epoch, 43u);
+  EXPECT_EQ(out[0].message.errors.at(0).code, ErrorCode::kNotRegistered);
+  send("p", {wire::Hello{"ep", "h0"}, wire::Resync{{start_of(1, 0, 1), start_of(2, 0, 2)}}});
+  const auto rates = last_rates(settle());
+  EXPECT_EQ(rates.size(), 2u);
+  EXPECT_NEAR(static_cast<double>(rates.at({"p", 1})), share(2), share(2) * 0.01);
+}
+
+TEST_F(AllocatorTest, HugeBatchesAreSplitWithinWireLimits) {
+  AllocatorConfig c = config();
+  c.max_flows_per_endpoint = wire::kMaxResyncFlows;
+  make(c, 64);
+  hello("p", "ep", "h0");
+  // Given: the largest resync a message holds, then refusals owed to the same endpoint.
+  std::vector<wire::FlowletStart> flows;
+  for (std::uint64_t k = 0; k < wire::kMaxResyncFlows; ++k) {
+    flows.push_back(start_of(k, 0, static_cast<std::uint32_t>(1 + k % 63)));
+  }
+  std::vector<wire::EndpointEvent> resync;
+  resync.emplace_back(wire::Resync{std::move(flows)});
+  send("p", std::move(resync));
+  std::vector<wire::EndpointEvent> bad_ends;
+  for (std::uint64_t k = 0; k < 10; ++k) {
+    bad_ends.emplace_back(std::in_place_type<wire::FlowletEnd>, (1u << 30) + k);
+  }
+  send("p", bad_ends);
+  alloc_->iterate(now_);
+  const auto out = alloc_->take_outbox();
+  ASSERT_EQ(out.size(), 2u);
+  std::size_t total = 0;
+  for (const auto& o : out) {
+    EXPECT_LE(o.message.rates.size(), wire::kMaxItemsPerMessage);
+    total += o.message.rates.size();
+    // Each part must survive the real codec.
+    AllocatorMessage back;
+    EXPECT_TRUE(wire::decode(wire::encode(o.message), &back).ok());
+  }
+  EXPECT_EQ(total, wire::kMaxResyncFlows);
+  EXPECT_EQ(out[0].message.errors.size(), 10u);
+}
+
+TEST_F(AllocatorTest, IdleAllocatorHasNothingToDo) {
+  EXPECT_FALSE(alloc_->busy());
+  EXPECT_EQ(alloc_->next_timer_us(), UINT64_MAX);
+  hello("p", "ep", "h0");
+  send("p", {start_of(1, 0, 1)});
+  EXPECT_TRUE(alloc_->busy());
+  settle();
+  EXPECT_FALSE(alloc_->busy());
+  EXPECT_LT(alloc_->counters().iterations, 100u);
+}
+
+TEST(AllocatorConfig, OutOfRangeValuesAreRejected) {
+  AllocatorConfig c;
+  c.threshold = 0.7;
+  EXPECT_THROW(validate(c), ConfigError);
+  c = {};
+  c.lease_refresh_us = c.lease_us;
+  EXPECT_THROW(validate(c), ConfigError);
+  c = {};
+  c.threads = 0;
+  EXPECT_THROW(validate(c), ConfigError);
+  c = {};
+  EXPECT_NO_THROW(validate(c));
+}
+
+TEST(LatencyHistogram, QuantilesAreWithinOneEighth) {
+  LatencyHistogram h;
+  for (std::uint64_t v = 1; v <= 100000; ++v) h.record(v);
+  for (double q : {0.5, 0.9, 0.99}) {
+    const double exact = q * 100000;
+    EXPECT_GE(static_cast<double>(h.quantile_ns(q)), exact * 0.99);
+    EXPECT_LE(static_cast<double>(h.quantile_ns(q)), exact * 1.13);
+  }
+  EXPECT_EQ(LatencyHistogram{}.quantile_ns(0.5), 0u);
+}
+
+}  // namespace
+}  // namespace flowtune::daemon

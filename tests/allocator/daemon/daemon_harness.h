@@ -1,0 +1,205 @@
+// Loopback integration harness: runs the real flowtune-allocator binary as a
+// child process and talks to it with real ZeroMQ DEALER sockets. Every wait
+// is bounded; the child is killed when the test ends.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "flowtune/daemon/server.h"
+#include "flowtune/wire/codec.h"
+
+namespace flowtune::daemon::testing {
+
+using Clock = std::chrono::steady_clock;
+
+// A fresh ipc:// endpoint per call: tests never share a socket path or port.
+inline std::string unique_endpoint() {
+  static int n = 0;
+  return "ipc:///tmp/ft-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + ".sock";
+}
+
+class DaemonProcess {
+ public:
+  DaemonProcess() = default;
+  DaemonProcess(const DaemonProcess&) = delete;
+  DaemonProcess& operator=(const DaemonProcess&) = delete;
+  ~DaemonProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // Starts the daemon and waits (bounded) until it answers flowtune-ctl.
+  void start(const std::string& listen, std::vector<std::string> args) {
+    listen_ = listen;
+    stderr_path_ = "/tmp/ft-test-daemon-" + std::to_string(::getpid()) + "-" +
+                   std::to_string(starts_++) + ".log";
+    args.insert(args.begin(), {FT_ALLOCATOR_BINARY, "--listen", listen});
+    pid_ = ::fork();
+    ASSERT_GE(pid_, 0);
+    if (pid_ == 0) {
+      std::FILE* f = std::freopen(stderr_path_.c_str(), "w", stderr);
+      (void)f;
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < deadline) {
+      if (control("status", 100)) return;
+    }
+    FAIL() << "allocator did not come up; its stderr:\n" << log();
+  }
+
+  // SIGTERM, then the exit status (or -1 if it had to be killed).
+  int stop() {
+    ::kill(pid_, SIGTERM);
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    int status = 0;
+    while (Clock::now() < deadline) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    return -1;
+  }
+
+  std::optional<nlohmann::json> control(const std::string& request, int timeout_ms = 1000) {
+    zmq::socket_t s(ctx_, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(listen_);
+    s.send(zmq::buffer(std::string_view(kControlTag)), zmq::send_flags::sndmore);
+    s.send(zmq::buffer(request), zmq::send_flags::none);
+    zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
+    zmq::message_t tag, body;
+    if ((item.revents & ZMQ_POLLIN) == 0 || !s.recv(tag) || !s.recv(body)) return std::nullopt;
+    return nlohmann::json::parse(body.to_string_view());
+  }
+  nlohmann::json status() { return control("status").value_or(nlohmann::json{}); }
+
+  std::string log() const {
+    std::ifstream f(stderr_path_);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  zmq::context_t ctx_{1};
+  std::string listen_;
+  std::string stderr_path_;
+  pid_t pid_ = -1;
+  int starts_ = 0;
+};
+
+// One endpoint: a DEALER socket speaking the wire protocol.
+class Endpoint {
+ public:
+  explicit Endpoint(const std::string& allocator) : socket_(ctx_, zmq::socket_type::dealer) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.connect(allocator);
+  }
+  void send(std::vector<wire::EndpointEvent> events) {
+    wire::EndpointMessage m;
+    m.seq = ++seq_;
+    m.events = std::move(events);
+    send_raw(wire::encode(m));
+  }
+  void send_raw(const std::vector<std::uint8_t>& bytes) {
+    socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
+  }
+  void send_frames(const std::vector<std::string>& frames) {
+    for (std::size_t i = 0; i < frames.size(); ++i) {
+      socket_.send(zmq::buffer(frames[i]),
+                   i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+  }
+  // The next message, or nullopt after timeout_ms.
+  std::optional<wire::AllocatorMessage> receive(int timeout_ms) {
+    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
+    zmq::message_t msg;
+    if ((item.revents & ZMQ_POLLIN) == 0 || !socket_.recv(msg, zmq::recv_flags::dontwait)) {
+      return std::nullopt;
+    }
+    wire::AllocatorMessage m;
+    const auto st = wire::decode({msg.data<std::uint8_t>(), msg.size()}, &m);
+    EXPECT_TRUE(st.ok()) << st.detail;
+    return m;
+  }
+  // Receives until `pred(message)` holds or the deadline passes; every
+  // message seen is kept in history().
+  template <class Pred>
+  bool wait_for(Pred pred, int timeout_ms) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (Clock::now() < deadline) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      auto m = receive(static_cast<int>(left.count()) + 1);
+      if (!m) continue;
+      for (const auto& r : m->rates) rates_[r.flow_key] = r.bytes_per_sec;
+      history_.push_back(*m);
+      if (pred(*m)) return true;
+    }
+    return false;
+  }
+  // Waits until the last rate told for `key` satisfies pred.
+  template <class Pred>
+  bool wait_for_rate(std::uint64_t key, Pred pred, int timeout_ms) {
+    if (rates_.contains(key) && pred(rates_[key])) return true;
+    return wait_for(
+        [&](const wire::AllocatorMessage&) { return rates_.contains(key) && pred(rates_[key]); },
+        timeout_ms);
+  }
+  std::optional<std::uint64_t> rate(std::uint64_t key) const {
+    auto it = rates_.find(key);
+    return it == rates_.end() ? std::nullopt : std::optional(it->second);
+  }
+  const std::vector<wire::AllocatorMessage>& history() const { return history_; }
+  void clear_history() { history_.clear(); }
+
+ private:
+  zmq::context_t ctx_{1};
+  zmq::socket_t socket_;
+  std::uint64_t seq_ = 0;
+  std::map<std::uint64_t, std::uint64_t> rates_;
+  std::vector<wire::AllocatorMessage> history_;
+};
+
+inline wire::FlowletStart host_flow(std::uint64_t key, std::uint32_t src, std::uint32_t dst) {
+  wire::FlowletStart s;
+  s.flow_key = key;
+  s.endpoints = wire::HostPair{src, dst};
+  s.bytes = 10 << 20;
+  return s;
+}
+
+// Fraction-of-share helpers: rates on a 1 Gbit/s host link with threshold 0.01.
+inline bool near(std::uint64_t got, double want, double tol = 0.02) {
+  return static_cast<double>(got) > want * (1 - tol) && static_cast<double>(got) < want * (1 + tol);
+}
+
+}  // namespace flowtune::daemon::testing

@@ -1,0 +1,260 @@
+// Loopback integration tests: the real flowtune-allocator process, real
+// ZeroMQ clients, and flowtune-ctl. Rates are checked against closed forms
+// on a big switch of 1 Gbit/s hosts (n equal flows into one host get
+// (1 - threshold) * 1 Gbit/s / n each).
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "daemon_harness.h"
+
+namespace flowtune::daemon::testing {
+namespace {
+
+using nlohmann::json;
+
+constexpr double kLinkBytes = 1e9 / 8;
+constexpr int kWaitMs = 3000;
+
+double share(double n, double threshold = 0.01) { return kLinkBytes * (1 - threshold) / n; }
+
+std::vector<std::string> big_switch_args(std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {"--hosts", "8", "--host-gbps", "1", "--log-level", "debug"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  std::string listen_ = unique_endpoint();
+  DaemonProcess daemon_;
+};
+
+TEST_F(DaemonTest, StartEndAndRateUpdatesRoundTrip) {
+  daemon_.start(listen_, big_switch_args());
+  Endpoint a(listen_), b(listen_);
+  a.send({wire::Hello{"ep-a", "h0"}, host_flow(1, 0, 2)});
+  ASSERT_TRUE(a.wait_for_rate(1, [](auto r) { return near(r, share(1)); }, kWaitMs))
+      << daemon_.log();
+  // A second flow into h2 halves both.
+  b.send({wire::Hello{"ep-b", "h1"}, host_flow(9, 1, 2)});
+  EXPECT_TRUE(b.wait_for_rate(9, [](auto r) { return near(r, share(2)); }, kWaitMs));
+  EXPECT_TRUE(a.wait_for_rate(1, [](auto r) { return near(r, share(2)); }, kWaitMs));
+  // b's end gives a the whole link again.
+  b.send({wire::FlowletEnd{9}});
+  EXPECT_TRUE(a.wait_for_rate(1, [](auto r) { return near(r, share(1)); }, kWaitMs));
+  const json s = daemon_.status();
+  EXPECT_EQ(s["flows"], 1);
+  EXPECT_EQ(s["endpoints"], 2);
+  EXPECT_EQ(s["counters"]["starts"], 2);
+  EXPECT_EQ(s["counters"]["ends"], 1);
+  EXPECT_EQ(daemon_.stop(), 0);
+  EXPECT_NE(daemon_.log().find("stopping on SIGTERM"), std::string::npos) << daemon_.log();
+}
+
+TEST_F(DaemonTest, WorksOverTcpToo) {
+  // A port from the kernel: bind, read it back, release, hand it to the daemon.
+  zmq::context_t ctx;
+  zmq::socket_t probe(ctx, zmq::socket_type::router);
+  probe.bind("tcp://127.0.0.1:*");
+  const std::string ep = probe.get(zmq::sockopt::last_endpoint);
+  probe.close();
+  daemon_.start(ep, big_switch_args());
+  Endpoint a(ep);
+  a.send({wire::Hello{"ep-a", "h0"}, host_flow(1, 0, 1)});
+  EXPECT_TRUE(a.wait_for_rate(1, [](auto r) { return near(r, share(1)); }, kWaitMs));
+}
+
+TEST_F(DaemonTest, MovesUnderTheThresholdAreNotSent) {
+  daemon_.start(listen_, big_switch_args({"--threshold", "0.05"}));
+  Endpoint a(listen_);
+  std::vector<wire::EndpointEvent> ev{wire::Hello{"ep-a", "h0"}};
+  for (std::uint32_t k = 0; k < 30; ++k) ev.push_back(host_flow(k, 0, 1 + k % 7));
+  a.send(ev);
+  ASSERT_TRUE(a.wait_for_rate(29, [](auto r) { return near(r, share(30, 0.05), 0.05); }, kWaitMs));
+  // Let the allocator settle, then add a 31st flow: every share moves 3.2%.
+  ASSERT_TRUE(a.wait_for([](auto&) { return false; }, 200) || true);
+  a.clear_history();
+  a.send({host_flow(30, 0, 1)});
+  ASSERT_TRUE(a.wait_for_rate(30, [](auto r) { return r > 0; }, kWaitMs));
+  a.wait_for([](auto&) { return false; }, 300);  // whatever else would come
+  for (const auto& m : a.history()) {
+    for (const auto& r : m.rates) EXPECT_EQ(r.flow_key, 30u) << "an update under the threshold";
+  }
+}
+
+TEST_F(DaemonTest, SilentEndpointExpiresAndLeasesAreRefreshedForLiveOnes) {
+  daemon_.start(listen_, big_switch_args({"--lease-ms", "100", "--lease-refresh-ms", "40",
+                                          "--endpoint-timeout-ms", "300"}));
+  Endpoint a(listen_), b(listen_);
+  a.send({wire::Hello{"ep-a", "h0"}, host_flow(1, 0, 2)});
+  b.send({wire::Hello{"ep-b", "h1"}, host_flow(1, 1, 2)});
+  ASSERT_TRUE(b.wait_for_rate(1, [](auto r) { return near(r, share(2)); }, kWaitMs));
+  // b heartbeats, a falls silent: within the timeout b gets the whole link.
+  bool refreshed = false;
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < deadline && !(b.rate(1) && near(*b.rate(1), share(1)))) {
+    b.send({wire::Heartbeat{}});
+    b.wait_for([&](const wire::AllocatorMessage& m) {
+      refreshed = refreshed || m.lease_refresh_us == 100'000;
+      return false;
+    }, 50);
+  }
+  EXPECT_TRUE(near(b.rate(1).value_or(0), share(1))) << daemon_.log();
+  EXPECT_TRUE(refreshed) << "no lease refresh reached a live endpoint";
+  const json s = daemon_.status();
+  EXPECT_EQ(s["counters"]["endpoints_timed_out"], 1);
+  EXPECT_EQ(s["counters"]["flows_expired"], 1);
+  EXPECT_EQ(s["endpoints"], 1);
+}
+
+TEST_F(DaemonTest, AfterARestartTheEndpointLearnsTheNewEpochAndResyncs) {
+  daemon_.start(listen_, big_switch_args());
+  Endpoint a(listen_);
+  a.send({wire::Hello{"ep-a", "h0"}, host_flow(1, 0, 2), host_flow(2, 0, 3)});
+  ASSERT_TRUE(a.wait_for_rate(2, [](auto r) { return near(r, share(2)); }, kWaitMs));
+  const std::uint64_t epoch1 = a.history().back().epoch;
+  ASSERT_EQ(daemon_.stop(), 0);
+  daemon_.start(listen_, big_switch_args());
+  // The endpoint's socket reconnects by itself; its next message is refused
+  // with the new epoch, which is its cue to send state, not history.
+  std::uint64_t epoch2 = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < deadline && epoch2 == 0) {
+    a.send({wire::Heartbeat{}});
+    a.wait_for([&](const wire::AllocatorMessage& m) {
+      if (!m.errors.empty() && m.errors[0].code == wire::ErrorCode::kNotRegistered) {
+        epoch2 = m.epoch;
+      }
+      return epoch2 != 0;
+    }, 100);
+  }
+  ASSERT_NE(epoch2, 0u) << daemon_.log();
+  EXPECT_NE(epoch2, epoch1);
+  a.send({wire::Hello{"ep-a", "h0"}, wire::Resync{{host_flow(1, 0, 2)}}});
+  EXPECT_TRUE(a.wait_for_rate(1, [](auto r) { return near(r, share(1)); }, kWaitMs));
+  EXPECT_EQ(daemon_.status()["flows"], 1);
+}
+
+TEST_F(DaemonTest, MalformedFramesAreAnsweredAndDoNotDisturbOthers) {
+  daemon_.start(listen_, big_switch_args());
+  Endpoint bad(listen_), good(listen_);
+  bad.send_raw({0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7});
+  ASSERT_TRUE(bad.wait_for([](const wire::AllocatorMessage& m) {
+    return !m.errors.empty() && m.errors[0].code == wire::ErrorCode::kMalformed;
+  }, kWaitMs));
+  bad.send_frames({"a", "b", "c"});
+  bad.send_raw({});
+  std::string big(wire::kMaxMessageBytes + 1, 'x');  // over the socket's size limit
+  bad.send_frames({big});
+  good.send({wire::Hello{"ep-g", "h0"}, host_flow(1, 0, 1)});
+  EXPECT_TRUE(good.wait_for_rate(1, [](auto r) { return near(r, share(1)); }, kWaitMs));
+  const json e = daemon_.status()["counters"]["errors"];
+  EXPECT_EQ(e["malformed"], 1);
+  EXPECT_EQ(e["bad_frames"], 1);
+  EXPECT_EQ(e["truncated"], 1);
+  EXPECT_NE(daemon_.log().find("refused (malformed)"), std::string::npos);
+}
+
+TEST_F(DaemonTest, IdleDaemonUsesNoCpu) {
+  daemon_.start(listen_, big_switch_args());
+  Endpoint a(listen_);
+  a.send({wire::Hello{"ep-a", "h0"}, host_flow(1, 0, 1)});
+  ASSERT_TRUE(a.wait_for_rate(1, [](auto r) { return r > 0; }, kWaitMs));
+  auto cpu_ticks = [&] {
+    std::ifstream f("/proc/" + std::to_string(daemon_.pid()) + "/stat");
+    std::string tok;
+    std::uint64_t t = 0;
+    for (int i = 1; i <= 15 && f >> tok; ++i) {
+      if (i == 14 || i == 15) t += std::stoull(tok);  // utime + stime
+    }
+    return t;
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let it converge
+  const std::uint64_t before = cpu_ticks();
+  // One live flow with lease refreshes due, and still: 1 s of wall time.
+  a.wait_for([](auto&) { return false; }, 1000);
+  const std::uint64_t used = cpu_ticks() - before;
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  EXPECT_LE(static_cast<double>(used) / static_cast<double>(hz), 0.03)
+      << "the daemon burned CPU while idle";
+}
+
+// ---- command lines ----
+
+struct CmdResult {
+  int status;
+  std::string output;
+};
+
+CmdResult run(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int st = ::pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+TEST(AllocatorCli, HelpAndConfigErrors) {
+  const std::string bin = FT_ALLOCATOR_BINARY;
+  CmdResult r = run(bin + " --help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.output.find("--threshold"), std::string::npos);
+  r = run(bin + " --threads");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("missing value"), std::string::npos) << r.output;
+  r = run(bin + " --norm sometimes");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--norm expects"), std::string::npos) << r.output;
+  r = run(bin + " --topology /nonexistent.toml");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("/nonexistent.toml"), std::string::npos) << r.output;
+  r = run(bin + " --threshold 0.9 --check-config");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("threshold"), std::string::npos) << r.output;
+  r = run(bin + " --listen bogus://x --hosts 2");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("cannot listen on bogus://x"), std::string::npos) << r.output;
+  r = run(bin + " --hosts 4 --check-config");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("configuration ok"), std::string::npos);
+}
+
+TEST_F(DaemonTest, CtlShowsFlowsLinksAndCounters) {
+  daemon_.start(listen_, big_switch_args());
+  Endpoint a(listen_);
+  a.send({wire::Hello{"ep-a", "h0"}, host_flow(1, 0, 2), host_flow(2, 0, 3)});
+  ASSERT_TRUE(a.wait_for_rate(2, [](auto r) { return near(r, share(2)); }, kWaitMs));
+  const std::string ctl = std::string(FT_CTL_BINARY) + " --allocator " + listen_;
+  CmdResult r = run(ctl + " --json flows");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json flows = json::parse(r.output);
+  ASSERT_EQ(flows["flows"].size(), 2u);
+  EXPECT_EQ(flows["flows"][0]["src"], "h0");
+  EXPECT_EQ(flows["flows"][0]["path"].size(), 2u);
+  r = run(ctl + " --json links");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json links = json::parse(r.output);
+  ASSERT_EQ(links.size(), 3u);  // h0 up, h2 down, h3 down
+  for (const json& l : links) {
+    EXPECT_LE(l["utilization"].get<double>(), 1.0);
+    if (l["flows"] == 2) {
+      EXPECT_NEAR(l["utilization"].get<double>(), 0.99, 0.01);
+    }
+  }
+  r = run(ctl);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.output.find("2 flows"), std::string::npos) << r.output;
+  r = run(ctl + " endpoints");
+  EXPECT_NE(r.output.find("ep-a"), std::string::npos) << r.output;
+  r = run(ctl + " nonsense");
+  EXPECT_EQ(r.status, 2);
+  r = run(std::string(FT_CTL_BINARY) + " --allocator " + unique_endpoint() + " --timeout-ms 100");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("no reply"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace flowtune::daemon::testing
