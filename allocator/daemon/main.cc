@@ -60,6 +60,9 @@ leases and limits:
   --max-msg-rate R           messages/s per endpoint, 0 = unlimited (default 100000)
 
 operation:
+  --busy-poll-us US          after traffic, keep polling without sleeping this
+                             long: lower latency for bursts at the cost of CPU
+                             (default 0: sleep as soon as idle)
   --log-level LEVEL          error | warn | info | debug (default info)
   --log-interval-s S         a refusal cause is logged at most once per S (default 10)
   --check-config             validate the configuration, print it, and exit
@@ -78,6 +81,7 @@ struct Options {
   AllocatorConfig alloc;
   LogLevel log_level = LogLevel::kInfo;
   double log_interval_s = 10;
+  std::uint64_t busy_poll_us = 0;
   bool check_config = false;
 };
 
@@ -152,6 +156,7 @@ Options parse(int argc, char** argv) {
       else if (l == "debug") o.log_level = LogLevel::kDebug;
       else usage_error("--log-level expects error, warn, info or debug, got '" + std::string(l) + "'");
     } else if (a == "--log-interval-s") o.log_interval_s = number(a, v);
+    else if (a == "--busy-poll-us") o.busy_poll_us = count(a, v, 10'000'000);
     else usage_error("unknown option: " + std::string(a));
   }
   if (o.unknown_hosts.empty()) o.unknown_hosts = o.topology_file.empty() ? "add" : "reject";
@@ -212,7 +217,7 @@ int run(const Options& o) {
   if (sfd < 0) throw ConfigError(std::string("signalfd: ") + std::strerror(errno));
 
   zmq::context_t ctx(1);
-  Server server(ctx, allocator, log, o.listen);
+  Server server(ctx, allocator, log, o.listen, o.busy_poll_us);
   log.write(LogLevel::kInfo, "listening on " + server.bound_endpoint() + "; epoch " +
                                  std::to_string(allocator.epoch()) + "; " + summary);
   const int sig = server.run(sfd);

@@ -69,20 +69,37 @@ struct Failure {
   std::string detail;
 };
 
-void require(bool ok, DecodeError e, const std::string& detail) {
-  if (!ok) throw Failure{e, detail};
+// Where a field sits in the message ("events[3].start.weight"), rendered only
+// when a check fails: building it eagerly cost more than decoding itself.
+struct Where {
+  const Where* parent = nullptr;
+  const char* name = "";
+  long index = -1;  // >= 0: render as name[index]
+  std::string str() const {
+    std::string out = parent != nullptr ? parent->str() : std::string();
+    if (!out.empty() && name[0] != '\0') out += '.';
+    out += name;
+    if (index >= 0) out += "[" + std::to_string(index) + "]";
+    return out;
+  }
+};
+
+// Throws Failure{e, where + detail()} when !ok; detail runs only then.
+template <typename Detail>
+void require(bool ok, DecodeError e, const Where& where, Detail&& detail) {
+  if (!ok) throw Failure{e, where.str() + detail()};
 }
 
-std::string text(capnp::Text::Reader t, const std::string& where) {
-  require(t.size() <= kMaxTextBytes, DecodeError::kBadValue,
-          where + " longer than " + std::to_string(kMaxTextBytes) + " bytes");
+std::string text(capnp::Text::Reader t, const Where& where) {
+  require(t.size() <= kMaxTextBytes, DecodeError::kBadValue, where,
+          [] { return " longer than " + std::to_string(kMaxTextBytes) + " bytes"; });
   std::string out(t.begin(), t.end());
-  require(out.find('\0') == std::string::npos, DecodeError::kBadValue,
-          where + " contains a NUL byte");
+  require(out.find('\0') == std::string::npos, DecodeError::kBadValue, where,
+          [] { return std::string(" contains a NUL byte"); });
   return out;
 }
 
-FlowletStart read_start(s::FlowletStart::Reader r, const std::string& where) {
+FlowletStart read_start(s::FlowletStart::Reader r, const Where& where) {
   FlowletStart f;
   f.flow_key = r.getFlowKey();
   auto ep = r.getEndpoints();
@@ -99,14 +116,14 @@ FlowletStart read_start(s::FlowletStart::Reader r, const std::string& where) {
       break;
     }
     default:
-      throw Failure{DecodeError::kMalformed, where + ".endpoints: unknown variant"};
+      throw Failure{DecodeError::kMalformed, where.str() + ".endpoints: unknown variant"};
   }
   f.bytes = r.getBytes();
-  require(f.bytes <= kMaxFlowletBytes, DecodeError::kBadValue,
-          where + ".bytes = " + std::to_string(f.bytes) + " is absurd");
+  require(f.bytes <= kMaxFlowletBytes, DecodeError::kBadValue, where,
+          [&] { return ".bytes = " + std::to_string(f.bytes) + " is absurd"; });
   f.weight = r.getWeight();
-  require(f.weight >= kMinWeight && f.weight <= kMaxWeight, DecodeError::kBadValue,
-          where + ".weight = " + std::to_string(f.weight) + " outside [1e-6, 1e6]");
+  require(f.weight >= kMinWeight && f.weight <= kMaxWeight, DecodeError::kBadValue, where,
+          [&] { return ".weight = " + std::to_string(f.weight) + " outside [1e-6, 1e6]"; });
   f.coflow_id = r.getCoflowId();
   return f;
 }
@@ -115,40 +132,43 @@ FlowletStart read_start(s::FlowletStart::Reader r, const std::string& where) {
 struct Budget {
   std::size_t items = 0;
   std::size_t hellos = 0;
-  void take(std::size_t n, const std::string& where) {
+  void take(std::size_t n, const Where& where) {
     items += n;
-    require(items <= kMaxItemsPerMessage, DecodeError::kBadValue,
-            where + ": more than " + std::to_string(kMaxItemsPerMessage) + " items in one message");
+    require(items <= kMaxItemsPerMessage, DecodeError::kBadValue, where, [] {
+      return ": more than " + std::to_string(kMaxItemsPerMessage) + " items in one message";
+    });
   }
 };
 
-EndpointEvent read_event(s::EndpointEvent::Reader r, const std::string& where, Budget& budget) {
+EndpointEvent read_event(s::EndpointEvent::Reader r, const Where& where, Budget& budget) {
   budget.take(1, where);
   switch (r.which()) {
     case s::EndpointEvent::HELLO: {
-      require(++budget.hellos == 1, DecodeError::kBadValue, where + ": a second hello");
+      require(++budget.hellos == 1, DecodeError::kBadValue, where,
+              [] { return std::string(": a second hello"); });
       auto h = r.getHello();
-      return Hello{text(h.getEndpointId(), where + ".hello.endpointId"),
-                   text(h.getHostId(), where + ".hello.hostId")};
+      const Where hello{&where, "hello"};
+      return Hello{text(h.getEndpointId(), Where{&hello, "endpointId"}),
+                   text(h.getHostId(), Where{&hello, "hostId"})};
     }
     case s::EndpointEvent::START:
-      return read_start(r.getStart(), where + ".start");
+      return read_start(r.getStart(), Where{&where, "start"});
     case s::EndpointEvent::END:
       return FlowletEnd{r.getEnd()};
     case s::EndpointEvent::HEARTBEAT:
       return Heartbeat{};
     case s::EndpointEvent::RESYNC: {
       auto list = r.getResync();
-      budget.take(list.size(), where + ".resync");
+      budget.take(list.size(), Where{&where, "resync"});
       Resync out;
       out.flows.reserve(list.size());
       for (unsigned i = 0; i < list.size(); ++i) {
-        out.flows.push_back(read_start(list[i], where + ".resync[" + std::to_string(i) + "]"));
+        out.flows.push_back(read_start(list[i], Where{&where, "resync", static_cast<long>(i)}));
       }
       return out;
     }
   }
-  throw Failure{DecodeError::kMalformed, where + ": unknown event type"};
+  throw Failure{DecodeError::kMalformed, where.str() + ": unknown event type"};
 }
 
 // Runs body(reader) over bytes with Cap'n Proto's limits, turning every
@@ -200,9 +220,10 @@ DecodeStatus with_reader(std::span<const std::uint8_t> bytes, Body&& body) {
 
 void check_version(std::uint16_t v, DecodeStatus& st) {
   st.version = v;
-  require(v == kProtocolVersion, DecodeError::kUnsupportedVersion,
-          "protocol version " + std::to_string(v) + ", this side speaks " +
-              std::to_string(kProtocolVersion));
+  require(v == kProtocolVersion, DecodeError::kUnsupportedVersion, Where{}, [&] {
+    return "protocol version " + std::to_string(v) + ", this side speaks " +
+           std::to_string(kProtocolVersion);
+  });
 }
 
 }  // namespace
@@ -294,12 +315,13 @@ DecodeStatus decode(std::span<const std::uint8_t> bytes, EndpointMessage* out) {
     check_version(root.getVersion(), st);
     auto events = root.getEvents();
     Budget budget;
-    budget.take(events.size(), "events");
+    budget.take(events.size(), Where{nullptr, "events"});
     budget.items = 0;  // counted again per event below
     m.seq = root.getSeq();
     m.events.reserve(events.size());
     for (unsigned i = 0; i < events.size(); ++i) {
-      m.events.push_back(read_event(events[i], "events[" + std::to_string(i) + "]", budget));
+      m.events.push_back(
+          read_event(events[i], Where{nullptr, "events", static_cast<long>(i)}, budget));
     }
   });
   // *out changes only for a message that passed every check.
@@ -315,17 +337,19 @@ DecodeStatus decode(std::span<const std::uint8_t> bytes, AllocatorMessage* out) 
     m.epoch = root.getEpoch();
     m.lease_refresh_us = root.getLeaseRefreshUs();
     auto rates = root.getRates();
-    require(rates.size() <= kMaxItemsPerMessage, DecodeError::kBadValue, "too many rates");
+    require(rates.size() <= kMaxItemsPerMessage, DecodeError::kBadValue, Where{nullptr, "rates"},
+            [] { return std::string(": too many"); });
     for (auto r : rates) m.rates.push_back({r.getFlowKey(), r.getBytesPerSec(), r.getLeaseUs()});
     auto errors = root.getErrors();
-    require(errors.size() <= kMaxErrorsPerMessage, DecodeError::kBadValue, "too many errors");
+    require(errors.size() <= kMaxErrorsPerMessage, DecodeError::kBadValue,
+            Where{nullptr, "errors"}, [] { return std::string(": too many"); });
     for (unsigned i = 0; i < errors.size(); ++i) {
       auto e = errors[i];
       auto code = static_cast<std::uint16_t>(e.getCode());
+      const Where where{nullptr, "errors", static_cast<long>(i)};
       require(code <= static_cast<std::uint16_t>(ErrorCode::kRateLimited), DecodeError::kBadValue,
-              "errors[" + std::to_string(i) + "].code = " + std::to_string(code) + " unknown");
-      m.errors.push_back({static_cast<ErrorCode>(code),
-                          text(e.getText(), "errors[" + std::to_string(i) + "].text"),
+              where, [&] { return ".code = " + std::to_string(code) + " unknown"; });
+      m.errors.push_back({static_cast<ErrorCode>(code), text(e.getText(), Where{&where, "text"}),
                           e.getFlowKey()});
     }
   });

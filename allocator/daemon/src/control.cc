@@ -21,6 +21,13 @@ const char* kind_name(alloc::TopologyKind k) {
   return "unknown";
 }
 
+json histogram_json(const LatencyHistogram& h) {
+  return {{"count", h.count()},
+          {"p50", h.quantile_ns(0.5)},
+          {"p99", h.quantile_ns(0.99)},
+          {"p999", h.quantile_ns(0.999)}};
+}
+
 json counters_json(const Counters& c) {
   json errors = json::object();
   for (std::size_t i = 0; i < kNumCauses; ++i) errors[to_string(static_cast<Cause>(i))] = c.errors[i];
@@ -43,11 +50,8 @@ json counters_json(const Counters& c) {
           {"iterations", c.iterations},
           {"control_requests", c.control_requests},
           {"errors", errors},
-          {"iteration_ns",
-           {{"count", c.iteration_ns.count()},
-            {"p50", c.iteration_ns.quantile_ns(0.5)},
-            {"p99", c.iteration_ns.quantile_ns(0.99)},
-            {"p999", c.iteration_ns.quantile_ns(0.999)}}}};
+          {"iteration_ns", histogram_json(c.iteration_ns)},
+          {"turn_ns", histogram_json(c.turn_ns)}};
 }
 
 json status_json(const Allocator& a, const ServerInfo& info) {

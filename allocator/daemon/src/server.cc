@@ -14,10 +14,12 @@ namespace flowtune::daemon {
 
 namespace {
 
-// Messages taken from the socket per turn before the engine iterates: large
-// enough to batch a burst into one iteration, small enough that one turn
-// (and so a rate's latency) stays short.
+// Messages taken from the socket per turn before the engine iterates: enough
+// to batch a burst into one iteration, few enough (and for at most
+// kMaxDrainNs) that a turn, and so the latency of a rate, stays short under
+// load.
 constexpr int kMaxDrainPerTurn = 1024;
+constexpr std::int64_t kMaxDrainNs = 200'000;
 constexpr int kMaxFramesPerMessage = 8;
 
 std::int64_t steady_ns() {
@@ -28,9 +30,10 @@ std::int64_t steady_ns() {
 
 }  // namespace
 
-Server::Server(zmq::context_t& ctx, Allocator& allocator, Log& log, const std::string& listen)
+Server::Server(zmq::context_t& ctx, Allocator& allocator, Log& log, const std::string& listen,
+               std::uint64_t busy_poll_us)
     : allocator_(allocator), log_(log), router_(ctx, zmq::socket_type::router),
-      start_ns_(steady_ns()) {
+      start_ns_(steady_ns()), busy_poll_us_(busy_poll_us) {
   // Unroutable replies (the peer left) fail visibly instead of vanishing, and
   // a slow peer's full queue fails a send instead of blocking the loop.
   router_.set(zmq::sockopt::router_mandatory, 1);
@@ -58,7 +61,10 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
     long timeout_ms = -1;
     std::uint64_t now = now_us();
     if (allocator_.busy()) {
+      last_active_us_ = now;
       timeout_ms = 0;
+    } else if (now - last_active_us_ < busy_poll_us_) {
+      timeout_ms = 0;  // still spinning after recent traffic: no wake-up cost
     } else if (const std::uint64_t next = allocator_.next_timer_us(); next != UINT64_MAX) {
       timeout_ms = next <= now ? 0 : static_cast<long>((next - now + 999) / 1000);
     }
@@ -74,8 +80,11 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
         return static_cast<int>(si.ssi_signo);
       }
     }
-    now = now_us();
-    for (int i = 0; i < kMaxDrainPerTurn && receive_one(now); ++i) {
+    const std::int64_t drain_start = steady_ns();
+    int received = 0;
+    for (; received < kMaxDrainPerTurn; ++received) {
+      if ((received & 15) == 15 && steady_ns() - drain_start > kMaxDrainNs) break;
+      if (!receive_one(static_cast<std::uint64_t>((steady_ns() - start_ns_) / 1000))) break;
     }
     now = now_us();
     if (now >= allocator_.next_timer_us()) allocator_.on_timer(now);
@@ -85,6 +94,10 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
       allocator_.counters().iteration_ns.record(static_cast<std::uint64_t>(steady_ns() - t0));
     }
     flush();
+    if (received > 0) {
+      last_active_us_ = now_us();
+      allocator_.counters().turn_ns.record(static_cast<std::uint64_t>(steady_ns() - drain_start));
+    }
   }
   return 0;
 }

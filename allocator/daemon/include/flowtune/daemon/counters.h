@@ -67,6 +67,10 @@ struct Counters {
   std::uint64_t control_requests = 0;
   std::array<std::uint64_t, kNumCauses> errors{};
   LatencyHistogram iteration_ns;
+  // A loop turn that received messages: from the first receive to the last
+  // reply handed to ZeroMQ (receive + handle + one iteration + send), the
+  // allocator's share of an endpoint's control-loop latency.
+  LatencyHistogram turn_ns;
 
   std::uint64_t events() const { return hellos + starts + ends + heartbeats + resyncs; }
   void count(Cause c) { ++errors[static_cast<std::size_t>(c)]; }

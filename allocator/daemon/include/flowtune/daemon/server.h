@@ -24,7 +24,10 @@ inline constexpr const char* kControlTag = "flowtune-ctl";
 class Server {
  public:
   // Binds `listen`; throws ConfigError naming the endpoint when it cannot.
-  Server(zmq::context_t& ctx, Allocator& allocator, Log& log, const std::string& listen);
+  // busy_poll_us: after traffic, poll without blocking this long before
+  // sleeping, trading CPU for the wake-up latency of the next message.
+  Server(zmq::context_t& ctx, Allocator& allocator, Log& log, const std::string& listen,
+         std::uint64_t busy_poll_us = 0);
 
   // Runs until a signal arrives on signal_fd (read and reported) and returns
   // its number; -1 as signal_fd runs until stop_after_turns (tests) is hit.
@@ -46,6 +49,8 @@ class Server {
   zmq::socket_t router_;
   std::string bound_;
   std::int64_t start_ns_;
+  std::uint64_t busy_poll_us_;
+  std::uint64_t last_active_us_ = 0;
 };
 
 }  // namespace flowtune::daemon

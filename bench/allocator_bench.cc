@@ -1,0 +1,131 @@
+// Micro-benchmarks of the allocator's protocol state machine without sockets.
+//
+// BM_Events: cost per flowlet event of Allocator::on_message (decode, flow
+//   table, engine add/remove) on batched messages of 64 ends + 64 starts that
+//   keep `active` flows live, with one iterate() per `msgs_per_iteration`
+//   messages, as the daemon's loop does. items_per_second = events/s on one
+//   core, the ceiling of the daemon's absorb rate.
+// BM_DecodeOnly: the same messages through wire::decode alone: the baseline
+//   the state machine's cost is compared with (same run).
+// BM_Iterate vs BM_EngineIterate: one allocator iteration (engine + scan for
+//   rates that moved past the threshold) against the bare engine iteration on
+//   the same flows, so the scan's overhead shows as a ratio.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "flowtune/daemon/allocator.h"
+#include "flowtune/wire/codec.h"
+
+namespace {
+
+using namespace flowtune;
+using daemon::Allocator;
+
+constexpr std::uint32_t kHosts = 512;
+constexpr std::size_t kHalf = 64;
+
+wire::FlowletStart flow(std::uint64_t key, std::uint32_t src) {
+  wire::FlowletStart s;
+  s.flow_key = key;
+  std::uint32_t dst = static_cast<std::uint32_t>(((key * 0x9E3779B97F4A7C15ULL) >> 33) % kHosts);
+  if (dst == src) dst = (dst + 1) % kHosts;
+  s.endpoints = wire::HostPair{src, dst};
+  s.bytes = 1 << 20;
+  return s;
+}
+
+struct Setup {
+  std::unique_ptr<Allocator> alloc;
+  std::vector<std::vector<std::uint8_t>> cycle;  // end/start messages
+  std::uint64_t now = 1;
+};
+
+// `active` flows (a multiple of kHalf) held by as many endpoints as the
+// per-endpoint limit needs, settled; the message cycle churns endpoint 0's.
+Setup make(std::size_t active) {
+  Setup s;
+  daemon::AllocatorConfig c;
+  c.max_messages_per_sec = 0;
+  s.alloc = std::make_unique<Allocator>(daemon::Network::big_switch(kHosts, 10e9), c, 1, nullptr);
+  const std::size_t endpoints = (active + 8191) / 8192;
+  const std::size_t per = active / endpoints / kHalf * kHalf;
+  for (std::size_t e = 0; e < endpoints; ++e) {
+    const auto host = static_cast<std::uint32_t>(e);
+    wire::EndpointMessage m;
+    m.events.emplace_back(wire::Hello{"bench" + std::to_string(e), "h" + std::to_string(e)});
+    wire::Resync r;
+    for (std::uint64_t k = 0; k < per; ++k) r.flows.push_back(flow(k, host));
+    m.events.emplace_back(std::move(r));
+    s.alloc->on_message("p" + std::to_string(e), wire::encode(m), s.now);
+  }
+  if (s.alloc->num_flows() != per * endpoints) throw std::logic_error("setup refused flows");
+  for (int i = 0; i < 5000 && s.alloc->busy(); ++i) s.alloc->iterate(s.now);
+  (void)s.alloc->take_outbox();
+  const std::size_t key_space = per + kHalf;
+  for (std::size_t j = 0; j < key_space / kHalf; ++j) {
+    wire::EndpointMessage b;
+    for (std::size_t i = 0; i < kHalf; ++i) b.events.emplace_back(wire::FlowletEnd{(j * kHalf + i) % key_space});
+    for (std::size_t i = 0; i < kHalf; ++i) b.events.emplace_back(flow((per + j * kHalf + i) % key_space, 0));
+    s.cycle.push_back(wire::encode(b));
+  }
+  return s;
+}
+
+void BM_Events(benchmark::State& state) {
+  Setup s = make(static_cast<std::size_t>(state.range(0)));
+  const auto per_iter = static_cast<std::size_t>(state.range(1));
+  std::size_t j = 0, since = 0;
+  for (auto _ : state) {
+    s.alloc->on_message("p0", s.cycle[j], ++s.now);
+    j = (j + 1) % s.cycle.size();
+    if (++since == per_iter) {
+      s.alloc->iterate(s.now);
+      benchmark::DoNotOptimize(s.alloc->take_outbox());
+      since = 0;
+    }
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * 2 * kHalf));
+}
+BENCHMARK(BM_Events)->ArgNames({"active", "msgs_per_iteration"})
+    ->Args({1024, 8})->Args({10240, 8})->Args({50176, 8})->Args({50176, 64});
+
+void BM_DecodeOnly(benchmark::State& state) {
+  Setup s = make(static_cast<std::size_t>(state.range(0)));
+  std::size_t j = 0;
+  for (auto _ : state) {
+    wire::EndpointMessage m;
+    benchmark::DoNotOptimize(wire::decode(s.cycle[j], &m));
+    j = (j + 1) % s.cycle.size();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * 2 * kHalf));
+}
+BENCHMARK(BM_DecodeOnly)->ArgName("active")->Arg(1024);
+
+void BM_Iterate(benchmark::State& state) {
+  Setup s = make(static_cast<std::size_t>(state.range(0)));
+  for (auto _ : state) {
+    s.alloc->iterate(++s.now);
+    benchmark::DoNotOptimize(s.alloc->take_outbox());
+  }
+  state.counters["ns_per_flow"] = benchmark::Counter(
+      static_cast<double>(state.range(0)), benchmark::Counter::kIsIterationInvariantRate |
+                                               benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_Iterate)->ArgName("active")->Arg(1024)->Arg(10240)->Arg(50176);
+
+void BM_EngineIterate(benchmark::State& state) {
+  Setup s = make(static_cast<std::size_t>(state.range(0)));
+  auto& engine = const_cast<alloc::Engine&>(s.alloc->engine());
+  for (auto _ : state) engine.iterate();
+  state.counters["ns_per_flow"] = benchmark::Counter(
+      static_cast<double>(state.range(0)), benchmark::Counter::kIsIterationInvariantRate |
+                                               benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_EngineIterate)->ArgName("active")->Arg(1024)->Arg(10240)->Arg(50176);
+
+}  // namespace
+
+BENCHMARK_MAIN();
