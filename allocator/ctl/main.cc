@@ -189,9 +189,10 @@ void print_endpoints(const json& j) {
             << std::setw(8) << "ERRORS" << "\n";
   for (const json& e : j["endpoints"]) {
     std::cout << std::left << std::setw(28) << e["id"].get<std::string>() << std::setw(16)
-              << e["host"].get<std::string>() << std::right << std::setw(8) << e["flows"]
+              << e["host"].get<std::string>() << std::right << std::setw(8) << e["flows"].get<std::uint64_t>()
               << std::setw(10) << std::fixed << std::setprecision(1) << e["idle_ms"].get<double>()
-              << std::setw(10) << e["messages"] << std::setw(8) << e["errors"] << "\n";
+              << std::setw(10) << e["messages"].get<std::uint64_t>() << std::setw(8)
+              << e["errors"].get<std::uint64_t>() << "\n";
   }
 }
 
@@ -203,7 +204,7 @@ void print_flows(const json& j) {
     std::string path;
     for (const json& l : f["path"]) path += (path.empty() ? "" : ",") + l.get<std::string>();
     std::cout << std::left << std::setw(24) << f["endpoint"].get<std::string>() << std::setw(10)
-              << f["key"] << std::setw(12) << f["src"].get<std::string>() << std::setw(12)
+              << f["key"].get<std::uint64_t>() << std::setw(12) << f["src"].get<std::string>() << std::setw(12)
               << f["dst"].get<std::string>() << std::right << std::setw(8) << std::setprecision(2)
               << f["weight"].get<double>() << std::setw(10) << rate(f["rate_bps"].get<double>())
               << std::setw(10) << rate(f["sent_rate_bps"].get<double>()) << "  " << path << "\n";
@@ -224,7 +225,7 @@ void print_links(const json& j) {
               << rate(l["scheduled_bps"].get<double>()) << std::setw(10)
               << rate(l["allocated_bps"].get<double>()) << std::setw(8) << std::fixed
               << std::setprecision(1) << 100 * l["utilization"].get<double>() << std::setw(8)
-              << l["flows"] << std::setw(12) << std::setprecision(4) << l["price"].get<double>()
+              << l["flows"].get<std::uint64_t>() << std::setw(12) << std::setprecision(4) << l["price"].get<double>()
               << "\n";
   }
 }

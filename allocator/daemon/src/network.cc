@@ -637,6 +637,11 @@ std::string Network::link_name(alloc::LinkId l) const {
     FT_ASSERT(l < link_names_.size(), l, link_names_.size());
     return link_names_[l];
   }
+  // Host links by the host's name, so operators read "web1.up", not "host7.up".
+  const std::uint32_t slots = topology_.num_hosts();
+  if (l < 2 * slots && l % slots < num_hosts_) {
+    return host_names_[l % slots] + (l < slots ? ".up" : ".down");
+  }
   return topology_.link_name(l);
 }
 

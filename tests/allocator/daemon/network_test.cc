@@ -107,7 +107,12 @@ TEST(NetworkBigSwitch, NamesHostsAndMatchesTopologyWithSpareSlots) {
   }
   ASSERT_TRUE(n.path(1, 3, 99).has_value());
   EXPECT_EQ(links_of(*n.path(1, 3, 99)), links_of(want.path(1, 3, 99)));
-  EXPECT_EQ(n.link_name(want.host_uplink(2)), want.link_name(want.host_uplink(2)));
+  // Host links carry the host's name; spare slots keep the topology's.
+  EXPECT_EQ(n.link_name(want.host_uplink(2)), "h2.up");
+  EXPECT_EQ(n.link_name(want.host_downlink(3)), "h3.down");
+  EXPECT_EQ(n.link_name(want.host_uplink(5)), want.link_name(want.host_uplink(5)));
+  EXPECT_EQ(n.add_host("web1"), 4u);
+  EXPECT_EQ(n.link_name(want.host_downlink(4)), "web1.down");
 }
 
 TEST(NetworkBigSwitch, RejectsBadSizesAndCapacities) {
@@ -269,7 +274,8 @@ addresses = ["10.2.0.6"]
       }
     }
   }
-  for (LinkId l = 0; l < want.num_links(); ++l) EXPECT_EQ(n.link_name(l), want.link_name(l));
+  for (LinkId l = 2 * 6; l < want.num_links(); ++l) EXPECT_EQ(n.link_name(l), want.link_name(l));
+  EXPECT_EQ(n.link_name(want.host_uplink(3)), "r1h1.up");
 }
 
 TEST(NetworkToml, TwoTierWithoutSpineGbpsHasFullBisection) {
