@@ -2,6 +2,7 @@
 // ZeroMQ endpoint the endpoints use, and prints it as tables or JSON.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -88,7 +89,7 @@ Options parse(int argc, char** argv) {
       const char* v = argv[++i];
       if (a == "--allocator") o.allocator = v;
       if (a == "--limit") o.limit = integer(a, v);
-      if (a == "--timeout-ms") o.timeout_ms = static_cast<long>(integer(a, v));
+      if (a == "--timeout-ms") o.timeout_ms = static_cast<long>(std::min(integer(a, v), 3'600'000ull));
       if (a == "--watch") {
         char* end = nullptr;
         o.watch_s = std::strtod(v, &end);
@@ -264,6 +265,9 @@ int main(int argc, char** argv) {
   } catch (const zmq::error_t& e) {
     std::cerr << "flowtune-ctl: " << o.allocator << ": " << e.what() << "\n";
     return kExitUsage;
+  } catch (const nlohmann::json::exception& e) {
+    std::cerr << "flowtune-ctl: unexpected reply from " << o.allocator << ": " << e.what() << "\n";
+    return kExitUnreachable;
   }
   return 0;
 }

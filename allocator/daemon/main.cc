@@ -53,10 +53,13 @@ engine:
 
 leases and limits:
   --lease-ms MS              lifetime of a rate at the endpoint (default 1000)
-  --lease-refresh-ms MS      how often live leases are renewed (default 300)
-  --endpoint-timeout-ms MS   an endpoint silent this long loses its flows (default 3000)
+  --lease-refresh-ms MS      how often live leases are renewed and endpoint
+                             timeouts checked (default 300)
+  --endpoint-timeout-ms MS   an endpoint silent this long loses its flows; must
+                             exceed the lease (default 3000)
   --max-flows-per-endpoint N at most 16382, one resync message (default 16000)
   --max-endpoints N          (default 65536)
+  --max-flows N              flows in all (default 2097152)
   --max-msg-rate R           messages/s per endpoint, 0 = unlimited (default 100000)
 
 operation:
@@ -147,6 +150,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--endpoint-timeout-ms") o.alloc.endpoint_timeout_us = count(a, v, 86'400'000) * 1000;
     else if (a == "--max-flows-per-endpoint") o.alloc.max_flows_per_endpoint = static_cast<std::uint32_t>(count(a, v, 1u << 30));
     else if (a == "--max-endpoints") o.alloc.max_endpoints = static_cast<std::uint32_t>(count(a, v, 1u << 24));
+    else if (a == "--max-flows") o.alloc.max_flows = static_cast<std::uint32_t>(count(a, v, 1u << 30));
     else if (a == "--max-msg-rate") o.alloc.max_messages_per_sec = number(a, v);
     else if (a == "--log-level") {
       const std::string_view l = v;

@@ -20,12 +20,15 @@ void validate(const AllocatorConfig& c) {
   require(c.lease_us >= 1000, "lease must be at least 1 ms");
   require(c.lease_refresh_us >= 1000 && c.lease_refresh_us < c.lease_us,
           "lease refresh must be at least 1 ms and shorter than the lease");
-  require(c.endpoint_timeout_us >= 1000, "endpoint timeout must be at least 1 ms");
+  require(c.endpoint_timeout_us > c.lease_us,
+          "endpoint timeout must be longer than the lease (a silent endpoint's rates must "
+          "lapse before its capacity is given away)");
   require(c.max_settle_iterations >= 1, "max settle iterations must be at least 1");
   require(c.max_flows_per_endpoint >= 1 && c.max_flows_per_endpoint <= wire::kMaxResyncFlows,
           "max flows per endpoint must be 1-" + std::to_string(wire::kMaxResyncFlows) +
               " (an endpoint's state must fit one resync message)");
   require(c.max_endpoints >= 1, "max endpoints must be at least 1");
+  require(c.max_flows >= 1, "max flows must be at least 1");
   require(c.max_messages_per_sec >= 0 && std::isfinite(c.max_messages_per_sec),
           "max messages per second must be a non-negative number");
 }
@@ -58,6 +61,7 @@ Allocator::Allocator(Network network, const AllocatorConfig& config, std::uint64
     throw ConfigError(std::string("engine: ") + e.what());
   }
   if (config_.threads > 1) driver_ = std::make_unique<alloc::ParallelDriver>(config_.threads);
+  stranger_tokens_ = std::max(1.0, config_.max_messages_per_sec / 10);
 }
 
 Allocator::~Allocator() = default;
@@ -70,6 +74,8 @@ void Allocator::on_message(std::string_view peer, std::span<const std::uint8_t> 
   counters_.bytes_in += frame.size();
   auto it = by_peer_.find(std::string(peer));
   Endpoint* e = it == by_peer_.end() ? nullptr : endpoints_[it->second].get();
+  // Charged before decoding: a flood of large frames costs its sender, not us.
+  if (!admit_message(e, peer, now_us)) return;
 
   wire::EndpointMessage m;
   const wire::DecodeStatus st = wire::decode(frame, &m);
@@ -83,7 +89,6 @@ void Allocator::on_message(std::string_view peer, std::span<const std::uint8_t> 
     refuse(peer, e, cause_of(st.error), detail, 0, now_us);
     return;
   }
-  if (e != nullptr && !admit_message(*e, now_us)) return;
 
   for (const wire::EndpointEvent& ev : m.events) {
     if (const auto* h = std::get_if<wire::Hello>(&ev)) {
@@ -126,22 +131,21 @@ void Allocator::on_bad_frames(std::string_view peer, std::size_t frames, std::ui
          now_us);
 }
 
-bool Allocator::admit_message(Endpoint& e, std::uint64_t now_us) {
+bool Allocator::admit_message(Endpoint* e, std::string_view peer, std::uint64_t now_us) {
   const double rate = config_.max_messages_per_sec;
-  if (rate == 0) return true;
-  const double burst = std::max(1.0, rate / 10);
-  const double elapsed_s = static_cast<double>(now_us - e.tokens_at_us) * 1e-6;
-  e.tokens = std::min(burst, e.tokens + elapsed_s * rate);
-  e.tokens_at_us = now_us;
-  if (e.tokens >= 1) {
-    e.tokens -= 1;
-    return true;
-  }
-  refuse(e.peer, &e, Cause::kRateLimited,
+  const bool ok = e != nullptr ? take_token(rate, &e->tokens, &e->tokens_at_us, now_us)
+                               : take_token(rate, &stranger_tokens_, &stranger_tokens_at_us_, now_us);
+  if (ok) return true;
+  refuse(peer, e, Cause::kRateLimited,
          "message dropped: over " + std::to_string(static_cast<std::uint64_t>(rate)) +
              " messages/s; slow down and resync",
          0, now_us);
   return false;
+}
+
+void Allocator::on_send_failed(std::string_view peer) {
+  const auto it = by_peer_.find(std::string(peer));
+  if (it != by_peer_.end()) endpoints_[it->second]->resend_rates = true;
 }
 
 void Allocator::refuse(std::string_view peer, Endpoint* e, Cause c, std::string detail,
@@ -206,10 +210,11 @@ void Allocator::iterate(std::uint64_t now_us) {
 
 // ---- timers ----
 
-void Allocator::schedule_timer(std::uint64_t at_us) { next_timer_us_ = std::min(next_timer_us_, at_us); }
+void Allocator::schedule_timer(std::uint64_t at_us) {
+  if (next_timer_us_ == UINT64_MAX) next_timer_us_ = at_us;
+}
 
 void Allocator::on_timer(std::uint64_t now_us) {
-  std::uint64_t next = UINT64_MAX;
   for (EndpointIdx idx = 0; idx < endpoints_.size(); ++idx) {
     Endpoint* e = endpoints_[idx].get();
     if (e == nullptr) continue;
@@ -224,16 +229,27 @@ void Allocator::on_timer(std::uint64_t now_us) {
       drop_endpoint(idx);
       continue;
     }
-    if (now_us >= e->next_refresh_us) {
-      if (!e->flows.empty()) {
-        pending(*e).lease_refresh_us = config_.lease_us;
-        ++counters_.lease_refreshes;
+    // A refresh must not let rates outlive the endpoint's deadline: its
+    // capacity is handed to others then.
+    if (e->flows.empty() || now_us + config_.lease_us > deadline) continue;
+    wire::AllocatorMessage& out = pending(*e);
+    out.lease_refresh_us = config_.lease_us;
+    ++counters_.lease_refreshes;
+    if (e->resend_rates) {
+      // An update may have been lost: tell the endpoint every rate again.
+      e->resend_rates = false;
+      for (const auto& [key, id] : e->flows) {
+        Flow& f = flows_[id];
+        if (f.sent_bytes_per_sec == 0) continue;  // the next iteration sends it
+        f.sent_bytes_per_sec = to_bytes_per_sec(engine_->rate_bps(id));
+        out.rates.push_back({f.key, f.sent_bytes_per_sec, config_.lease_us});
+        ++counters_.rate_updates;
       }
-      e->next_refresh_us = now_us + config_.lease_refresh_us;
     }
-    next = std::min({next, deadline, e->next_refresh_us});
   }
-  next_timer_us_ = next;
+  next_timer_us_ = endpoints_.size() == free_endpoints_.size()
+                       ? UINT64_MAX
+                       : now_us + config_.lease_refresh_us;
 }
 
 // ---- outbox ----
@@ -304,6 +320,15 @@ std::vector<EndpointView> Allocator::endpoints(std::uint64_t now_us) const {
                  e->errors});
   }
   return v;
+}
+
+std::vector<std::uint32_t> Allocator::flows_per_link() const {
+  std::vector<std::uint32_t> n(engine_->num_links(), 0);
+  for (const Flow& f : flows_) {
+    if (!f.live()) continue;
+    for (alloc::LinkId l : f.path) ++n[l];
+  }
+  return n;
 }
 
 std::vector<FlowView> Allocator::flows(std::uint64_t now_us, std::size_t limit) const {

@@ -82,13 +82,12 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
   e->id = h.endpoint_id;
   e->host = *host;
   e->last_heard_us = now_us;
-  e->next_refresh_us = now_us + config_.lease_refresh_us;
   e->tokens = std::max(1.0, config_.max_messages_per_sec / 10);
   e->tokens_at_us = now_us;
   endpoints_[idx] = std::move(e);
   by_peer_[peer_s] = idx;
   by_endpoint_id_[h.endpoint_id] = idx;
-  schedule_timer(now_us + std::min(config_.lease_refresh_us, config_.endpoint_timeout_us));
+  schedule_timer(now_us + config_.lease_refresh_us);
   if (log_ != nullptr && log_->enabled(LogLevel::kDebug)) {
     log_->write(LogLevel::kDebug, "endpoint " + h.endpoint_id + " on host " +
                                       network_.host_name(*host) + " registered");
@@ -148,6 +147,13 @@ void Allocator::on_start(Endpoint& e, const wire::FlowletStart& s, std::uint64_t
            s.flow_key, now_us);
     return;
   }
+  if (existing == e.flows.end() && engine_->num_flows() >= config_.max_flows) {
+    refuse(e.peer, &e, Cause::kTooManyFlows,
+           "start: the allocator is at its limit of " + std::to_string(config_.max_flows) +
+               " flows",
+           s.flow_key, now_us);
+    return;
+  }
   alloc::FlowSpec spec;
   alloc::HostId src = 0, dst = 0;
   std::string why;
@@ -197,7 +203,8 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
         continue;
       }
       remove_flow(e, existing->second);
-    } else if (e.flows.size() >= config_.max_flows_per_endpoint) {
+    } else if (e.flows.size() >= config_.max_flows_per_endpoint ||
+               engine_->num_flows() >= config_.max_flows) {
       refuse(e.peer, &e, Cause::kTooManyFlows, "resync: too many live flows", s.flow_key, now_us);
       continue;
     }

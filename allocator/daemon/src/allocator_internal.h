@@ -16,7 +16,6 @@ struct Allocator::Endpoint {
   alloc::HostId host = 0;
   std::unordered_map<std::uint64_t, alloc::FlowId> flows;  // flow key -> engine id
   std::uint64_t last_heard_us = 0;
-  std::uint64_t next_refresh_us = 0;
   // Token bucket of messages (AllocatorConfig::max_messages_per_sec).
   double tokens = 0;
   std::uint64_t tokens_at_us = 0;
@@ -24,6 +23,8 @@ struct Allocator::Endpoint {
   std::uint64_t errors = 0;
   wire::AllocatorMessage out;  // owed to the endpoint
   bool dirty = false;
+  // A send to it failed: the next lease refresh carries every current rate.
+  bool resend_rates = false;
 };
 
 struct Allocator::Flow {
@@ -41,10 +42,26 @@ struct Allocator::Flow {
   bool live() const { return endpoint != kNone; }
 };
 
-// Bytes/s as the endpoint applies it (SO_MAX_PACING_RATE), never 0.
+// Bytes/s as the endpoint applies it (SO_MAX_PACING_RATE): rounded down, so
+// rounding never adds to a link, and never 0 (which would stop the socket).
 inline std::uint64_t to_bytes_per_sec(double bps) {
   const double b = bps / 8.0;
-  return b < 1.0 ? 1 : static_cast<std::uint64_t>(b + 0.5);
+  return b < 1.0 ? 1 : static_cast<std::uint64_t>(b);
+}
+
+// Refills a token bucket of `rate` per second (burst rate/10, at least 1) and
+// takes one token; false when empty. Time never runs backwards for it.
+inline bool take_token(double rate, double* tokens, std::uint64_t* at_us, std::uint64_t now_us) {
+  if (rate == 0) return true;
+  const double burst = rate / 10 > 1 ? rate / 10 : 1;
+  if (now_us > *at_us) {
+    const double refill = static_cast<double>(now_us - *at_us) * 1e-6 * rate;
+    *tokens = *tokens + refill < burst ? *tokens + refill : burst;
+    *at_us = now_us;
+  }
+  if (*tokens < 1) return false;
+  *tokens -= 1;
+  return true;
 }
 
 }  // namespace flowtune::daemon

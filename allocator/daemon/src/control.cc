@@ -1,5 +1,6 @@
 #include "flowtune/daemon/control.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@ namespace {
 using nlohmann::json;
 
 constexpr std::size_t kDefaultFlowLimit = 1000;
+constexpr std::size_t kMaxFlowLimit = 100000;  // one reply stays a few MB
 
 const char* kind_name(alloc::TopologyKind k) {
   switch (k) {
@@ -116,13 +118,10 @@ json flows_json(const Allocator& a, std::uint64_t now_us, std::size_t limit) {
   return {{"flows", list}, {"total", a.num_flows()}};
 }
 
-json links_json(const Allocator& a, std::uint64_t now_us) {
+json links_json(const Allocator& a) {
   const alloc::Engine& eng = a.engine();
   const std::vector<double> alloc_bps = eng.link_allocation_bps();
-  std::vector<std::uint32_t> flows(eng.num_links(), 0);
-  for (const FlowView& f : a.flows(now_us, SIZE_MAX)) {
-    for (alloc::LinkId l : f.path) ++flows[l];
-  }
+  const std::vector<std::uint32_t> flows = a.flows_per_link();
   json list = json::array();
   const Network& n = a.network();
   for (alloc::LinkId l = 0; l < eng.num_links(); ++l) {
@@ -153,6 +152,7 @@ std::string control_reply(const Allocator& a, const ServerInfo& info, std::strin
     if (r.ec != std::errc() || r.ptr != arg.data() + arg.size()) {
       return json{{"error", "bad limit in request"}}.dump();
     }
+    limit = std::min(limit, kMaxFlowLimit);
   }
   json reply;
   if (cmd == "status") {
@@ -162,7 +162,7 @@ std::string control_reply(const Allocator& a, const ServerInfo& info, std::strin
   } else if (cmd == "flows") {
     reply = flows_json(a, now_us, limit);
   } else if (cmd == "links") {
-    reply = links_json(a, now_us);
+    reply = links_json(a);
   } else {
     // Printable only: the request came off the wire.
     std::string shown;

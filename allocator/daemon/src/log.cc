@@ -11,7 +11,14 @@ Log::Sink Log::stderr_sink() {
 }
 
 void Log::write(LogLevel l, std::string_view text) {
-  if (enabled(l)) sink_(text);
+  if (!enabled(l)) return;
+  // Lines quote peers' text (host ids, details): control characters would
+  // let a peer forge log lines.
+  std::string line(text);
+  for (char& c : line) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  sink_(line);
 }
 
 void Log::refusal(Cause c, std::uint64_t now_us, std::string_view peer, std::string_view detail) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "allocator_internal.h"
 #include "flowtune/daemon/control.h"
 #include "flowtune/wire/codec.h"
 
@@ -21,6 +22,22 @@ namespace {
 constexpr int kMaxDrainPerTurn = 1024;
 constexpr std::int64_t kMaxDrainNs = 200'000;
 constexpr int kMaxFramesPerMessage = 8;
+// flowtune-ctl requests are answered at most this often (per second, with a
+// burst of a tenth): a state dump is O(flows) and must not stall the loop.
+constexpr double kControlRequestsPerSec = 200;
+
+// recv of the rest of a multipart message, which ZeroMQ delivers whole:
+// only a signal can interrupt it, and then it is retried.
+void recv_part(zmq::socket_t& s, zmq::message_t& m) {
+  for (;;) {
+    try {
+      (void)s.recv(m, zmq::recv_flags::none);
+      return;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+  }
+}
 
 std::int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -104,20 +121,25 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
 
 bool Server::receive_one(std::uint64_t now) {
   zmq::message_t peer;
-  if (!router_.recv(peer, zmq::recv_flags::dontwait)) return false;
+  try {
+    if (!router_.recv(peer, zmq::recv_flags::dontwait)) return false;
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EINTR) return false;
+    throw;
+  }
   zmq::message_t frames[2];
   std::size_t count = 0;
   bool more = peer.more();
   while (more) {
     zmq::message_t part;
-    (void)router_.recv(part, zmq::recv_flags::none);  // the rest of a message is already here
+    recv_part(router_, part);
     more = part.more();
     if (count < 2) frames[count] = std::move(part);
     ++count;
     if (count > kMaxFramesPerMessage) {
       // Drain the rest without keeping it.
       while (more) {
-        (void)router_.recv(part, zmq::recv_flags::none);
+        recv_part(router_, part);
         more = part.more();
       }
     }
@@ -130,7 +152,13 @@ bool Server::receive_one(std::uint64_t now) {
   }
   if (count == 2 && frames[0].to_string_view() == kControlTag) {
     ++allocator_.counters().control_requests;
-    const std::string reply = control_reply(allocator_, {bound_, now}, frames[1].to_string_view(), now);
+    std::string reply;
+    if (take_token(kControlRequestsPerSec, &control_tokens_, &control_tokens_at_us_, now)) {
+      reply = control_reply(allocator_, {bound_, now}, frames[1].to_string_view(), now);
+    } else {
+      allocator_.counters().count(Cause::kRateLimited);
+      reply = R"({"error":"too many flowtune-ctl requests; try again shortly"})";
+    }
     send(std::string(peer_id), reply.data(), reply.size(), kControlTag);
     return true;
   }
@@ -141,16 +169,16 @@ bool Server::receive_one(std::uint64_t now) {
 void Server::flush() {
   for (Outgoing& o : allocator_.take_outbox()) {
     const std::vector<std::uint8_t> bytes = wire::encode(o.message);
-    send(o.peer, bytes.data(), bytes.size(), nullptr);
+    if (!send(o.peer, bytes.data(), bytes.size(), nullptr)) allocator_.on_send_failed(o.peer);
   }
 }
 
-void Server::send(const std::string& peer, const void* data, std::size_t size, const char* tag) {
+bool Server::send(const std::string& peer, const void* data, std::size_t size, const char* tag) {
   Counters& c = allocator_.counters();
   try {
     if (!router_.send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
       ++c.send_failures;
-      return;
+      return false;
     }
     if (tag != nullptr) {
       router_.send(zmq::buffer(std::string_view(tag)), zmq::send_flags::sndmore);
@@ -158,12 +186,14 @@ void Server::send(const std::string& peer, const void* data, std::size_t size, c
     router_.send(zmq::const_buffer(data, size), zmq::send_flags::none);
     ++c.messages_out;
     c.bytes_out += size;
+    return true;
   } catch (const zmq::error_t& e) {
     // EHOSTUNREACH: the peer disconnected; its state times out on its own.
     ++c.send_failures;
     if (log_.enabled(LogLevel::kDebug)) {
       log_.write(LogLevel::kDebug, "send to " + printable_peer(peer) + " failed: " + e.what());
     }
+    return false;
   }
 }
 

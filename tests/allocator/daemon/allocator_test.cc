@@ -177,6 +177,20 @@ TEST_F(AllocatorTest, SmallMovesAreSuppressedAndTheSlackCannotOverAllocate) {
   EXPECT_LE(sum * 8, kGbps * 1.0001);
 }
 
+TEST_F(AllocatorTest, HeadroomIsKeptOnEveryLink) {
+  AllocatorConfig c = config();
+  c.headroom = 0.2;
+  make(c);
+  hello("p", "ep", "h0");
+  send("p", {start_of(1, 0, 1), start_of(2, 0, 2)});
+  const auto rates = last_rates(settle());
+  // h0's uplink is shared: each gets half of 1 Gbit/s x (1 - 0.01) x (1 - 0.2).
+  const double want = kGbps * 0.99 * 0.8 / 8 / 2;
+  EXPECT_NEAR(static_cast<double>(rates.at({"p", 1})), want, want * 0.01);
+  EXPECT_NEAR(static_cast<double>(rates.at({"p", 2})), want, want * 0.01);
+  EXPECT_NEAR(alloc_->scheduled_capacity_bps(0), kGbps * 0.99 * 0.8, 1);
+}
+
 TEST_F(AllocatorTest, EventsBeforeHelloAreRefusedAsNotRegistered) {
   send("stranger", {start_of(1, 0, 1)});
   const auto out = settle();
@@ -300,6 +314,12 @@ TEST_F(AllocatorTest, MessageFloodIsRateLimitedPerEndpoint) {
   send("q", {start_of(1, 1, 2)});
   EXPECT_EQ(errors(Cause::kRateLimited), 40u);  // a burst of 10 passes
   EXPECT_EQ(alloc_->counters().heartbeats, 10u);
+  // A clock that steps back refills nothing.
+  send("p", {wire::Heartbeat{}});
+  now_ -= 500;
+  send("p", {wire::Heartbeat{}});
+  EXPECT_EQ(errors(Cause::kRateLimited), 42u);
+  now_ += 500;
   // The other endpoint is unaffected, and p recovers as tokens refill.
   now_ += 100'000;
   send("p", {start_of(1, 0, 3)});
@@ -319,6 +339,61 @@ TEST_F(AllocatorTest, LiveLeasesAreRefreshedPeriodically) {
   EXPECT_EQ(out[0].peer, "p");
   EXPECT_EQ(out[0].message.lease_refresh_us, 1'000'000u);
   EXPECT_GT(alloc_->next_timer_us(), now_);
+}
+
+TEST_F(AllocatorTest, AfterAFailedSendTheNextRefreshCarriesEveryRate) {
+  hello("p", "ep", "h0");
+  send("p", {start_of(1, 0, 1), start_of(2, 0, 2)});
+  settle();
+  // Given: the server could not deliver a message to p (queue full, or gone).
+  alloc_->on_send_failed("p");
+  // When: the next lease refresh is due.
+  now_ += 300'000;
+  alloc_->on_timer(now_);
+  // Expect: it renews the lease and repeats both current rates.
+  const auto out = alloc_->take_outbox();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].message.lease_refresh_us, 1'000'000u);
+  EXPECT_EQ(out[0].message.rates.size(), 2u);
+  // Only once: the following refresh is a bare lease extension again.
+  now_ += 300'000;
+  send("p", {wire::Heartbeat{}});
+  alloc_->on_timer(now_);
+  const auto again = alloc_->take_outbox();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_TRUE(again[0].message.rates.empty());
+}
+
+TEST_F(AllocatorTest, NoRefreshLetsRatesOutliveTheEndpointsDeadline) {
+  hello("p", "ep", "h0");
+  send("p", {start_of(1, 0, 1)});
+  settle();
+  const std::uint64_t heard = now_;
+  // Ticks until the deadline (3 s after last heard): refreshes stop once a
+  // 1 s lease would run past it.
+  std::uint64_t last_refresh = 0;
+  for (std::uint64_t t = heard + 300'000; t < heard + 3'000'000; t += 300'000) {
+    alloc_->on_timer(t);
+    for (const auto& o : alloc_->take_outbox()) {
+      if (o.message.lease_refresh_us > 0) last_refresh = t;
+    }
+  }
+  ASSERT_GT(last_refresh, 0u);
+  EXPECT_LE(last_refresh + 1'000'000, heard + 3'000'000);
+}
+
+TEST_F(AllocatorTest, TotalFlowLimitHolds) {
+  AllocatorConfig c = config();
+  c.max_flows = 2;
+  make(c);
+  hello("p", "ep", "h0");
+  hello("q", "eq", "h1");
+  send("p", {start_of(1, 0, 2), start_of(2, 0, 3)});
+  send("q", {start_of(1, 1, 2)});
+  const auto errs = errors_to(alloc_->take_outbox(), "q");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].code, ErrorCode::kTooManyFlows);
+  EXPECT_EQ(alloc_->num_flows(), 2u);
 }
 
 TEST_F(AllocatorTest, SilentEndpointLosesItsFlowsAndOthersGetTheCapacity) {
@@ -408,7 +483,7 @@ TEST_F(AllocatorTest, HugeBatchesAreSplitWithinWireLimits) {
   send("p", std::move(resync));
   std::vector<wire::EndpointEvent> bad_ends;
   for (std::uint64_t k = 0; k < 10; ++k) {
-    bad_ends.emplace_back(std::in_place_type<wire::FlowletEnd>, (1u << 30) + k);
+    bad_ends.emplace_back(std::in_place_type<wire::FlowletEnd>, wire::FlowletEnd{(1u << 30) + k});
   }
   send("p", bad_ends);
   alloc_->iterate(now_);

@@ -66,6 +66,42 @@ TEST_F(DaemonTest, WorksOverTcpToo) {
   EXPECT_TRUE(a.wait_for_rate(1, [](auto r) { return near(r, share(1)); }, kWaitMs));
 }
 
+TEST_F(DaemonTest, TomlTopologyMapsAddressesToHostsAndPaths) {
+  // examples/topologies/explicit.toml: a->b crosses core1 and core2, c->d
+  // core2 only (1 Gbit/s each); pairs without a route are unreachable.
+  daemon_.start(listen_, {"--topology", std::string(FT_SOURCE_DIR) +
+                                            "/examples/topologies/explicit.toml"});
+  Endpoint a(listen_), c(listen_);
+  auto tuple_flow = [](std::uint64_t key, std::uint32_t src, std::uint32_t dst) {
+    wire::FlowletStart s;
+    s.flow_key = key;
+    s.endpoints = wire::FiveTuple{src, dst, 40000, 5201, 6};
+    return s;
+  };
+  a.send({wire::Hello{"ep-a", "a"}, tuple_flow(1, 0x0a000001, 0x0a000002)});
+  c.send({wire::Hello{"ep-c", "10.0.0.3"}, tuple_flow(1, 0x0a000003, 0x0a000004)});
+  // core2 is shared: half of its scheduled 0.99 Gbit/s each.
+  EXPECT_TRUE(a.wait_for_rate(1, [](auto r) { return near(r, share(2)); }, kWaitMs));
+  EXPECT_TRUE(c.wait_for_rate(1, [](auto r) { return near(r, share(2)); }, kWaitMs));
+  // An address outside the topology, and a pair without a route, are refused.
+  a.send({tuple_flow(2, 0x0a000001, 0x0a000009), tuple_flow(3, 0x0a000001, 0x0a000004)});
+  std::vector<wire::ErrorReport> errors;
+  a.wait_for([&](const wire::AllocatorMessage& m) {
+    errors.insert(errors.end(), m.errors.begin(), m.errors.end());
+    return errors.size() >= 2;
+  }, kWaitMs);
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_EQ(errors[0].code, wire::ErrorCode::kUnknownHost);
+  EXPECT_NE(errors[0].text.find("10.0.0.9"), std::string::npos) << errors[0].text;
+  EXPECT_NE(errors[1].text.find("no route from a to d"), std::string::npos) << errors[1].text;
+  // An unknown host identity is refused with the topology's default policy.
+  Endpoint x(listen_);
+  x.send({wire::Hello{"ep-x", "elsewhere"}});
+  EXPECT_TRUE(x.wait_for([](const wire::AllocatorMessage& m) {
+    return !m.errors.empty() && m.errors[0].code == wire::ErrorCode::kUnknownHost;
+  }, kWaitMs));
+}
+
 TEST_F(DaemonTest, MovesUnderTheThresholdAreNotSent) {
   daemon_.start(listen_, big_switch_args({"--threshold", "0.05"}));
   Endpoint a(listen_);

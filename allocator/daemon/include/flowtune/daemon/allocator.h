@@ -54,6 +54,8 @@ struct AllocatorConfig {
   // resync message.
   std::uint32_t max_flows_per_endpoint = 16000;
   std::uint32_t max_endpoints = 1u << 16;
+  // Flows in all, over every endpoint (memory: a few hundred bytes each).
+  std::uint32_t max_flows = 1u << 21;
   // Per-endpoint message rate: a token bucket of this many messages/s with a
   // burst of a tenth of a second. 0 = unlimited.
   double max_messages_per_sec = 100'000;
@@ -100,6 +102,10 @@ class Allocator {
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
 
+  // A message owed to `peer` could not be sent (its queue is full or it left):
+  // its rates may be stale, so the next lease refresh carries them all again.
+  void on_send_failed(std::string_view peer);
+
   // One endpoint message (one ZeroMQ frame) from `peer`. Never throws on bad
   // input: it is counted, logged (rate-limited) and answered with an error.
   void on_message(std::string_view peer, std::span<const std::uint8_t> frame, std::uint64_t now_us);
@@ -112,7 +118,8 @@ class Allocator {
   bool busy() const;
   // One engine iteration, then rate updates for flows that moved.
   void iterate(std::uint64_t now_us);
-  // Lease refreshes and endpoint timeouts due at now_us.
+  // Lease refreshes and endpoint timeouts, on a global tick every
+  // lease_refresh_us (one scan of the endpoints per tick, however many).
   void on_timer(std::uint64_t now_us);
   // When on_timer() next has work; UINT64_MAX when nothing is scheduled.
   std::uint64_t next_timer_us() const { return next_timer_us_; }
@@ -134,6 +141,8 @@ class Allocator {
 
   std::vector<EndpointView> endpoints(std::uint64_t now_us) const;
   std::vector<FlowView> flows(std::uint64_t now_us, std::size_t limit) const;
+  // Live flows per link, indexed by LinkId.
+  std::vector<std::uint32_t> flows_per_link() const;
 
  private:
   struct Endpoint;
@@ -147,7 +156,7 @@ class Allocator {
   void on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& flows, std::uint64_t now_us);
   void refuse(std::string_view peer, Endpoint* e, Cause c, std::string detail,
               std::uint64_t flow_key, std::uint64_t now_us);
-  bool admit_message(Endpoint& e, std::uint64_t now_us);
+  bool admit_message(Endpoint* e, std::string_view peer, std::uint64_t now_us);
 
   // Flow table.
   // The flow's spec, or the cause (and *why) it cannot be scheduled; kCount = ok.
@@ -178,6 +187,10 @@ class Allocator {
   // Replies to peers that are not (or no longer) registered endpoints.
   std::unordered_map<std::string, wire::AllocatorMessage> stray_;
   std::vector<EndpointIdx> dirty_;  // endpoints with a pending message
+
+  // Token bucket shared by peers that are not registered endpoints.
+  double stranger_tokens_ = 0;
+  std::uint64_t stranger_tokens_at_us_ = 0;
 
   bool flows_changed_ = false;
   std::uint64_t settle_iterations_ = 0;

@@ -42,7 +42,8 @@ class Server {
  private:
   bool receive_one(std::uint64_t now_us);
   void flush();
-  void send(const std::string& peer, const void* data, std::size_t size, const char* tag);
+  // False when the message was dropped (the peer left or its queue is full).
+  bool send(const std::string& peer, const void* data, std::size_t size, const char* tag);
 
   Allocator& allocator_;
   Log& log_;
@@ -51,6 +52,8 @@ class Server {
   std::int64_t start_ns_;
   std::uint64_t busy_poll_us_;
   std::uint64_t last_active_us_ = 0;
+  double control_tokens_ = 20;
+  std::uint64_t control_tokens_at_us_ = 0;
 };
 
 }  // namespace flowtune::daemon
