@@ -46,6 +46,8 @@ namespace wire = flowtune::wire;
 
 constexpr std::uint32_t kHosts = 512;
 constexpr int kEndpoints = 8;
+// The daemon under test (--allocator-binary: A/B against another build).
+std::string g_allocator_binary = FT_ALLOCATOR_BINARY;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -55,7 +57,7 @@ class Daemon {
  public:
   Daemon(const std::string& listen, unsigned threads, std::uint64_t busy_poll_us = 0)
       : listen_(listen) {
-    std::vector<std::string> args = {FT_ALLOCATOR_BINARY, "--listen", listen, "--hosts",
+    std::vector<std::string> args = {g_allocator_binary, "--listen", listen, "--hosts",
                                      std::to_string(kHosts), "--host-gbps", "10", "--threads",
                                      std::to_string(threads), "--log-level", "warn",
                                      "--max-msg-rate", "0", "--endpoint-timeout-ms", "60000",
@@ -394,15 +396,18 @@ int main(int argc, char** argv) {
   // --latency-only skips the throughput runs.
   bool quick = false;
   bool latency_only = false;
+  bool throughput_only = false;
   std::string transport = "tcp";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") quick = true;
     else if (a == "--ipc") transport = "ipc";
     else if (a == "--latency-only") latency_only = true;
+    else if (a == "--throughput-only") throughput_only = true;
+    else if (a == "--allocator-binary" && i + 1 < argc) g_allocator_binary = argv[++i];
     else if (a == "-h" || a == "--help") {
-      std::cout << "usage: daemon_bench [--quick] [--ipc] [--latency-only]   (prints JSON; see the "
-                   "file's header)\n";
+      std::cout << "usage: daemon_bench [--quick] [--ipc] [--latency-only | --throughput-only]\n"
+                   "                    [--allocator-binary PATH]   (prints JSON; see the file's header)\n";
       return 0;
     } else {
       std::cerr << "daemon_bench: unknown option " << a << "\n";
@@ -412,7 +417,7 @@ int main(int argc, char** argv) {
   const std::string listen = transport == "tcp"
                                  ? "tcp://127.0.0.1:" + std::to_string(20000 + getpid() % 20000)
                                  : "ipc:///tmp/ft-bench-" + std::to_string(getpid());
-  json out = {{"benchmark", "daemon"}, {"transport", transport}};
+  json out = {{"benchmark", "daemon"}, {"transport", transport}, {"allocator", g_allocator_binary}};
   const std::vector<std::size_t> sizes = quick ? std::vector<std::size_t>{1000}
                                                : std::vector<std::size_t>{1000, 10000, 50000};
   const std::vector<unsigned> threads = quick ? std::vector<unsigned>{1} : std::vector<unsigned>{1, 2};
@@ -421,6 +426,10 @@ int main(int argc, char** argv) {
     for (unsigned t : threads) {
       if (latency_only) break;
       for (std::size_t a : sizes) out["throughput"].push_back(throughput_run(listen, t, a, 128, seconds));
+    }
+    if (throughput_only) {
+      std::cout << out.dump(2) << "\n";
+      return 0;
     }
     const std::vector<std::size_t> lat_sizes = quick ? std::vector<std::size_t>{1000}
                                                      : std::vector<std::size_t>{1000, 10000};

@@ -16,11 +16,13 @@ namespace flowtune::daemon {
 namespace {
 
 // Messages taken from the socket per turn before the engine iterates: enough
-// to batch a burst into one iteration, few enough (and for at most
-// kMaxDrainNs) that a turn, and so the latency of a rate, stays short under
-// load.
-constexpr int kMaxDrainPerTurn = 1024;
-constexpr std::int64_t kMaxDrainNs = 200'000;
+// to batch a burst into one iteration, few enough that a turn, and so the
+// latency of a rate, stays short under load. The time budget is 200 us, or
+// as long as the last iteration took if that was longer: with many flows an
+// iteration is expensive, and draining at least as long keeps at least half
+// of a loaded turn for events.
+constexpr int kMaxDrainPerTurn = 4096;
+constexpr std::int64_t kMinDrainNs = 200'000;
 constexpr int kMaxFramesPerMessage = 8;
 // flowtune-ctl requests are answered at most this often (per second, with a
 // burst of a tenth): a state dump is O(flows) and must not stall the loop.
@@ -98,9 +100,10 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
       }
     }
     const std::int64_t drain_start = steady_ns();
+    const std::int64_t drain_budget = std::max(kMinDrainNs, last_iteration_ns_);
     int received = 0;
     for (; received < kMaxDrainPerTurn; ++received) {
-      if ((received & 15) == 15 && steady_ns() - drain_start > kMaxDrainNs) break;
+      if ((received & 15) == 15 && steady_ns() - drain_start > drain_budget) break;
       if (!receive_one(static_cast<std::uint64_t>((steady_ns() - start_ns_) / 1000))) break;
     }
     now = now_us();
@@ -108,7 +111,8 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
     if (allocator_.busy()) {
       const std::int64_t t0 = steady_ns();
       allocator_.iterate(now);
-      allocator_.counters().iteration_ns.record(static_cast<std::uint64_t>(steady_ns() - t0));
+      last_iteration_ns_ = steady_ns() - t0;
+      allocator_.counters().iteration_ns.record(static_cast<std::uint64_t>(last_iteration_ns_));
     }
     flush();
     if (received > 0) {

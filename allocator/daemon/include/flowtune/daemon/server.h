@@ -52,6 +52,7 @@ class Server {
   std::int64_t start_ns_;
   std::uint64_t busy_poll_us_;
   std::uint64_t last_active_us_ = 0;
+  std::int64_t last_iteration_ns_ = 0;
   double control_tokens_ = 20;
   std::uint64_t control_tokens_at_us_ = 0;
 };
