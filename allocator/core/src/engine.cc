@@ -11,7 +11,7 @@ namespace flowtune::alloc {
 namespace {
 
 // Internal rate unit: 1 Gbit/s.
-constexpr double kUnitBps = 1e9;
+constexpr double kUnitBps = 1e9;  // BasicEngine::kRateUnitBps
 // Local links [0, kNullSlots) of every block are null links (price 0, ratio
 // 0) that pad paths shorter than four hops, so the hot loops have no branch on
 // path length. A flow pads with slot (index % kNullSlots): with a single null
@@ -426,6 +426,12 @@ std::uint64_t BasicEngine<Real>::solve(std::uint64_t max_iterations) {
     if (stats_.converged) break;
   }
   return n;
+}
+
+template <typename Real>
+typename BasicEngine<Real>::BlockRates BasicEngine<Real>::block_rates(std::size_t b) const {
+  const Block& k = *blocks_[b];
+  return {k.id.data(), k.xn.data(), k.size()};
 }
 
 template <typename Real>

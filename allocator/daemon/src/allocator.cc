@@ -190,21 +190,33 @@ void Allocator::iterate(std::uint64_t now_us) {
   flows_changed_ = false;
   ++settle_iterations_;
 
+  queue_moved_rates();
+}
+
+// The update check (paper §5.3.2): stream each FlowBlock's ids and rates and
+// compare with the dense array of rates last told; flow records are touched
+// only for the few that moved past the threshold.
+void Allocator::queue_moved_rates() {
   const double threshold = config_.threshold;
-  for (alloc::FlowId id = 0; id < flows_.size(); ++id) {
-    Flow& f = flows_[id];
-    if (!f.live()) continue;
-    const std::uint64_t rate = to_bytes_per_sec(engine_->rate_bps(id));
-    const std::uint64_t sent = f.sent_bytes_per_sec;
-    if (rate == sent) continue;
-    if (sent != 0 && std::abs(static_cast<double>(rate) - static_cast<double>(sent)) <=
-                         threshold * static_cast<double>(sent)) {
-      ++counters_.rate_updates_suppressed;
-      continue;
+  const double to_bytes = alloc::Engine::kRateUnitBps / 8.0;
+  for (std::size_t b = 0; b < engine_->num_blocks(); ++b) {
+    const auto r = engine_->block_rates(b);
+    for (std::size_t s = 0; s < r.size; ++s) {
+      const alloc::FlowId id = r.ids[s];
+      const double bytes = r.rates[s] * to_bytes;
+      const std::uint64_t rate = bytes < 1.0 ? 1 : static_cast<std::uint64_t>(bytes);
+      const std::uint64_t sent = sent_[id];
+      if (rate == sent) continue;
+      if (sent != 0 && std::abs(static_cast<double>(rate) - static_cast<double>(sent)) <=
+                           threshold * static_cast<double>(sent)) {
+        ++counters_.rate_updates_suppressed;
+        continue;
+      }
+      sent_[id] = rate;
+      const Flow& f = flows_[id];
+      pending(*endpoints_[f.endpoint]).rates.push_back({f.key, rate, config_.lease_us});
+      ++counters_.rate_updates;
     }
-    f.sent_bytes_per_sec = rate;
-    pending(*endpoints_[f.endpoint]).rates.push_back({f.key, rate, config_.lease_us});
-    ++counters_.rate_updates;
   }
 }
 
@@ -240,9 +252,9 @@ void Allocator::on_timer(std::uint64_t now_us) {
       e->resend_rates = false;
       for (const auto& [key, id] : e->flows) {
         Flow& f = flows_[id];
-        if (f.sent_bytes_per_sec == 0) continue;  // the next iteration sends it
-        f.sent_bytes_per_sec = to_bytes_per_sec(engine_->rate_bps(id));
-        out.rates.push_back({f.key, f.sent_bytes_per_sec, config_.lease_us});
+        if (sent_[id] == 0) continue;  // the next iteration sends it
+        sent_[id] = to_bytes_per_sec(engine_->rate_bps(id));
+        out.rates.push_back({f.key, sent_[id], config_.lease_us});
         ++counters_.rate_updates;
       }
     }
@@ -338,7 +350,7 @@ std::vector<FlowView> Allocator::flows(std::uint64_t now_us, std::size_t limit) 
     if (!f.live()) continue;
     v.push_back({endpoints_[f.endpoint]->id, f.key, f.src, f.dst, f.path, f.weight, f.bytes,
                  f.coflow_id, engine_->rate_bps(id),
-                 static_cast<double>(f.sent_bytes_per_sec) * 8.0,
+                 static_cast<double>(sent_[id]) * 8.0,
                  now_us > f.started_us ? now_us - f.started_us : 0});
   }
   return v;

@@ -198,7 +198,7 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
         // again (it may have lost it with the connection).
         f.bytes = s.bytes;
         f.coflow_id = s.coflow_id;
-        f.sent_bytes_per_sec = 0;
+        sent_[existing->second] = 0;
         flows_changed_ = true;
         continue;
       }
@@ -220,7 +220,10 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
 void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::FlowSpec& spec,
                          alloc::HostId src, alloc::HostId dst, std::uint64_t now_us) {
   const alloc::FlowId id = engine_->add_flow(spec);
-  if (id >= flows_.size()) flows_.resize(static_cast<std::size_t>(id) + 1);
+  if (id >= flows_.size()) {
+    flows_.resize(static_cast<std::size_t>(id) + 1);
+    sent_.resize(flows_.size(), 0);
+  }
   Flow& f = flows_[id];
   f.endpoint = e.idx;
   f.key = s.flow_key;
@@ -231,7 +234,7 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
   f.bytes = s.bytes;
   f.coflow_id = s.coflow_id;
   f.started_us = now_us;
-  f.sent_bytes_per_sec = 0;
+  sent_[id] = 0;
   e.flows[s.flow_key] = id;
   flows_changed_ = true;
   settle_iterations_ = 0;

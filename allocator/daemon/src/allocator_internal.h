@@ -38,7 +38,6 @@ struct Allocator::Flow {
   std::uint64_t bytes = 0;
   std::uint64_t coflow_id = 0;
   std::uint64_t started_us = 0;
-  std::uint64_t sent_bytes_per_sec = 0;  // last rate told; 0 = none yet
   bool live() const { return endpoint != kNone; }
 };
 

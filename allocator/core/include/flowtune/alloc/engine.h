@@ -169,6 +169,18 @@ class BasicEngine {
   void normalize_pass(std::size_t b);
   static LinkPartial combine(const LinkPartial& a, const LinkPartial& b);
 
+  // A FlowBlock's flow ids and normalized rates, slot-aligned, for a driver
+  // that scans every rate after an iteration (the daemon's update check):
+  // streaming these beats rate_bps(id) per flow. Rates are in units of
+  // kRateUnitBps. Valid until the next add_flow/remove_flow.
+  static constexpr double kRateUnitBps = 1e9;
+  struct BlockRates {
+    const FlowId* ids;
+    const Real* rates;
+    std::size_t size;
+  };
+  BlockRates block_rates(std::size_t b) const;
+
  private:
   struct Block;
   struct Slot {

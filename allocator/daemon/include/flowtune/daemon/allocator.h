@@ -167,6 +167,8 @@ class Allocator {
   void remove_flow(Endpoint& e, alloc::FlowId id);
   void drop_endpoint(EndpointIdx idx);
 
+  void queue_moved_rates();
+
   // Outbox.
   wire::AllocatorMessage& pending(Endpoint& e);
   void schedule_timer(std::uint64_t at_us);
@@ -183,6 +185,9 @@ class Allocator {
   std::unordered_map<std::string, EndpointIdx> by_peer_;
   std::unordered_map<std::string, EndpointIdx> by_endpoint_id_;
   std::vector<Flow> flows_;  // by engine FlowId
+  // Bytes/s each flow was last told (0 = nothing yet), by engine FlowId: kept
+  // apart from Flow so the per-iteration update check streams 8 bytes a flow.
+  std::vector<std::uint64_t> sent_;
 
   // Replies to peers that are not (or no longer) registered endpoints.
   std::unordered_map<std::string, wire::AllocatorMessage> stray_;
