@@ -55,6 +55,9 @@ class DaemonProcess {
     if (pid_ == 0) {
       std::FILE* f = std::freopen(stderr_path_.c_str(), "w", stderr);
       (void)f;
+      // The daemon must not inherit the test's sockets: it would keep their
+      // connections open after the test closes them.
+      ::close_range(3, ~0u, 0);
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);

@@ -1,0 +1,148 @@
+/* libflowtune: the Flowtune endpoint library (C API).
+ *
+ * A service that knows its transfers declares them as flowlets on its TCP
+ * sockets; the library tells flowtune-allocator when each flowlet starts and
+ * ends, and paces the socket with SO_MAX_PACING_RATE at the rate the
+ * allocator sends back. Nothing here waits on the network: calls queue an
+ * event for the client's runtime thread and return. When the allocator is
+ * absent, slow or dead, sockets simply stay (or go back to) unpaced TCP: the
+ * application's bytes are never delayed, failed or lost by Flowtune.
+ *
+ * Units: bytes, bytes per second (as SO_MAX_PACING_RATE), milliseconds.
+ * Errors: every fallible call returns 0 or a negative FT_E* code;
+ * ft_strerror() names it.
+ * Threads: one ft_client may be used from any number of threads at once,
+ * except ft_client_close(), which must not race other calls on the client.
+ * Fork: a child process inherits no working client (its runtime thread does
+ * not exist there); calls on the parent's client return FT_EFORKED in the
+ * child, which opens a client of its own if it needs one.
+ */
+#ifndef FLOWTUNE_FLOWTUNE_H
+#define FLOWTUNE_FLOWTUNE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define FT_EXPORT __attribute__((visibility("default")))
+#else
+#define FT_EXPORT
+#endif
+
+enum {
+  FT_OK = 0,
+  FT_EINVAL = -1,      /* NULL pointer, bad value or config */
+  FT_EBADF = -2,       /* not an open socket */
+  FT_ENOTTCP = -3,     /* a socket, but not TCP */
+  FT_ENOTREG = -4,     /* the fd is not registered with this client */
+  FT_EEXIST = -5,      /* the fd is already registered */
+  FT_ENOFLOWLET = -6,  /* end or sent without a flowlet in progress */
+  FT_ENOMEM = -7,      /* out of memory, or the event queue is full */
+  FT_ECONNECT = -8,    /* the allocator endpoint is malformed */
+  FT_EFORKED = -9,     /* the client belongs to the parent process */
+  FT_ERUNTIME = -10    /* the runtime thread could not start */
+};
+
+/* Opaque client: one per process is usual; each owns a runtime thread and a
+ * ZeroMQ socket to the allocator. */
+typedef struct ft_client ft_client;
+
+typedef struct ft_config {
+  /* Set by ft_config_init(); lets newer libraries read older structs. */
+  uint32_t struct_size;
+  /* ZeroMQ endpoint of flowtune-allocator. Default: $FLOWTUNE_ALLOCATOR,
+   * else "tcp://127.0.0.1:5555". Copied by ft_client_open(). */
+  const char* allocator;
+  /* This host's identity in the allocator's topology (a name or an IPv4
+   * address). Default: $FLOWTUNE_HOST, else the local address of the first
+   * registered socket. Copied. */
+  const char* host;
+  /* Unique per process incarnation. Default: "<hostname>-<pid>-<random>". */
+  const char* endpoint_id;
+  /* Flowlets smaller than this are not scheduled (mice, paper §6): they are
+   * sent unpaced and the allocator's headroom covers them. Default:
+   * $FLOWTUNE_MIN_FLOWLET_BYTES, else 65536. */
+  uint64_t min_flowlet_bytes;
+  /* No rate above this (bytes/s): the host link. 0 = no cap but the
+   * allocator's. */
+  uint64_t max_rate_bytes_per_sec;
+  /* How often the runtime heartbeats (ms, default 1000); the allocator's
+   * endpoint timeout must be longer. */
+  uint32_t heartbeat_ms;
+  /* 0 quiet, 1 errors, 2 warnings (default; $FLOWTUNE_LOG), 3 info, 4 debug;
+   * to stderr. */
+  int log_level;
+} ft_config;
+
+/* Per-flowlet options for ft_flowlet_begin(); NULL means defaults. */
+typedef struct ft_flowlet_opts {
+  float weight;       /* share under contention, default 1; 1e-6..1e6 */
+  uint64_t coflow_id; /* 0 = none */
+} ft_flowlet_opts;
+
+/* What the client has done so far (for tests and operators). */
+typedef struct ft_stats {
+  uint64_t flowlets_started;    /* reported to the allocator */
+  uint64_t flowlets_ended;      /* their ends, sent */
+  uint64_t flowlets_coalesced;  /* begins merged into a live flowlet */
+  uint64_t mice;                /* begins below min_flowlet_bytes */
+  uint64_t ends_in_advance;     /* ends sent before the socket drained */
+  uint64_t rates_applied;       /* setsockopt(SO_MAX_PACING_RATE) calls */
+  uint64_t rates_cleared;       /* pacing removed (lease lapsed, end, close) */
+  uint64_t pacing_failures;     /* setsockopt refused */
+  uint64_t resyncs;             /* full-state resends (reconnect, new epoch) */
+  uint64_t allocator_errors;    /* error reports received */
+  uint64_t queue_overflows;     /* events dropped: queue full (state resynced) */
+  int connected;                /* 1 once the allocator answered this epoch */
+} ft_stats;
+
+/* Fills *cfg with defaults, then the FLOWTUNE_* environment variables. */
+FT_EXPORT void ft_config_init(ft_config* cfg);
+
+/* Starts a client and its runtime thread. Returns immediately: the
+ * allocator need not be reachable (the client connects in the background).
+ * *out is set on success and must be closed with ft_client_close(). */
+FT_EXPORT int ft_client_open(const ft_config* cfg, ft_client** out);
+
+/* Removes every pacing cap the client set, tells the allocator its flowlets
+ * ended, stops the runtime thread and frees the client. Any thread, once,
+ * after all other calls on the client have returned. NULL is FT_EINVAL. */
+FT_EXPORT int ft_client_close(ft_client* c);
+
+/* Manages a connected TCP socket. The application keeps ownership of fd and
+ * must call ft_socket_unregister() before closing it (or dup2-ing over it);
+ * after unregister returns, the library never touches the fd again. */
+FT_EXPORT int ft_socket_register(ft_client* c, int fd);
+/* Ends the socket's flowlet (if any), removes its pacing cap, and forgets it. */
+FT_EXPORT int ft_socket_unregister(ft_client* c, int fd);
+
+/* A flowlet of `bytes` bytes is about to be handed to the kernel on fd.
+ * A begin while the previous flowlet on fd is still live extends it
+ * (back-to-back transfers coalesce into one flowlet). */
+FT_EXPORT int ft_flowlet_begin(ft_client* c, int fd, uint64_t bytes, const ft_flowlet_opts* opts);
+/* `bytes` more bytes of the flowlet were handed to the kernel (what send()
+ * returned). When all declared bytes are handed over, the client sends the
+ * end by itself, in advance: as the kernel's queue will drain within about
+ * one control round trip. */
+FT_EXPORT int ft_flowlet_sent(ft_client* c, int fd, uint64_t bytes);
+/* Ends the flowlet now (e.g. the transfer was abandoned). FT_ENOFLOWLET when
+ * no ft_flowlet_begin() on fd came since the last end (a double end); an end
+ * the library already sent in advance makes this one a no-op. */
+FT_EXPORT int ft_flowlet_end(ft_client* c, int fd);
+
+/* The pacing rate in force on fd (bytes/s; 0 = unpaced). */
+FT_EXPORT int ft_socket_rate(ft_client* c, int fd, uint64_t* bytes_per_sec);
+
+FT_EXPORT int ft_client_stats(ft_client* c, ft_stats* out);
+
+/* A static string naming an FT_E* code. */
+FT_EXPORT const char* ft_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLOWTUNE_FLOWTUNE_H */

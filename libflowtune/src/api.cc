@@ -1,0 +1,274 @@
+// The C API: argument checks, the fd table on the caller's thread, and
+// events for the runtime thread. Nothing here blocks on the network, and
+// nothing throws across the C boundary.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <random>
+#include <string>
+
+#include "flowtune/flowtune.h"
+#include "runtime.h"
+
+namespace {
+
+using flowtune::client::Event;
+using flowtune::client::SocketRef;
+
+// Bumped in every child after fork(): a client opened before the fork is
+// not the child's (its runtime thread does not exist there).
+std::atomic<std::uint64_t> g_fork_generation{0};
+std::once_flag g_atfork_once;
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+std::string default_endpoint_id() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "host");
+  std::random_device rd;
+  return std::string(host) + "-" + std::to_string(getpid()) + "-" + std::to_string(rd());
+}
+
+// Addresses and ports of a connected IPv4 TCP socket, host byte order.
+int tuple_of(int fd, flowtune::wire::FiveTuple* t) {
+  int type = 0, proto = 0;
+  socklen_t len = sizeof type;
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return FT_EBADF;
+  len = sizeof proto;
+  if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) != 0) return FT_EBADF;
+  if (type != SOCK_STREAM || proto != IPPROTO_TCP) return FT_ENOTTCP;
+  sockaddr_storage local{}, peer{};
+  socklen_t ll = sizeof local, pl = sizeof peer;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) return FT_EBADF;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) return FT_EBADF;
+  auto v4 = [](const sockaddr_storage& s, std::uint32_t* ip, std::uint16_t* port) {
+    if (s.ss_family == AF_INET) {
+      const auto& a = reinterpret_cast<const sockaddr_in&>(s);
+      *ip = ntohl(a.sin_addr.s_addr);
+      *port = ntohs(a.sin_port);
+      return true;
+    }
+    if (s.ss_family == AF_INET6) {  // IPv4-mapped IPv6 only: the wire carries IPv4
+      const auto& a = reinterpret_cast<const sockaddr_in6&>(s);
+      if (!IN6_IS_ADDR_V4MAPPED(&a.sin6_addr)) return false;
+      std::uint32_t raw;
+      std::memcpy(&raw, &a.sin6_addr.s6_addr[12], 4);
+      *ip = ntohl(raw);
+      *port = ntohs(a.sin6_port);
+      return true;
+    }
+    return false;
+  };
+  if (!v4(local, &t->src_ip, &t->src_port) || !v4(peer, &t->dst_ip, &t->dst_port)) {
+    return FT_ENOTTCP;
+  }
+  t->protocol = IPPROTO_TCP;
+  return FT_OK;
+}
+
+}  // namespace
+
+struct ft_client {
+  flowtune::client::SocketTable table;
+  std::unique_ptr<flowtune::client::Runtime> runtime;
+  std::uint64_t fork_generation = 0;
+
+  bool forked() const {
+    return g_fork_generation.load(std::memory_order_relaxed) != fork_generation;
+  }
+  int push(const Event& e) { return runtime->push(e) ? FT_OK : FT_ENOMEM; }
+  // The registration of fd, or an error for the caller.
+  int ref_of(int fd, SocketRef* ref) const {
+    if (forked()) return FT_EFORKED;
+    const auto r = table.lookup(fd);
+    if (!r) return FT_ENOTREG;
+    *ref = *r;
+    return FT_OK;
+  }
+};
+
+extern "C" {
+
+void ft_config_init(ft_config* cfg) {
+  if (cfg == nullptr) return;
+  std::memset(cfg, 0, sizeof *cfg);
+  cfg->struct_size = sizeof *cfg;
+  cfg->allocator = std::getenv("FLOWTUNE_ALLOCATOR");
+  cfg->host = std::getenv("FLOWTUNE_HOST");
+  cfg->min_flowlet_bytes = 65536;
+  if (const char* v = std::getenv("FLOWTUNE_MIN_FLOWLET_BYTES"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(v, &end, 10);
+    if (end != v && *end == '\0') cfg->min_flowlet_bytes = n;
+  }
+  cfg->heartbeat_ms = 1000;
+  cfg->log_level = 2;
+  if (const char* v = std::getenv("FLOWTUNE_LOG"); v != nullptr && *v >= '0' && *v <= '4') {
+    cfg->log_level = *v - '0';
+  }
+}
+
+int ft_client_open(const ft_config* cfg, ft_client** out) {
+  if (cfg == nullptr || out == nullptr || cfg->struct_size != sizeof(ft_config)) return FT_EINVAL;
+  if (cfg->heartbeat_ms == 0 || cfg->log_level < 0) return FT_EINVAL;
+  std::call_once(g_atfork_once, [] {
+    pthread_atfork(nullptr, nullptr, [] { g_fork_generation.fetch_add(1); });
+  });
+  try {
+    flowtune::client::SessionConfig s;
+    s.endpoint_id = cfg->endpoint_id != nullptr ? cfg->endpoint_id : default_endpoint_id();
+    s.host = cfg->host != nullptr ? cfg->host : env_or("FLOWTUNE_HOST", "");
+    s.min_flowlet_bytes = cfg->min_flowlet_bytes;
+    s.max_rate_bytes_per_sec = cfg->max_rate_bytes_per_sec;
+    s.heartbeat_us = std::uint64_t{cfg->heartbeat_ms} * 1000;
+    flowtune::client::RuntimeConfig r;
+    r.allocator = cfg->allocator != nullptr ? cfg->allocator
+                                            : env_or("FLOWTUNE_ALLOCATOR", "tcp://127.0.0.1:5555");
+    r.log_level = cfg->log_level;
+    auto c = std::make_unique<ft_client>();
+    c->fork_generation = g_fork_generation.load();
+    c->runtime = std::make_unique<flowtune::client::Runtime>(std::move(r), std::move(s), c->table);
+    if (const int rc = c->runtime->start(); rc != FT_OK) return rc;
+    *out = c.release();
+    return FT_OK;
+  } catch (const std::bad_alloc&) {
+    return FT_ENOMEM;
+  } catch (...) {
+    return FT_ERUNTIME;
+  }
+}
+
+int ft_client_close(ft_client* c) {
+  if (c == nullptr) return FT_EINVAL;
+  if (c->forked()) {
+    // The runtime thread does not exist in this process: free only memory.
+    (void)c->runtime.release();  // its ZeroMQ state belongs to the parent
+    delete c;
+    return FT_OK;
+  }
+  c->runtime->stop();
+  for (int fd = 0; fd < flowtune::client::SocketTable::kMaxFd; ++fd) {
+    if (c->table.lookup(fd)) (void)c->table.release(fd);  // remove caps we set
+  }
+  delete c;
+  return FT_OK;
+}
+
+int ft_socket_register(ft_client* c, int fd) {
+  if (c == nullptr) return FT_EINVAL;
+  if (c->forked()) return FT_EFORKED;
+  Event e;
+  e.kind = Event::kRegister;
+  if (const int rc = tuple_of(fd, &e.tuple); rc != FT_OK) return rc;
+  int mss = 0;
+  socklen_t len = sizeof mss;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) == 0 && mss > 0) {
+    e.mss = static_cast<std::uint32_t>(mss);
+  }
+  if (const int rc = c->table.claim(fd, &e.ref); rc != FT_OK) return rc;
+  if (const int rc = c->push(e); rc != FT_OK) {
+    (void)c->table.release(fd);
+    return rc;
+  }
+  return FT_OK;
+}
+
+int ft_socket_unregister(ft_client* c, int fd) {
+  if (c == nullptr) return FT_EINVAL;
+  SocketRef ref;
+  if (const int rc = c->ref_of(fd, &ref); rc != FT_OK) return rc;
+  if (const int rc = c->table.release(fd); rc != FT_OK) return rc;
+  Event e;
+  e.kind = Event::kUnregister;
+  e.ref = ref;
+  // The runtime must learn of it (the flowlet ends): retry briefly when full.
+  for (int i = 0; i < 1000 && !c->runtime->push(e); ++i) sched_yield();
+  return FT_OK;
+}
+
+int ft_flowlet_begin(ft_client* c, int fd, uint64_t bytes, const ft_flowlet_opts* opts) {
+  if (c == nullptr || bytes == 0) return FT_EINVAL;
+  Event e;
+  e.kind = Event::kBegin;
+  if (opts != nullptr) {
+    if (!(opts->weight >= 1e-6f && opts->weight <= 1e6f)) return FT_EINVAL;
+    e.weight = opts->weight;
+    e.coflow_id = opts->coflow_id;
+  }
+  if (const int rc = c->ref_of(fd, &e.ref); rc != FT_OK) return rc;
+  e.bytes = bytes;
+  c->table.mark_begin(fd);
+  return c->push(e);
+}
+
+int ft_flowlet_sent(ft_client* c, int fd, uint64_t bytes) {
+  if (c == nullptr) return FT_EINVAL;
+  Event e;
+  e.kind = Event::kSent;
+  if (const int rc = c->ref_of(fd, &e.ref); rc != FT_OK) return rc;
+  if (bytes == 0) return FT_OK;
+  e.bytes = bytes;
+  return c->push(e);
+}
+
+int ft_flowlet_end(ft_client* c, int fd) {
+  if (c == nullptr) return FT_EINVAL;
+  Event e;
+  e.kind = Event::kEnd;
+  if (const int rc = c->ref_of(fd, &e.ref); rc != FT_OK) return rc;
+  if (!c->table.mark_end(fd)) return FT_ENOFLOWLET;
+  return c->push(e);
+}
+
+int ft_socket_rate(ft_client* c, int fd, uint64_t* bytes_per_sec) {
+  if (c == nullptr || bytes_per_sec == nullptr) return FT_EINVAL;
+  SocketRef ref;
+  if (const int rc = c->ref_of(fd, &ref); rc != FT_OK) return rc;
+  // The kernel's value is the truth (what pacing actually applies).
+  std::uint64_t v = 0;
+  socklen_t len = sizeof v;
+  if (getsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, &len) != 0) return FT_EBADF;
+  if (len == sizeof(std::uint32_t)) v &= 0xffffffffu;
+  *bytes_per_sec = (v == ~std::uint64_t{0} || v == 0xffffffffu) ? 0 : v;
+  return FT_OK;
+}
+
+int ft_client_stats(ft_client* c, ft_stats* out) {
+  if (c == nullptr || out == nullptr) return FT_EINVAL;
+  if (c->forked()) return FT_EFORKED;
+  *out = c->runtime->stats();
+  return FT_OK;
+}
+
+const char* ft_strerror(int err) {
+  switch (err) {
+    case FT_OK: return "success";
+    case FT_EINVAL: return "invalid argument";
+    case FT_EBADF: return "not an open socket";
+    case FT_ENOTTCP: return "not a connected IPv4 TCP socket";
+    case FT_ENOTREG: return "socket not registered with this client";
+    case FT_EEXIST: return "socket already registered";
+    case FT_ENOFLOWLET: return "no flowlet in progress";
+    case FT_ENOMEM: return "out of memory or event queue full";
+    case FT_ECONNECT: return "malformed allocator endpoint";
+    case FT_EFORKED: return "client belongs to the parent process";
+    case FT_ERUNTIME: return "runtime thread could not start";
+    default: return "unknown error";
+  }
+}
+
+}  // extern "C"

@@ -1,0 +1,147 @@
+#include "pacing.h"
+
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <thread>
+
+#include "flowtune/flowtune.h"
+
+namespace flowtune::client {
+
+int set_pacing_rate(int fd, std::uint64_t bytes_per_sec) {
+  // 64-bit SO_MAX_PACING_RATE (Linux >= 5.1); all ones means "no cap".
+  const std::uint64_t v = bytes_per_sec == 0 ? ~std::uint64_t{0} : bytes_per_sec;
+  if (setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof v) == 0) return 0;
+  return errno;
+}
+
+SocketTable::SocketTable() : chunks_(new std::atomic<Slot*>[kChunks]) {
+  for (int i = 0; i < kChunks; ++i) chunks_[i].store(nullptr, std::memory_order_relaxed);
+}
+
+SocketTable::~SocketTable() {
+  for (int i = 0; i < kChunks; ++i) delete[] chunks_[i].load(std::memory_order_relaxed);
+}
+
+SocketTable::Slot* SocketTable::slot(int fd) const {
+  if (fd < 0 || fd >= kMaxFd) return nullptr;
+  Slot* c = chunks_[fd >> kChunkBits].load(std::memory_order_acquire);
+  return c == nullptr ? nullptr : &c[fd & (kChunk - 1)];
+}
+
+SocketTable::Slot* SocketTable::slot_or_create(int fd) {
+  if (fd < 0 || fd >= kMaxFd) return nullptr;
+  std::atomic<Slot*>& c = chunks_[fd >> kChunkBits];
+  Slot* chunk = c.load(std::memory_order_acquire);
+  if (chunk == nullptr) {
+    Slot* fresh = new (std::nothrow) Slot[kChunk];
+    if (fresh == nullptr) return nullptr;
+    if (c.compare_exchange_strong(chunk, fresh, std::memory_order_acq_rel)) {
+      chunk = fresh;
+    } else {
+      delete[] fresh;  // another thread created it first
+    }
+  }
+  return &chunk[fd & (kChunk - 1)];
+}
+
+void SocketTable::lock(Slot& s) {
+  // Held for one setsockopt or ioctl at most: spinning beats a futex here.
+  while (s.busy.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
+}
+
+int SocketTable::claim(int fd, SocketRef* out) {
+  if (fd < 0 || fd >= kMaxFd) return FT_EBADF;
+  Slot* s = slot_or_create(fd);
+  if (s == nullptr) return FT_ENOMEM;
+  lock(*s);
+  const std::uint32_t st = s->state.load(std::memory_order_relaxed);
+  if ((st & 1) != 0) {
+    unlock(*s);
+    return FT_EEXIST;
+  }
+  const std::uint32_t gen = (st >> 1) + 1;
+  s->state.store((gen << 1) | 1, std::memory_order_release);
+  s->capped = false;
+  s->in_flowlet.store(false, std::memory_order_relaxed);
+  unlock(*s);
+  *out = {fd, gen};
+  return FT_OK;
+}
+
+int SocketTable::release(int fd) {
+  Slot* s = slot(fd);
+  if (s == nullptr) return FT_ENOTREG;
+  lock(*s);
+  const std::uint32_t st = s->state.load(std::memory_order_relaxed);
+  if ((st & 1) == 0) {
+    unlock(*s);
+    return FT_ENOTREG;
+  }
+  // The fd is still the application's here, so clearing is safe.
+  if (s->capped) (void)set_pacing_rate(fd, 0);
+  s->capped = false;
+  s->state.store(st & ~1u, std::memory_order_release);
+  unlock(*s);
+  return FT_OK;
+}
+
+std::optional<SocketRef> SocketTable::lookup(int fd) const {
+  const Slot* s = slot(fd);
+  if (s == nullptr) return std::nullopt;
+  const std::uint32_t st = s->state.load(std::memory_order_acquire);
+  if ((st & 1) == 0) return std::nullopt;
+  return SocketRef{fd, st >> 1};
+}
+
+void SocketTable::mark_begin(int fd) {
+  if (Slot* s = slot(fd)) s->in_flowlet.store(true, std::memory_order_relaxed);
+}
+
+bool SocketTable::mark_end(int fd) {
+  Slot* s = slot(fd);
+  return s != nullptr && s->in_flowlet.exchange(false, std::memory_order_relaxed);
+}
+
+SocketTable::Result SocketTable::set_rate(SocketRef ref, std::uint64_t bytes_per_sec, int* err) {
+  Slot* s = slot(ref.fd);
+  if (s == nullptr) return Result::kGone;
+  lock(*s);
+  if (s->state.load(std::memory_order_relaxed) != ((ref.gen << 1) | 1)) {
+    unlock(*s);
+    return Result::kGone;
+  }
+  if (bytes_per_sec == 0 && !s->capped) {
+    unlock(*s);
+    return Result::kOk;
+  }
+  const int e = set_pacing_rate(ref.fd, bytes_per_sec);
+  if (e == 0) s->capped = bytes_per_sec != 0;
+  unlock(*s);
+  if (e != 0) {
+    *err = e;
+    return Result::kFailed;
+  }
+  return Result::kOk;
+}
+
+SocketTable::Result SocketTable::unsent_bytes(SocketRef ref, std::uint64_t* out) {
+  Slot* s = slot(ref.fd);
+  if (s == nullptr) return Result::kGone;
+  lock(*s);
+  if (s->state.load(std::memory_order_relaxed) != ((ref.gen << 1) | 1)) {
+    unlock(*s);
+    return Result::kGone;
+  }
+  int n = 0;
+  const int rc = ioctl(ref.fd, SIOCOUTQNSD, &n);
+  unlock(*s);
+  if (rc != 0 || n < 0) return Result::kFailed;
+  *out = static_cast<std::uint64_t>(n);
+  return Result::kOk;
+}
+
+}  // namespace flowtune::client

@@ -1,0 +1,88 @@
+// The table of registered sockets, shared by application threads and the
+// runtime thread, and the one place that touches a socket's pacing.
+//
+// The hazard it exists for: the runtime thread applies a rate to fd 7 while
+// the application closes fd 7 and opens another socket that gets number 7.
+// Each slot carries a generation and a small lock. ft_socket_unregister()
+// takes the lock, bumps the generation and clears the cap while the fd is
+// still the application's; the runtime thread takes the same lock and acts
+// only if the generation it was given is still current. So once unregister
+// returns, the library never touches that fd again.
+//
+// Lookups on the data path (begin/sent/end) are one atomic load; the table
+// grows in chunks on first use of an fd range and never moves.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+namespace flowtune::client {
+
+// A registration: fd plus the slot's generation when it was claimed.
+struct SocketRef {
+  int fd = -1;
+  std::uint32_t gen = 0;
+  std::uint64_t packed() const {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(fd)) << 32) | gen;
+  }
+  static SocketRef unpack(std::uint64_t v) {
+    return {static_cast<int>(v >> 32), static_cast<std::uint32_t>(v)};
+  }
+  bool operator==(const SocketRef&) const = default;
+};
+
+class SocketTable {
+ public:
+  static constexpr int kMaxFd = 1 << 20;
+
+  SocketTable();
+  ~SocketTable();
+  SocketTable(const SocketTable&) = delete;
+  SocketTable& operator=(const SocketTable&) = delete;
+
+  // Application side. claim: FT_EEXIST if registered, FT_EBADF if fd is out
+  // of range, FT_ENOMEM if a chunk cannot be allocated.
+  int claim(int fd, SocketRef* out);
+  // Bumps the generation and clears any cap the library set; FT_ENOTREG if
+  // fd is not registered.
+  int release(int fd);
+  // The current registration of fd, if any (one atomic load).
+  std::optional<SocketRef> lookup(int fd) const;
+  // The application's view of its flowlet on fd: begin marks it open, end
+  // closes it; end returns false when none was open (a double end).
+  void mark_begin(int fd);
+  bool mark_end(int fd);
+
+  enum class Result { kOk, kGone, kFailed };
+  // Runtime side: sets SO_MAX_PACING_RATE (0 clears the cap) if `ref` is
+  // still the fd's registration; *err gets errno on kFailed.
+  Result set_rate(SocketRef ref, std::uint64_t bytes_per_sec, int* err);
+  // Runtime side: bytes queued in the kernel not yet sent (SIOCOUTQNSD).
+  Result unsent_bytes(SocketRef ref, std::uint64_t* out);
+
+ private:
+  struct Slot {
+    // gen << 1 | registered
+    std::atomic<std::uint32_t> state{0};
+    std::atomic<bool> busy{false};
+    bool capped = false;  // the library set a cap (guarded by busy)
+    std::atomic<bool> in_flowlet{false};
+  };
+  static constexpr int kChunkBits = 10;
+  static constexpr int kChunk = 1 << kChunkBits;
+  static constexpr int kChunks = kMaxFd / kChunk;
+
+  Slot* slot(int fd) const;
+  Slot* slot_or_create(int fd);
+  static void lock(Slot& s);
+  static void unlock(Slot& s) { s.busy.store(false, std::memory_order_release); }
+
+  std::unique_ptr<std::atomic<Slot*>[]> chunks_;
+};
+
+// Applies a cap directly (no table): 0 clears it. Returns 0 or errno.
+int set_pacing_rate(int fd, std::uint64_t bytes_per_sec);
+
+}  // namespace flowtune::client

@@ -1,0 +1,120 @@
+// The client's runtime thread: a libuv loop that owns the ZeroMQ DEALER
+// socket to the allocator and the Session, takes application events from a
+// lock-free queue, and applies rates through the SocketTable.
+//
+// Application threads only push to the queue (and wake the loop when it
+// sleeps); they never wait for the network. The loop wakes on: a queue
+// push (uv_async), the ZeroMQ socket (its ZMQ_FD, edge-triggered, so
+// ZMQ_EVENTS is re-read after every operation), and a timerfd armed at the
+// Session's next deadline (heartbeat, lease expiry, drain check) with
+// microsecond precision.
+#pragma once
+
+#include <uv.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "flowtune/flowtune.h"
+#include "pacing.h"
+#include "session.h"
+
+namespace flowtune::client {
+
+struct Event {
+  enum Kind : std::uint8_t { kRegister, kUnregister, kBegin, kSent, kEnd };
+  Kind kind = kBegin;
+  SocketRef ref;
+  std::uint64_t bytes = 0;
+  float weight = 1;
+  std::uint64_t coflow_id = 0;
+  wire::FiveTuple tuple;
+  std::uint32_t mss = 0;
+};
+
+// Bounded multi-producer queue: each cell carries a sequence number that
+// says whose turn it is (producer at pos, consumer at pos + 1), so producers
+// claim cells with one CAS and never wait for each other's copies.
+class EventQueue {
+ public:
+  explicit EventQueue(std::size_t capacity_pow2);
+  bool push(const Event& e);  // any thread; false when full
+  bool pop(Event* e);         // the runtime thread only
+  bool empty() const;
+
+ private:
+  struct Cell {
+    std::atomic<std::uint64_t> seq;
+    Event event;
+  };
+  std::unique_ptr<Cell[]> cells_;
+  std::uint64_t mask_;
+  alignas(64) std::atomic<std::uint64_t> head_{0};  // next push
+  alignas(64) std::atomic<std::uint64_t> tail_{0};  // next pop
+};
+
+struct RuntimeConfig {
+  std::string allocator;
+  int log_level = 2;
+};
+
+class Runtime {
+ public:
+  Runtime(RuntimeConfig config, SessionConfig session, SocketTable& table);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // FT_OK, FT_ECONNECT (bad endpoint) or FT_ERUNTIME.
+  int start();
+  // Ends every reported flowlet (best effort), stops and joins the thread.
+  void stop();
+
+  // Any thread. False when the queue is full (the event is dropped).
+  bool push(const Event& e);
+  ft_stats stats() const;
+
+ private:
+  void run();
+  void work();
+  void receive();
+  void apply_actions();
+  void arm_timer();
+  void log(int level, const std::string& text) const;
+  std::uint64_t now_us() const;
+
+  RuntimeConfig config_;
+  SocketTable& table_;
+  Session session_;
+  EventQueue queue_;
+
+  void* zmq_ctx_ = nullptr;
+  void* zmq_sock_ = nullptr;
+  int timer_fd_ = -1;
+  uv_loop_t loop_{};
+  uv_async_t wake_{};
+  uv_poll_t zmq_poll_{};
+  uv_poll_t timer_poll_{};
+  uv_prepare_t prepare_{};
+  uv_check_t check_{};
+  std::thread thread_;
+  std::atomic<bool> sleeping_{false};
+  std::atomic<bool> stopping_{false};
+  std::int64_t start_ns_;
+
+  // Published by the runtime thread for ft_client_stats().
+  struct Published {
+    std::atomic<std::uint64_t> flowlets_started{0}, flowlets_ended{0}, flowlets_coalesced{0}, mice{0},
+        ends_in_advance{0}, rates_applied{0}, rates_cleared{0}, pacing_failures{0}, resyncs{0},
+        allocator_errors{0}, queue_overflows{0};
+    std::atomic<int> connected{0};
+  };
+  mutable Published published_;
+  bool pacing_failure_logged_ = false;
+};
+
+}  // namespace flowtune::client

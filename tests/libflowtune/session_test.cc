@@ -1,0 +1,239 @@
+// The endpoint protocol state machine, fed by hand (no sockets, no clock):
+// what it reports to the allocator, and what pacing it asks for.
+#include "session.h"
+
+#include <gtest/gtest.h>
+
+namespace flowtune::client {
+namespace {
+
+constexpr SocketRef kSock{7, 1};
+constexpr SocketRef kOther{8, 1};
+
+wire::FiveTuple tuple(std::uint16_t port) { return {0x0a000001, 0x0a000002, port, 5201, 6}; }
+
+class SessionTest : public ::testing::Test {
+ protected:
+  SessionTest() {
+    SessionConfig c;
+    c.endpoint_id = "ep";
+    c.min_flowlet_bytes = 1000;
+    c.heartbeat_us = 1'000'000;
+    c.initial_rtt_us = 500;
+    s_ = std::make_unique<Session>(c);
+    s_->on_register(kSock, tuple(1), 1448, now_);
+    s_->on_register(kOther, tuple(2), 1448, now_);
+  }
+  // Everything the session says now, events flattened.
+  std::vector<wire::EndpointEvent> said() {
+    std::vector<wire::EndpointEvent> all;
+    while (auto m = s_->take_message(now_)) {
+      for (auto& e : m->events) all.push_back(std::move(e));
+    }
+    return all;
+  }
+  template <class T>
+  static std::vector<T> of(const std::vector<wire::EndpointEvent>& ev) {
+    std::vector<T> out;
+    for (const auto& e : ev) {
+      if (const auto* x = std::get_if<T>(&e)) out.push_back(*x);
+    }
+    return out;
+  }
+  wire::AllocatorMessage rates(std::vector<wire::RateUpdate> r, std::uint64_t epoch = 9) {
+    wire::AllocatorMessage m;
+    m.epoch = epoch;
+    m.rates = std::move(r);
+    return m;
+  }
+  std::unique_ptr<Session> s_;
+  std::uint64_t now_ = 1000;
+};
+
+TEST_F(SessionTest, FirstMessageIsHelloWithStateThenStartsAreReported) {
+  // Given: a flowlet begins before anything was said.
+  s_->on_begin(kSock, 5000, 1, 0, now_);
+  auto ev = said();
+  // Expect: hello (host from the socket's local address) and a resync holding it.
+  ASSERT_EQ(of<wire::Hello>(ev).size(), 1u);
+  EXPECT_EQ(of<wire::Hello>(ev)[0].host_id, "10.0.0.1");
+  ASSERT_EQ(of<wire::Resync>(ev).size(), 1u);
+  ASSERT_EQ(of<wire::Resync>(ev)[0].flows.size(), 1u);
+  EXPECT_EQ(of<wire::Resync>(ev)[0].flows[0].bytes, 5000u);
+  // When: another socket begins, it is a plain start.
+  s_->on_begin(kOther, 5000, 2, 77, now_);
+  ev = said();
+  ASSERT_EQ(of<wire::FlowletStart>(ev).size(), 1u);
+  EXPECT_EQ(of<wire::FlowletStart>(ev)[0].weight, 2.0f);
+  EXPECT_EQ(of<wire::FlowletStart>(ev)[0].coflow_id, 77u);
+  EXPECT_EQ(std::get<wire::FiveTuple>(of<wire::FlowletStart>(ev)[0].endpoints), tuple(2));
+}
+
+TEST_F(SessionTest, RatesBecomePacingAndLapseWithTheirLease) {
+  s_->on_begin(kSock, 5000, 1, 0, now_);
+  auto ev = said();
+  const std::uint64_t key = of<wire::Resync>(ev)[0].flows[0].flow_key;
+  s_->on_message(rates({{key, 12345, 100'000}}), now_);
+  auto act = s_->take_actions();
+  ASSERT_EQ(act.size(), 1u);
+  EXPECT_EQ(act[0].socket, kSock);
+  EXPECT_EQ(act[0].bytes_per_sec, 12345u);
+  EXPECT_EQ(s_->rate_of(kSock), 12345u);
+  // A refresh extends the lease; without more, it lapses and the cap goes.
+  now_ += 90'000;
+  wire::AllocatorMessage refresh = rates({});
+  refresh.lease_refresh_us = 100'000;
+  s_->on_message(refresh, now_);
+  now_ += 50'000;
+  s_->on_timer(now_);
+  EXPECT_TRUE(s_->take_actions().empty());
+  now_ += 60'000;
+  EXPECT_LE(s_->next_timer_us(), now_);
+  s_->on_timer(now_);
+  act = s_->take_actions();
+  ASSERT_EQ(act.size(), 1u);
+  EXPECT_EQ(act[0].bytes_per_sec, 0u);
+  EXPECT_EQ(s_->stats().leases_lapsed, 1u);
+}
+
+TEST_F(SessionTest, BackToBackBeginsCoalesceAndMiceAreNotReported) {
+  said();  // nothing yet: no flowlet
+  s_->on_begin(kSock, 400, 1, 0, now_);  // a mouse
+  auto ev = said();
+  EXPECT_TRUE(of<wire::Resync>(ev).empty() || of<wire::Resync>(ev)[0].flows.empty());
+  EXPECT_TRUE(of<wire::FlowletStart>(ev).empty());
+  EXPECT_EQ(s_->stats().mice, 1u);
+  // More begins on the live flowlet coalesce; past the threshold it is reported once.
+  s_->on_begin(kSock, 400, 1, 0, now_);
+  s_->on_begin(kSock, 400, 1, 0, now_);
+  s_->on_begin(kSock, 400, 1, 0, now_);
+  ev = said();
+  ASSERT_EQ(of<wire::FlowletStart>(ev).size(), 1u);
+  EXPECT_EQ(of<wire::FlowletStart>(ev)[0].bytes, 1200u);
+  EXPECT_EQ(s_->stats().flowlets_coalesced, 3u);
+  EXPECT_EQ(s_->stats().flowlets_started, 1u);
+  // A mouse that completes is simply over.
+  s_->on_begin(kOther, 10, 1, 0, now_);
+  s_->on_sent(kOther, 10, now_);
+  EXPECT_TRUE(s_->take_drain_queries().empty());
+}
+
+TEST_F(SessionTest, EndIsSentInAdvanceWhenTheQueueDrainsWithinARoundTrip) {
+  s_->on_begin(kSock, 1'000'000, 1, 0, now_);
+  const std::uint64_t key = of<wire::Resync>(said())[0].flows[0].flow_key;
+  s_->on_message(rates({{key, 10'000'000, 1'000'000}}), now_);  // 10 MB/s
+  (void)s_->take_actions();
+  (void)s_->take_drain_queries();
+  // When: every byte is handed to the kernel.
+  s_->on_sent(kSock, 600'000, now_);
+  EXPECT_TRUE(s_->take_drain_queries().empty());
+  s_->on_sent(kSock, 400'000, now_);
+  ASSERT_EQ(s_->take_drain_queries().size(), 1u);
+  // Given: 200 kB unsent = 20 ms at 10 MB/s, far more than the RTT.
+  s_->on_unsent(kSock, 200'000, now_);
+  EXPECT_TRUE(of<wire::FlowletEnd>(said()).empty());
+  // Expect: a look after half a burst's time (64 kB at 10 MB/s: 3.3 ms),
+  // sooner than halfway to the predicted drain (the RTT estimate moved from
+  // 500 us toward the 0 us sample of the rate above).
+  EXPECT_EQ(s_->rtt_us(), (7 * 500 + 0) / 8);
+  const std::uint64_t half_burst = Session::kLastBurstBytes * 500'000 / 10'000'000;
+  EXPECT_EQ(s_->next_timer_us(), now_ + std::min<std::uint64_t>((20'000 - s_->rtt_us()) / 2, half_burst));
+  now_ = s_->next_timer_us();
+  s_->on_timer(now_);
+  ASSERT_EQ(s_->take_drain_queries().size(), 1u);
+  s_->on_unsent(kSock, 150'000, now_);  // slower than predicted: look again
+  EXPECT_EQ(s_->next_timer_us(), now_ + half_burst);
+  now_ = s_->next_timer_us();
+  s_->on_timer(now_);
+  ASSERT_EQ(s_->take_drain_queries().size(), 1u);
+  // The last burst (<= 64 kB) is predicted: the end goes one RTT and half a
+  // burst time before it drains.
+  s_->on_unsent(kSock, 50'000, now_);
+  EXPECT_EQ(s_->next_timer_us(), now_ + 5'000 - s_->rtt_us() - half_burst);
+  EXPECT_TRUE(of<wire::FlowletEnd>(said()).empty());
+  now_ = s_->next_timer_us();
+  s_->on_timer(now_);
+  const auto ends = of<wire::FlowletEnd>(said());
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_EQ(ends[0].flow_key, key);
+  EXPECT_EQ(s_->stats().ends_in_advance, 1u);
+  const auto act = s_->take_actions();
+  ASSERT_EQ(act.size(), 1u);
+  EXPECT_EQ(act[0].bytes_per_sec, 0u);  // the cap goes with the flowlet
+  // A begin after that is a new flowlet; an observed tail shorter than an
+  // RTT ends it at once.
+  s_->on_begin(kSock, 100'000, 1, 0, now_);
+  const auto starts = of<wire::FlowletStart>(said());
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_NE(starts[0].flow_key, key);
+  s_->on_message(rates({{starts[0].flow_key, 10'000'000, 1'000'000}}), now_);
+  s_->on_sent(kSock, 100'000, now_);
+  (void)s_->take_drain_queries();
+  s_->on_unsent(kSock, 3'000, now_);  // 300 us < RTT
+  EXPECT_EQ(of<wire::FlowletEnd>(said()).size(), 1u);
+  EXPECT_EQ(s_->stats().ends_in_advance, 2u);
+}
+
+TEST_F(SessionTest, NewEpochOrNotRegisteredMakesItResendState) {
+  s_->on_begin(kSock, 5000, 1, 0, now_);
+  s_->on_begin(kOther, 5000, 1, 0, now_);
+  said();
+  s_->on_message(rates({}, 9), now_);
+  s_->on_end(kOther, now_);
+  said();
+  // When: a reply carries another epoch (the allocator restarted).
+  s_->on_message(rates({}, 10), now_);
+  auto ev = said();
+  // Expect: hello + resync of the one live flowlet, not the history.
+  ASSERT_EQ(of<wire::Hello>(ev).size(), 1u);
+  ASSERT_EQ(of<wire::Resync>(ev).size(), 1u);
+  EXPECT_EQ(of<wire::Resync>(ev)[0].flows.size(), 1u);
+  EXPECT_EQ(s_->stats().resyncs, 1u);
+  // Same after a notRegistered error.
+  wire::AllocatorMessage err = rates({}, 10);
+  err.errors.push_back({wire::ErrorCode::kNotRegistered, "who?", 0});
+  s_->on_message(err, now_);
+  ev = said();
+  EXPECT_EQ(of<wire::Resync>(ev).size(), 1u);
+  EXPECT_EQ(s_->stats().resyncs, 2u);
+}
+
+TEST_F(SessionTest, ExplicitEndAndUnregisterEndOnce) {
+  s_->on_begin(kSock, 5000, 1, 0, now_);
+  said();
+  s_->on_end(kSock, now_);
+  s_->on_end(kSock, now_);  // double end: nothing more
+  EXPECT_EQ(of<wire::FlowletEnd>(said()).size(), 1u);
+  s_->on_begin(kOther, 5000, 1, 0, now_);
+  said();
+  s_->on_unregister(kOther, now_);
+  EXPECT_EQ(of<wire::FlowletEnd>(said()).size(), 1u);
+  // Events for an unregistered socket are ignored.
+  s_->on_begin(kOther, 5000, 1, 0, now_);
+  EXPECT_TRUE(said().empty());
+}
+
+TEST_F(SessionTest, HeartbeatsKeepTheEndpointAliveAndRatesAreCappedAtTheHostLink) {
+  SessionConfig c;
+  c.endpoint_id = "ep";
+  c.host = "h0";
+  c.max_rate_bytes_per_sec = 1000;
+  c.heartbeat_us = 100;
+  Session s(c);
+  s.on_register(kSock, tuple(1), 0, now_);
+  s.on_begin(kSock, 1'000'000, 1, 0, now_);
+  auto m = s.take_message(now_);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(std::get<wire::Hello>(m->events[0]).host_id, "h0");
+  const auto key = std::get<wire::Resync>(m->events[1]).flows[0].flow_key;
+  s.on_message(rates({{key, 5000, 1'000'000}}), now_);
+  EXPECT_EQ(s.rate_of(kSock), 1000u);
+  now_ += 150;
+  s.on_timer(now_);
+  m = s.take_message(now_);
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(std::holds_alternative<wire::Heartbeat>(m->events.at(0)));
+}
+
+}  // namespace
+}  // namespace flowtune::client
