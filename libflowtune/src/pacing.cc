@@ -18,6 +18,13 @@ int set_pacing_rate(int fd, std::uint64_t bytes_per_sec) {
   return errno;
 }
 
+std::uint64_t socket_cookie(int fd) {
+  std::uint64_t cookie = 0;
+  socklen_t len = sizeof cookie;
+  if (getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) != 0) return 0;
+  return cookie;
+}
+
 SocketTable::SocketTable() : chunks_(new std::atomic<Slot*>[kChunks]) {
   for (int i = 0; i < kChunks; ++i) chunks_[i].store(nullptr, std::memory_order_relaxed);
 }
@@ -66,6 +73,7 @@ int SocketTable::claim(int fd, SocketRef* out) {
   const std::uint32_t gen = (st >> 1) + 1;
   s->state.store((gen << 1) | 1, std::memory_order_release);
   s->capped = false;
+  s->cookie = socket_cookie(fd);
   s->in_flowlet.store(false, std::memory_order_relaxed);
   unlock(*s);
   *out = {fd, gen};
@@ -110,7 +118,8 @@ SocketTable::Result SocketTable::set_rate(SocketRef ref, std::uint64_t bytes_per
   Slot* s = slot(ref.fd);
   if (s == nullptr) return Result::kGone;
   lock(*s);
-  if (s->state.load(std::memory_order_relaxed) != ((ref.gen << 1) | 1)) {
+  if (s->state.load(std::memory_order_relaxed) != ((ref.gen << 1) | 1) ||
+      socket_cookie(ref.fd) != s->cookie) {
     unlock(*s);
     return Result::kGone;
   }

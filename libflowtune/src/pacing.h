@@ -68,6 +68,10 @@ class SocketTable {
     std::atomic<std::uint32_t> state{0};
     std::atomic<bool> busy{false};
     bool capped = false;  // the library set a cap (guarded by busy)
+    // The kernel's id of the socket registered (SO_COOKIE), guarded by busy:
+    // if the application closes the fd without unregistering and the number
+    // is reused, the runtime sees another cookie and leaves it alone.
+    std::uint64_t cookie = 0;
     std::atomic<bool> in_flowlet{false};
   };
   static constexpr int kChunkBits = 10;
@@ -84,5 +88,7 @@ class SocketTable {
 
 // Applies a cap directly (no table): 0 clears it. Returns 0 or errno.
 int set_pacing_rate(int fd, std::uint64_t bytes_per_sec);
+// The socket's SO_COOKIE (unique per socket for the boot), 0 if unknown.
+std::uint64_t socket_cookie(int fd);
 
 }  // namespace flowtune::client

@@ -336,6 +336,64 @@ TEST_F(ClientTest, BadUseGetsErrorCodes) {
   EXPECT_EQ(ft_client_close(c), FT_OK);
 }
 
+TEST_F(ClientTest, MiceBypassTheAllocatorAndBackToBackBeginsCoalesce) {
+  start_allocator();
+  ft_client* c = open();  // min_flowlet_bytes = 10,000
+  Transfer mouse, bulk;
+  ASSERT_EQ(ft_socket_register(c, mouse.send_fd), FT_OK);
+  ASSERT_EQ(ft_socket_register(c, bulk.send_fd), FT_OK);
+  // A mouse is never reported: no rate, no flow at the allocator.
+  ASSERT_EQ(ft_flowlet_begin(c, mouse.send_fd, 5000, nullptr), FT_OK);
+  const std::uint64_t mouse_sum = mouse.send_all(5000, c);
+  // Two back-to-back begins on one socket are one flowlet.
+  ASSERT_EQ(ft_flowlet_begin(c, bulk.send_fd, 50 << 20, nullptr), FT_OK);
+  ASSERT_EQ(ft_flowlet_begin(c, bulk.send_fd, 50 << 20, nullptr), FT_OK);
+  ASSERT_TRUE(eventually([&] { return rate(c, bulk.send_fd) > 0; }));
+  EXPECT_EQ(daemon_.status()["flows"], 1);
+  EXPECT_EQ(rate(c, mouse.send_fd), 0u);
+  ft_stats st{};
+  ft_client_stats(c, &st);
+  EXPECT_EQ(st.mice, 1u);
+  EXPECT_EQ(st.flowlets_coalesced, 1u);
+  EXPECT_EQ(st.flowlets_started, 1u);
+  mouse.finish();
+  EXPECT_EQ(mouse.received(), 5000u);
+  EXPECT_EQ(mouse.checksum(), mouse_sum);
+  ft_socket_unregister(c, mouse.send_fd);
+  ft_socket_unregister(c, bulk.send_fd);
+  ft_client_close(c);
+}
+
+TEST_F(ClientTest, AReusedFdIsNeverPacedByMistake) {
+  start_allocator();
+  ft_client* c = open();
+  auto t = std::make_unique<Transfer>();
+  const int fd = t->send_fd;
+  ASSERT_EQ(ft_socket_register(c, fd), FT_OK);
+  ASSERT_EQ(ft_flowlet_begin(c, fd, 100 << 20, nullptr), FT_OK);
+  ASSERT_TRUE(eventually([&] { return rate(c, fd) > 0; }));
+  // Misuse: the application puts a new socket on the fd number (dup2 closes
+  // the old one) without unregistering.
+  const int fresh = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::dup2(fresh, fd), fd);
+  ::close(fresh);
+  t->send_fd = -1;
+  const int reused = fd;
+  // The allocator's later rates for the old flowlet (lease refreshes, a
+  // second flowlet changing its share) must not reach the new socket.
+  Transfer other;
+  ASSERT_EQ(ft_socket_register(c, other.send_fd), FT_OK);
+  ASSERT_EQ(ft_flowlet_begin(c, other.send_fd, 100 << 20, nullptr), FT_OK);
+  ASSERT_TRUE(eventually([&] { return near(rate(c, other.send_fd), kLinkBytes / 2); }));
+  std::uint64_t v = 0;
+  socklen_t len = sizeof v;
+  ASSERT_EQ(getsockopt(reused, SOL_SOCKET, SO_MAX_PACING_RATE, &v, &len), 0);
+  EXPECT_EQ(v, ~std::uint64_t{0}) << "the reused fd got a cap";
+  ::close(reused);
+  ft_socket_unregister(c, other.send_fd);
+  ft_client_close(c);
+}
+
 TEST_F(ClientTest, AForkedChildDoesNotShareTheClient) {
   ft_client* c = open();
   Transfer t;
