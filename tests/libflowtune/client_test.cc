@@ -412,6 +412,47 @@ TEST_F(ClientTest, AForkedChildDoesNotShareTheClient) {
   ft_client_close(c);
 }
 
+TEST_F(ClientTest, ManyApplicationThreadsShareOneClient) {
+  start_allocator();
+  ft_client* c = open();
+  constexpr int kThreads = 4;
+  constexpr int kFlowlets = 200;
+  std::vector<std::unique_ptr<Transfer>> conns;
+  for (int i = 0; i < kThreads; ++i) conns.push_back(std::make_unique<Transfer>());
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      const int fd = conns[static_cast<std::size_t>(i)]->send_fd;
+      if (ft_socket_register(c, fd) != FT_OK) ++errors;
+      for (int f = 0; f < kFlowlets; ++f) {
+        // Each call may race the others and the runtime thread.
+        if (ft_flowlet_begin(c, fd, 20000, nullptr) != FT_OK) ++errors;
+        if (ft_flowlet_sent(c, fd, 20000) != FT_OK) ++errors;
+        std::uint64_t r = 0;
+        if (ft_socket_rate(c, fd, &r) != FT_OK) ++errors;
+        ft_stats st{};
+        if (ft_client_stats(c, &st) != FT_OK) ++errors;
+      }
+      if (ft_socket_unregister(c, fd) != FT_OK) ++errors;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  // Every begin was seen once: reported, or coalesced into the one before
+  // (the runtime may still be working through the queue).
+  ft_stats st{};
+  EXPECT_TRUE(eventually([&] {
+    ft_client_stats(c, &st);
+    return st.flowlets_started + st.flowlets_coalesced ==
+           static_cast<std::uint64_t>(kThreads * kFlowlets);
+  })) << st.flowlets_started << " + " << st.flowlets_coalesced;
+  EXPECT_EQ(st.queue_overflows, 0u);
+  // Every reported flowlet ended (in advance or at unregister).
+  EXPECT_TRUE(eventually([&] { return daemon_.status()["flows"] == 0; }));
+  ft_client_close(c);
+}
+
 TEST(ClientCpp, RaiiWrapperRegistersAndCloses) {
   ft_config cfg = Client::default_config();
   const std::string ep = unique_endpoint();
