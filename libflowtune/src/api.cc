@@ -225,6 +225,17 @@ int ft_flowlet_sent(ft_client* c, int fd, uint64_t bytes) {
   return c->push(e);
 }
 
+int ft_flowlet_wrote(ft_client* c, int fd, uint64_t bytes) {
+  if (c == nullptr) return FT_EINVAL;
+  Event e;
+  e.kind = Event::kWrote;
+  if (const int rc = c->ref_of(fd, &e.ref); rc != FT_OK) return rc;
+  if (bytes == 0) return FT_OK;
+  e.bytes = bytes;
+  c->table.mark_begin(fd);
+  return c->push(e);
+}
+
 int ft_flowlet_end(ft_client* c, int fd) {
   if (c == nullptr) return FT_EINVAL;
   Event e;
@@ -232,6 +243,13 @@ int ft_flowlet_end(ft_client* c, int fd) {
   if (const int rc = c->ref_of(fd, &e.ref); rc != FT_OK) return rc;
   if (!c->table.mark_end(fd)) return FT_ENOFLOWLET;
   return c->push(e);
+}
+
+int ft_flowlet_active(ft_client* c, int fd) {
+  if (c == nullptr) return FT_EINVAL;
+  SocketRef ref;
+  if (const int rc = c->ref_of(fd, &ref); rc != FT_OK) return rc;
+  return c->table.in_flowlet(fd) ? 1 : 0;
 }
 
 int ft_socket_rate(ft_client* c, int fd, uint64_t* bytes_per_sec) {

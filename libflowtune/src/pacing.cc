@@ -114,6 +114,18 @@ bool SocketTable::mark_end(int fd) {
   return s != nullptr && s->in_flowlet.exchange(false, std::memory_order_relaxed);
 }
 
+bool SocketTable::in_flowlet(int fd) const {
+  const Slot* s = slot(fd);
+  return s != nullptr && s->in_flowlet.load(std::memory_order_relaxed);
+}
+
+void SocketTable::clear_flowlet(SocketRef ref) {
+  Slot* s = slot(ref.fd);
+  if (s != nullptr && s->state.load(std::memory_order_acquire) == ((ref.gen << 1) | 1)) {
+    s->in_flowlet.store(false, std::memory_order_relaxed);
+  }
+}
+
 SocketTable::Result SocketTable::set_rate(SocketRef ref, std::uint64_t bytes_per_sec, int* err) {
   Slot* s = slot(ref.fd);
   if (s == nullptr) return Result::kGone;

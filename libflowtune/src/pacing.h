@@ -54,6 +54,9 @@ class SocketTable {
   // closes it; end returns false when none was open (a double end).
   void mark_begin(int fd);
   bool mark_end(int fd);
+  bool in_flowlet(int fd) const;
+  // Runtime side: the library ended ref's flowlet (advance end, lease).
+  void clear_flowlet(SocketRef ref);
 
   enum class Result { kOk, kGone, kFailed };
   // Runtime side: sets SO_MAX_PACING_RATE (0 clears the cap) if `ref` is

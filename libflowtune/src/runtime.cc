@@ -84,11 +84,10 @@ int Runtime::start() {
   if (zmq_ctx_ == nullptr) return FT_ERUNTIME;
   zmq_sock_ = zmq_socket(zmq_ctx_, ZMQ_DEALER);
   if (zmq_sock_ == nullptr) return FT_ERUNTIME;
-  // Messages for an allocator that is not there fail at once (and the
-  // session resyncs later) instead of piling up; close does not linger long.
-  const int one = 1, linger_ms = 200, hwm = 1000;
-  zmq_setsockopt(zmq_sock_, ZMQ_IMMEDIATE, &one, sizeof one);
-  zmq_setsockopt(zmq_sock_, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
+  // Messages wait in ZeroMQ while the connection is being made (a short
+  // program's flowlets would otherwise be lost), up to a small queue; past
+  // it a send fails at once and the session resyncs later.
+  const int hwm = 1000;
   zmq_setsockopt(zmq_sock_, ZMQ_SNDHWM, &hwm, sizeof hwm);
   if (zmq_connect(zmq_sock_, config_.allocator.c_str()) != 0) {
     log(1, "cannot use allocator endpoint \"" + config_.allocator + "\": " + zmq_strerror(zmq_errno()));
@@ -169,8 +168,12 @@ void Runtime::stop() {
   uv_async_send(&wake_);
   thread_.join();
   uv_loop_close(&loop_);
+  // The final ends may wait up to 200 ms for delivery, but only to an
+  // allocator that answered: an absent one must not delay the exit.
+  const int linger_ms = session_.stats().connected ? 200 : 0;
+  zmq_setsockopt(zmq_sock_, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
   zmq_close(zmq_sock_);
-  zmq_ctx_term(zmq_ctx_);  // lingers up to 200 ms for the final ends
+  zmq_ctx_term(zmq_ctx_);
   ::close(timer_fd_);
   zmq_sock_ = zmq_ctx_ = nullptr;
   timer_fd_ = -1;
@@ -229,6 +232,7 @@ void Runtime::work() {
       case Event::kUnregister: session_.on_unregister(e.ref, now); break;
       case Event::kBegin: session_.on_begin(e.ref, e.bytes, e.weight, e.coflow_id, now); break;
       case Event::kSent: session_.on_sent(e.ref, e.bytes, now); break;
+      case Event::kWrote: session_.on_wrote(e.ref, e.bytes, now); break;
       case Event::kEnd: session_.on_end(e.ref, now); break;
     }
   }
@@ -243,6 +247,7 @@ void Runtime::work() {
     }
   }
   apply_actions();
+  for (const SocketRef& ref : session_.take_ended()) table_.clear_flowlet(ref);
   if (stopping_.load()) {
     // Last words: end every flowlet the allocator knows of.
     session_.end_all(now);
@@ -251,7 +256,7 @@ void Runtime::work() {
   while (auto m = session_.take_message(now)) {
     const std::vector<std::uint8_t> bytes = wire::encode(*m);
     if (zmq_send(zmq_sock_, bytes.data(), bytes.size(), ZMQ_DONTWAIT) < 0) {
-      session_.on_send_failed();  // no allocator yet, or it is slow: resend state later
+      session_.on_send_failed(now);  // the queue is full: resend state later
       break;
     }
   }

@@ -26,7 +26,7 @@
 namespace flowtune::client {
 
 struct Event {
-  enum Kind : std::uint8_t { kRegister, kUnregister, kBegin, kSent, kEnd };
+  enum Kind : std::uint8_t { kRegister, kUnregister, kBegin, kSent, kWrote, kEnd };
   Kind kind = kBegin;
   SocketRef ref;
   std::uint64_t bytes = 0;

@@ -70,6 +70,7 @@ void Session::report_end(SocketRef ref, Sock& k) {
   k.active = false;
   k.drain_check_us = 0;
   k.end_at_us = 0;
+  ended_.push_back(ref);
   set_rate(ref, k, 0);
 }
 
@@ -85,8 +86,11 @@ void Session::on_begin(SocketRef s, std::uint64_t bytes, float weight, std::uint
   Sock* k = find(s);
   if (k == nullptr) return;  // unregistered meanwhile
   if (k->active) {
-    // Back-to-back transfers on one socket: one flowlet (paper §6).
+    // Back-to-back transfers on one socket: one flowlet (paper §6). The
+    // queue grows again, so a predicted end no longer holds.
     k->declared += bytes;
+    k->end_at_us = 0;
+    k->drain_check_us = 0;
     ++stats_.flowlets_coalesced;
   } else {
     k->active = true;
@@ -109,24 +113,31 @@ void Session::on_sent(SocketRef s, std::uint64_t bytes, std::uint64_t now_us) {
   finish_if_handed(s, *k, now_us);
 }
 
+void Session::on_wrote(SocketRef s, std::uint64_t bytes, std::uint64_t now_us) {
+  Sock* k = find(s);
+  if (k == nullptr) return;
+  const bool extends = k->active;
+  on_begin(s, bytes, k->active ? k->weight : 1.0f, k->active ? k->coflow_id : 0, now_us);
+  if (extends) --stats_.flowlets_coalesced;  // one flowlet written piecewise, not a new begin
+  on_sent(s, bytes, now_us);
+}
+
 void Session::finish_if_handed(SocketRef ref, Sock& k, std::uint64_t) {
   if (!k.active || k.handed < k.declared) return;
-  if (k.key == 0) {
-    k.active = false;  // a mouse: nothing was reported
-    return;
-  }
+  // Mice too: a flowlet lasts until the socket's queue drains, so a stream
+  // of small writes coalesces (and is reported once it is big enough).
   drain_queries_.push_back(ref);
   k.drain_check_us = 0;
 }
 
 void Session::on_unsent(SocketRef s, std::uint64_t unsent, std::uint64_t now_us) {
   Sock* k = find(s);
-  if (k == nullptr || !k->active || k->key == 0 || k->handed < k->declared) return;
+  if (k == nullptr || !k->active || k->handed < k->declared) return;
   if (unsent == 0) {
-    report_end(s, *k);
+    report_end(s, *k);  // a mouse ends silently
     return;
   }
-  if (k->rate == 0) {
+  if (k->key == 0 || k->rate == 0) {
     // No rate to predict the drain from: look again after a round trip.
     k->drain_check_us = now_us + std::max<std::uint64_t>(rtt_us_, 200);
     return;
@@ -218,6 +229,7 @@ void Session::on_timer(std::uint64_t now_us) {
       report_end(ref, k);
     }
   }
+  if (retry_at_us_ != 0 && now_us >= retry_at_us_) retry_at_us_ = 0;  // take_message resyncs
   if (hello_sent_ && now_us >= last_sent_us_ + config_.heartbeat_us && events_.empty()) {
     events_.emplace_back(wire::Heartbeat{});
   }
@@ -225,6 +237,7 @@ void Session::on_timer(std::uint64_t now_us) {
 
 std::uint64_t Session::next_timer_us() const {
   std::uint64_t next = hello_sent_ ? last_sent_us_ + config_.heartbeat_us : UINT64_MAX;
+  if (retry_at_us_ != 0) next = std::min(next, retry_at_us_);
   for (const auto& [packed, k] : sockets_) {
     if (k.rate != 0) next = std::min(next, k.lease_until);
     if (k.drain_check_us != 0) next = std::min(next, k.drain_check_us);
@@ -268,6 +281,12 @@ std::optional<wire::EndpointMessage> Session::take_message(std::uint64_t now_us)
 std::vector<PacingAction> Session::take_actions() {
   std::vector<PacingAction> out;
   out.swap(actions_);
+  return out;
+}
+
+std::vector<SocketRef> Session::take_ended() {
+  std::vector<SocketRef> out;
+  out.swap(ended_);
   return out;
 }
 

@@ -69,12 +69,18 @@ class Session {
   void on_begin(SocketRef s, std::uint64_t bytes, float weight, std::uint64_t coflow_id,
                 std::uint64_t now_us);
   void on_sent(SocketRef s, std::uint64_t bytes, std::uint64_t now_us);
+  // Bytes written without a begin (the shim): begin-or-extend, then sent.
+  void on_wrote(SocketRef s, std::uint64_t bytes, std::uint64_t now_us);
   void on_end(SocketRef s, std::uint64_t now_us);
   // Ends every flowlet in progress (the client is closing).
   void end_all(std::uint64_t now_us);
   void on_message(const wire::AllocatorMessage& m, std::uint64_t now_us);
-  // A message could not be handed to the transport: resend state later.
-  void on_send_failed() { need_resync_ = true; }
+  // A message could not be handed to the transport: resend state soon.
+  void on_send_failed(std::uint64_t now_us) {
+    need_resync_ = true;
+    retry_at_us_ = now_us + kRetryUs;
+  }
+  static constexpr std::uint64_t kRetryUs = 50'000;
   // Answer to a drain query: bytes the kernel has not sent yet.
   void on_unsent(SocketRef s, std::uint64_t unsent_bytes, std::uint64_t now_us);
   // Heartbeats, lease expiry, drain checks due at now_us.
@@ -85,6 +91,8 @@ class Session {
   std::optional<wire::EndpointMessage> take_message(std::uint64_t now_us);
   std::vector<PacingAction> take_actions();
   std::vector<SocketRef> take_drain_queries();
+  // Sockets whose flowlet the session ended since the last call.
+  std::vector<SocketRef> take_ended();
 
   const SessionStats& stats() const { return stats_; }
   // The cap in force on a socket (bytes/s, 0 = none).
@@ -123,11 +131,13 @@ class Session {
   std::uint64_t epoch_ = 0;
   bool hello_sent_ = false;
   bool need_resync_ = false;
+  std::uint64_t retry_at_us_ = 0;  // a failed send is retried then (0: none)
   std::uint64_t last_sent_us_ = 0;
   std::uint64_t rtt_us_;
   std::vector<wire::EndpointEvent> events_;
   std::vector<PacingAction> actions_;
   std::vector<SocketRef> drain_queries_;
+  std::vector<SocketRef> ended_;
   std::uint64_t seq_ = 0;
   SessionStats stats_;
 };

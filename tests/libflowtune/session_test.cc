@@ -112,10 +112,13 @@ TEST_F(SessionTest, BackToBackBeginsCoalesceAndMiceAreNotReported) {
   EXPECT_EQ(of<wire::FlowletStart>(ev)[0].bytes, 1200u);
   EXPECT_EQ(s_->stats().flowlets_coalesced, 3u);
   EXPECT_EQ(s_->stats().flowlets_started, 1u);
-  // A mouse that completes is simply over.
+  // A mouse lasts until its queue drains, then ends without a word.
   s_->on_begin(kOther, 10, 1, 0, now_);
   s_->on_sent(kOther, 10, now_);
-  EXPECT_TRUE(s_->take_drain_queries().empty());
+  ASSERT_EQ(s_->take_drain_queries().size(), 1u);
+  s_->on_unsent(kOther, 0, now_);
+  EXPECT_TRUE(said().empty());
+  ASSERT_EQ(s_->take_ended().size(), 1u);
 }
 
 TEST_F(SessionTest, EndIsSentInAdvanceWhenTheQueueDrainsWithinARoundTrip) {
@@ -172,6 +175,31 @@ TEST_F(SessionTest, EndIsSentInAdvanceWhenTheQueueDrainsWithinARoundTrip) {
   s_->on_unsent(kSock, 3'000, now_);  // 300 us < RTT
   EXPECT_EQ(of<wire::FlowletEnd>(said()).size(), 1u);
   EXPECT_EQ(s_->stats().ends_in_advance, 2u);
+}
+
+TEST_F(SessionTest, PiecewiseWritesAreOneFlowletThatEndsWhenTheQueueDrains) {
+  said();
+  // Given: a sender that learns sizes only as it writes (the shim).
+  s_->on_wrote(kSock, 30'000, now_);
+  auto starts = of<wire::FlowletStart>(said());
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].bytes, 30'000u);
+  ASSERT_EQ(s_->take_drain_queries().size(), 1u);
+  s_->on_message(rates({{starts[0].flow_key, 1'000'000, 1'000'000}}), now_);
+  (void)s_->take_drain_queries();
+  s_->on_unsent(kSock, 30'000, now_);  // 30 ms of queue: no end yet
+  // When: it keeps writing while the queue is non-empty.
+  s_->on_wrote(kSock, 30'000, now_);
+  s_->on_wrote(kSock, 30'000, now_);
+  // Expect: still one flowlet (no new start, no end), and no stale predicted end.
+  auto ev = said();
+  EXPECT_TRUE(of<wire::FlowletStart>(ev).empty());
+  EXPECT_TRUE(of<wire::FlowletEnd>(ev).empty());
+  EXPECT_EQ(s_->stats().flowlets_started, 1u);
+  EXPECT_EQ(s_->stats().flowlets_coalesced, 0u);
+  (void)s_->take_drain_queries();
+  s_->on_unsent(kSock, 0, now_);  // drained
+  EXPECT_EQ(of<wire::FlowletEnd>(said()).size(), 1u);
 }
 
 TEST_F(SessionTest, NewEpochOrNotRegisteredMakesItResendState) {

@@ -58,6 +58,7 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
         by_peer_[peer_s] = e.idx;
       }
       e.last_heard_us = now_us;
+      (void)pending(e);  // the acknowledgement: a message carrying the epoch
       return;
     }
   }
@@ -87,6 +88,9 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
   endpoints_[idx] = std::move(e);
   by_peer_[peer_s] = idx;
   by_endpoint_id_[h.endpoint_id] = idx;
+  // Acknowledge with a message carrying the epoch: the endpoint learns the
+  // allocator's incarnation (and that it is there) before any rate.
+  (void)pending(*endpoints_[idx]);
   schedule_timer(now_us + config_.lease_refresh_us);
   if (log_ != nullptr && log_->enabled(LogLevel::kDebug)) {
     log_->write(LogLevel::kDebug, "endpoint " + h.endpoint_id + " on host " +

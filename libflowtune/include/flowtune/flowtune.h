@@ -128,10 +128,20 @@ FT_EXPORT int ft_flowlet_begin(ft_client* c, int fd, uint64_t bytes, const ft_fl
  * end by itself, in advance: as the kernel's queue will drain within about
  * one control round trip. */
 FT_EXPORT int ft_flowlet_sent(ft_client* c, int fd, uint64_t bytes);
+/* For callers that learn a flowlet's size only as it is written (the preload
+ * shim): `bytes` were just handed to the kernel on fd. Begins a flowlet of
+ * that size if none is in progress, else extends it; one event, as cheap as
+ * ft_flowlet_sent(). The end follows by itself once the socket's queue
+ * drains (advance end). */
+FT_EXPORT int ft_flowlet_wrote(ft_client* c, int fd, uint64_t bytes);
 /* Ends the flowlet now (e.g. the transfer was abandoned). FT_ENOFLOWLET when
  * no ft_flowlet_begin() on fd came since the last end (a double end); an end
  * the library already sent in advance makes this one a no-op. */
 FT_EXPORT int ft_flowlet_end(ft_client* c, int fd);
+
+/* 1 if a flowlet is in progress on fd (begun and not yet ended, by the
+ * application or, in advance, by the library), 0 if not, or FT_E*. */
+FT_EXPORT int ft_flowlet_active(ft_client* c, int fd);
 
 /* The pacing rate in force on fd (bytes/s; 0 = unpaced). */
 FT_EXPORT int ft_socket_rate(ft_client* c, int fd, uint64_t* bytes_per_sec);

@@ -331,6 +331,12 @@ TEST_F(AllocatorTest, LiveLeasesAreRefreshedPeriodically) {
   send("p", {start_of(1, 0, 1)});
   settle();
   hello("idle", "ep-idle", "h2");  // no flows: no refresh owed
+  // A hello is acknowledged with an empty message carrying the epoch.
+  auto ack = alloc_->take_outbox();
+  ASSERT_EQ(ack.size(), 1u);
+  EXPECT_EQ(ack[0].peer, "idle");
+  EXPECT_EQ(ack[0].message.epoch, 42u);
+  EXPECT_TRUE(ack[0].message.rates.empty() && ack[0].message.errors.empty());
   now_ += 300'000;
   ASSERT_LE(alloc_->next_timer_us(), now_);
   alloc_->on_timer(now_);

@@ -1,0 +1,107 @@
+// flowtune-run: runs a dynamically linked program with the Flowtune preload
+// shim, the way trickle or proxychains are used. It sets the FLOWTUNE_*
+// variables from its flags, puts libflowtune-preload.so first in
+// LD_PRELOAD, and execs the command (same pid, same exit status).
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: flowtune-run [options] -- COMMAND [ARGS...]
+
+Runs COMMAND with Flowtune: its TCP writes become flowlets that
+flowtune-allocator schedules, and its sockets are paced at the rates it
+sends back. If the allocator is unreachable the program runs as without
+Flowtune. Static, setuid and io_uring-based programs cannot be intercepted:
+use the libflowtune API there.
+
+options:
+  --allocator ENDPOINT       allocator to use (FLOWTUNE_ALLOCATOR; default
+                             tcp://127.0.0.1:5555)
+  --host ID                  this host's name or address in the allocator's
+                             topology (FLOWTUNE_HOST; default: the first
+                             socket's local address)
+  --min-flowlet-bytes N      flowlets smaller than N bytes are not scheduled
+                             (FLOWTUNE_MIN_FLOWLET_BYTES; default 65536)
+  --log LEVEL                0 quiet .. 4 debug (FLOWTUNE_LOG; default 2)
+  --preload PATH             the shim library (default: next to this program,
+                             then FLOWTUNE_PRELOAD)
+  -h, --help                 show this help
+
+exit status: COMMAND's; 2 bad usage; 126/127 COMMAND not executable / not found.
+)";
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "flowtune-run: %s\n(run 'flowtune-run --help' for usage)\n", msg.c_str());
+  std::exit(2);
+}
+
+// The shim installed or built beside this binary.
+std::string default_preload(const char* argv0) {
+  if (const char* env = std::getenv("FLOWTUNE_PRELOAD"); env != nullptr && *env != '\0') return env;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string dir = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : std::string(argv0);
+  dir = dir.substr(0, dir.rfind('/') + 1);
+  for (const char* rel : {"libflowtune-preload.so", "../lib/libflowtune-preload.so",
+                          "../lib/x86_64-linux-gnu/libflowtune-preload.so"}) {
+    const std::string p = dir + rel;
+    if (access(p.c_str(), R_OK) == 0) return p;
+  }
+  return FT_PRELOAD_BUILD_PATH;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string preload;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a.empty() || a[0] != '-') break;  // the command, without "--"
+    if (i + 1 >= argc) usage_error(std::string(a) + " needs a value");
+    const char* v = argv[++i];
+    if (a == "--allocator") setenv("FLOWTUNE_ALLOCATOR", v, 1);
+    else if (a == "--host") setenv("FLOWTUNE_HOST", v, 1);
+    else if (a == "--min-flowlet-bytes") {
+      char* end = nullptr;
+      std::strtoull(v, &end, 10);
+      if (end == v || *end != '\0' || v[0] == '-') usage_error("--min-flowlet-bytes expects bytes");
+      setenv("FLOWTUNE_MIN_FLOWLET_BYTES", v, 1);
+    } else if (a == "--log") {
+      if (std::strlen(v) != 1 || v[0] < '0' || v[0] > '4') usage_error("--log expects 0-4");
+      setenv("FLOWTUNE_LOG", v, 1);
+    } else if (a == "--preload") preload = v;
+    else usage_error("unknown option: " + std::string(a));
+  }
+  if (i >= argc) usage_error("no command given");
+  if (preload.empty()) preload = default_preload(argv[0]);
+  if (access(preload.c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "flowtune-run: cannot load the shim %s: %s\n", preload.c_str(),
+                 std::strerror(errno));
+    return 2;
+  }
+  std::string ld = preload;
+  if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') {
+    ld += ":" + std::string(old);
+  }
+  setenv("LD_PRELOAD", ld.c_str(), 1);
+  execvp(argv[i], argv + i);
+  const int e = errno;
+  std::fprintf(stderr, "flowtune-run: %s: %s\n", argv[i], std::strerror(e));
+  return e == ENOENT ? 127 : 126;
+}

@@ -1,0 +1,406 @@
+// libflowtune-preload.so: Flowtune for unmodified binaries. It wraps the
+// libc calls that push bytes into TCP sockets; each wrapper calls the real
+// function first, then (errno saved and restored) tells libflowtune how many
+// bytes the kernel took on a managed socket. Flowlets follow from that: the
+// first write after the socket's queue drained starts one, more writes
+// extend it, and the library ends it as the queue drains (advance end).
+//
+// What a wrapper costs on a fd it does not manage: one table lookup. A fd is
+// classified once (TCP over IPv4, connected, not the allocator's own
+// connection) and the class cached until the application closes or dup2s
+// over it. The client is opened lazily, at the first managed write, so a
+// program that never uses TCP never connects to the allocator. After fork()
+// the child forgets the parent's client and opens its own on first use.
+// Nothing here changes what the application sees: return values, errno,
+// partial writes, blocking behaviour and signals are those of the real call.
+#include <dlfcn.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "flowtune/flowtune.h"
+
+#define FT_SHIM_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+// ---- the real functions ----
+
+struct Real {
+  ssize_t (*send)(int, const void*, size_t, int);
+  ssize_t (*sendto)(int, const void*, size_t, int, const sockaddr*, socklen_t);
+  ssize_t (*sendmsg)(int, const msghdr*, int);
+  int (*sendmmsg)(int, mmsghdr*, unsigned, int);
+  ssize_t (*write)(int, const void*, size_t);
+  ssize_t (*writev)(int, const iovec*, int);
+  ssize_t (*sendfile)(int, int, off_t*, size_t);
+  ssize_t (*sendfile64)(int, int, off64_t*, size_t);
+  ssize_t (*splice)(int, loff_t*, int, loff_t*, size_t, unsigned);
+  int (*close)(int);
+  int (*close_range)(unsigned, unsigned, int);
+  int (*dup2)(int, int);
+  int (*dup3)(int, int, int);
+};
+Real real;
+std::atomic<bool> g_resolved{false};
+
+template <typename F>
+void resolve_one(F* slot, const char* name, void* ours) {
+  void* p = dlsym(RTLD_NEXT, name);
+  if (p == ours) {
+    std::fprintf(stderr, "flowtune-preload: dlsym(%s) returned the shim itself; giving up\n", name);
+    std::abort();
+  }
+  *slot = reinterpret_cast<F>(p);
+}
+
+extern "C" ssize_t send(int, const void*, size_t, int);
+extern "C" ssize_t sendto(int, const void*, size_t, int, const sockaddr*, socklen_t);
+extern "C" ssize_t sendmsg(int, const msghdr*, int);
+extern "C" int sendmmsg(int, mmsghdr*, unsigned, int);
+extern "C" ssize_t write(int, const void*, size_t);
+extern "C" ssize_t writev(int, const iovec*, int);
+extern "C" ssize_t sendfile(int, int, off_t*, size_t);
+extern "C" ssize_t sendfile64(int, int, off64_t*, size_t);
+extern "C" ssize_t splice(int, loff_t*, int, loff_t*, size_t, unsigned);
+extern "C" int close(int);
+extern "C" int close_range(unsigned, unsigned, int);
+extern "C" int dup2(int, int);
+extern "C" int dup3(int, int, int);
+
+// Resolved in the constructor; a wrapper called before it (another
+// library's constructor) resolves on the spot. dlsym does not write to
+// sockets, so this cannot recurse into a wrapper.
+void resolve() {
+  if (g_resolved.load(std::memory_order_acquire)) return;
+  resolve_one(&real.send, "send", reinterpret_cast<void*>(&send));
+  resolve_one(&real.sendto, "sendto", reinterpret_cast<void*>(&sendto));
+  resolve_one(&real.sendmsg, "sendmsg", reinterpret_cast<void*>(&sendmsg));
+  resolve_one(&real.sendmmsg, "sendmmsg", reinterpret_cast<void*>(&sendmmsg));
+  resolve_one(&real.write, "write", reinterpret_cast<void*>(&write));
+  resolve_one(&real.writev, "writev", reinterpret_cast<void*>(&writev));
+  resolve_one(&real.sendfile, "sendfile", reinterpret_cast<void*>(&sendfile));
+  resolve_one(&real.sendfile64, "sendfile64", reinterpret_cast<void*>(&sendfile64));
+  resolve_one(&real.splice, "splice", reinterpret_cast<void*>(&splice));
+  resolve_one(&real.close, "close", reinterpret_cast<void*>(&close));
+  resolve_one(&real.close_range, "close_range", reinterpret_cast<void*>(&close_range));
+  resolve_one(&real.dup2, "dup2", reinterpret_cast<void*>(&dup2));
+  resolve_one(&real.dup3, "dup3", reinterpret_cast<void*>(&dup3));
+  g_resolved.store(true, std::memory_order_release);
+}
+
+// ---- fd classes ----
+
+enum : std::uint8_t { kUnknown = 0, kIgnored = 1, kManaged = 2 };
+constexpr int kMaxFd = 1 << 20;  // as libflowtune's table
+std::atomic<std::uint8_t> g_class[kMaxFd];
+
+// The highest fd ever classified: bounds close_range's scan.
+std::atomic<int> g_max_fd{-1};
+
+// Set while the shim itself runs: calls it makes reach the real functions.
+// initial-exec: the shim is loaded at start-up (LD_PRELOAD), so its TLS is
+// static and a lookup is one load, not a __tls_get_addr call.
+__attribute__((tls_model("initial-exec"))) thread_local bool t_inside = false;
+
+struct Inside {
+  bool was = t_inside;
+  int saved_errno = errno;
+  Inside() { t_inside = true; }
+  ~Inside() {
+    t_inside = was;
+    errno = saved_errno;
+  }
+};
+
+// ---- the client ----
+
+std::atomic<ft_client*> g_client{nullptr};
+std::atomic<bool> g_disabled{false};
+pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
+std::uint32_t g_allocator_ip = 0;  // the allocator's tcp:// address, excluded
+std::uint16_t g_allocator_port = 0;
+
+void parse_allocator(const char* ep) {
+  // tcp://A.B.C.D:PORT; anything else (ipc://) needs no exclusion.
+  if (ep == nullptr || std::strncmp(ep, "tcp://", 6) != 0) return;
+  std::string s(ep + 6);
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos) return;
+  in_addr a{};
+  if (inet_pton(AF_INET, s.substr(0, colon).c_str(), &a) != 1) return;
+  g_allocator_ip = ntohl(a.s_addr);
+  g_allocator_port = static_cast<std::uint16_t>(std::atoi(s.c_str() + colon + 1));
+}
+
+pid_t g_client_pid = 0;
+
+// At exit the client's final ends go out (ZeroMQ lingers only if the
+// allocator answered, so an absent allocator does not delay the exit).
+void close_client_at_exit() {
+  ft_client* c = g_client.exchange(nullptr);
+  if (c != nullptr && g_client_pid == getpid()) {
+    Inside guard;
+    ft_client_close(c);
+  }
+}
+
+ft_client* client() {
+  ft_client* c = g_client.load(std::memory_order_acquire);
+  if (c != nullptr || g_disabled.load(std::memory_order_relaxed)) return c;
+  pthread_mutex_lock(&g_open_lock);
+  c = g_client.load(std::memory_order_relaxed);
+  if (c == nullptr && !g_disabled.load(std::memory_order_relaxed)) {
+    ft_config cfg;
+    ft_config_init(&cfg);
+    parse_allocator(cfg.allocator != nullptr ? cfg.allocator : "tcp://127.0.0.1:5555");
+    if (const int rc = ft_client_open(&cfg, &c); rc != FT_OK) {
+      if (cfg.log_level >= 1) {
+        std::fprintf(stderr, "flowtune-preload: running without Flowtune: %s\n", ft_strerror(rc));
+      }
+      g_disabled.store(true);
+      c = nullptr;
+    } else {
+      g_client_pid = getpid();
+      g_client.store(c, std::memory_order_release);
+      static bool registered = false;
+      if (!registered) {
+        registered = true;
+        std::atexit(close_client_at_exit);
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_open_lock);
+  return c;
+}
+
+// A connected IPv4 TCP socket that is not our own allocator connection.
+bool manageable(int fd) {
+  int type = 0;
+  socklen_t len = sizeof type;
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) return false;
+  sockaddr_storage peer{};
+  socklen_t pl = sizeof peer;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) return false;
+  if (peer.ss_family != AF_INET && peer.ss_family != AF_INET6) return false;
+  if (peer.ss_family == AF_INET && g_allocator_port != 0) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(peer);
+    if (ntohl(a.sin_addr.s_addr) == g_allocator_ip && ntohs(a.sin_port) == g_allocator_port) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::uint8_t classify(int fd) {
+  std::uint8_t cls = kIgnored;
+  if (manageable(fd)) {
+    ft_client* c = client();
+    if (c != nullptr) {
+      const int rc = ft_socket_register(c, fd);
+      cls = (rc == FT_OK || rc == FT_EEXIST) ? kManaged : kIgnored;
+    }
+  }
+  g_class[fd].store(cls, std::memory_order_relaxed);
+  int seen = g_max_fd.load(std::memory_order_relaxed);
+  while (fd > seen && !g_max_fd.compare_exchange_weak(seen, fd)) {
+  }
+  return cls;
+}
+
+// Around a real call that may move `len` bytes into fd. Before it: if the
+// socket has no flowlet in progress, one begins now with the call's size,
+// so the allocator hears of it while the bytes go out (a blocking write of
+// megabytes would otherwise be over before it was reported). After it: the
+// bytes are counted; on the coalesced path (a flowlet in progress) that is
+// the only work, one event. The end follows from the socket's queue.
+struct Pending {
+  ft_client* client = nullptr;  // null: fd not managed
+  bool began = false;
+};
+
+inline Pending before(int fd, std::size_t len) {
+  Pending p;
+  if (len == 0 || fd < 0 || fd >= kMaxFd || t_inside) return p;
+  std::uint8_t cls = g_class[fd].load(std::memory_order_relaxed);
+  if (cls == kIgnored) return p;
+  Inside guard;
+  if (cls == kUnknown) cls = classify(fd);
+  if (cls != kManaged) return p;
+  p.client = g_client.load(std::memory_order_acquire);
+  if (p.client != nullptr && ft_flowlet_active(p.client, fd) == 0) {
+    p.began = ft_flowlet_begin(p.client, fd, len, nullptr) == FT_OK;
+  }
+  return p;
+}
+
+inline void after(int fd, const Pending& p, std::size_t len, ssize_t n) {
+  if (p.client == nullptr) return;
+  Inside guard;
+  if (p.began) {
+    // All `len` count as handed over even after a partial write: whether the
+    // flowlet is over is decided by the socket's queue, not by these counts,
+    // and the application's retry of the rest extends the flowlet.
+    ft_flowlet_sent(p.client, fd, len);
+  } else if (n > 0) {
+    ft_flowlet_wrote(p.client, fd, static_cast<std::uint64_t>(n));
+  }
+}
+
+std::size_t iov_bytes(const iovec* iov, std::size_t n) {
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < n; ++i) total += iov[i].iov_len;
+  return total;
+}
+
+// Before fd stops naming its socket (close, dup2 over it).
+inline void forget(int fd) {
+  if (fd < 0 || fd >= kMaxFd) return;
+  const std::uint8_t cls = g_class[fd].exchange(kUnknown, std::memory_order_relaxed);
+  if (cls != kManaged) return;
+  Inside guard;
+  if (ft_client* c = g_client.load(std::memory_order_acquire)) ft_socket_unregister(c, fd);
+}
+
+void after_fork_in_child() {
+  // The parent's client has no runtime thread here; its memory is left
+  // alone. Everything managed becomes unknown, to be registered anew.
+  g_client.store(nullptr);
+  g_disabled.store(false);
+  for (auto& c : g_class) {
+    if (c.load(std::memory_order_relaxed) == kManaged) c.store(kUnknown, std::memory_order_relaxed);
+  }
+}
+
+__attribute__((constructor)) void init() {
+  resolve();
+  pthread_atfork(nullptr, nullptr, after_fork_in_child);
+}
+
+}  // namespace
+
+// ---- wrappers ----
+
+FT_SHIM_EXPORT ssize_t send(int fd, const void* buf, size_t len, int flags) {
+  resolve();
+  const Pending p = before(fd, len);
+  const ssize_t n = real.send(fd, buf, len, flags);
+  after(fd, p, len, n);
+  return n;
+}
+
+FT_SHIM_EXPORT ssize_t sendto(int fd, const void* buf, size_t len, int flags, const sockaddr* to,
+                              socklen_t tolen) {
+  resolve();
+  const Pending p = before(fd, len);
+  const ssize_t n = real.sendto(fd, buf, len, flags, to, tolen);
+  after(fd, p, len, n);
+  return n;
+}
+
+FT_SHIM_EXPORT ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
+  resolve();
+  const std::size_t len = msg != nullptr ? iov_bytes(msg->msg_iov, msg->msg_iovlen) : 0;
+  const Pending p = before(fd, len);
+  const ssize_t n = real.sendmsg(fd, msg, flags);
+  after(fd, p, len, n);
+  return n;
+}
+
+FT_SHIM_EXPORT int sendmmsg(int fd, mmsghdr* msgs, unsigned vlen, int flags) {
+  resolve();
+  std::size_t len = 0;
+  for (unsigned i = 0; msgs != nullptr && i < vlen; ++i) {
+    len += iov_bytes(msgs[i].msg_hdr.msg_iov, msgs[i].msg_hdr.msg_iovlen);
+  }
+  const Pending p = before(fd, len);
+  const int n = real.sendmmsg(fd, msgs, vlen, flags);
+  ssize_t bytes = 0;
+  for (int i = 0; i < n; ++i) bytes += msgs[i].msg_len;
+  after(fd, p, len, n > 0 ? bytes : -1);
+  return n;
+}
+
+FT_SHIM_EXPORT ssize_t write(int fd, const void* buf, size_t len) {
+  resolve();
+  const Pending p = before(fd, len);
+  const ssize_t n = real.write(fd, buf, len);
+  after(fd, p, len, n);
+  return n;
+}
+
+FT_SHIM_EXPORT ssize_t writev(int fd, const iovec* iov, int iovcnt) {
+  resolve();
+  const std::size_t len = iovcnt > 0 ? iov_bytes(iov, static_cast<std::size_t>(iovcnt)) : 0;
+  const Pending p = before(fd, len);
+  const ssize_t n = real.writev(fd, iov, iovcnt);
+  after(fd, p, len, n);
+  return n;
+}
+
+FT_SHIM_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) {
+  resolve();
+  const Pending p = before(out_fd, count);
+  const ssize_t n = real.sendfile(out_fd, in_fd, offset, count);
+  after(out_fd, p, count, n);
+  return n;
+}
+
+FT_SHIM_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t* offset, size_t count) {
+  resolve();
+  const Pending p = before(out_fd, count);
+  const ssize_t n = real.sendfile64(out_fd, in_fd, offset, count);
+  after(out_fd, p, count, n);
+  return n;
+}
+
+FT_SHIM_EXPORT ssize_t splice(int fd_in, loff_t* off_in, int fd_out, loff_t* off_out, size_t len,
+                              unsigned flags) {
+  resolve();
+  const Pending p = before(fd_out, len);
+  const ssize_t n = real.splice(fd_in, off_in, fd_out, off_out, len, flags);
+  after(fd_out, p, len, n);
+  return n;
+}
+
+FT_SHIM_EXPORT int close(int fd) {
+  resolve();
+  if (!t_inside) forget(fd);
+  return real.close(fd);
+}
+
+FT_SHIM_EXPORT int close_range(unsigned first, unsigned last, int flags) {
+  resolve();
+  if (!t_inside && (flags & CLOSE_RANGE_CLOEXEC) == 0) {
+    const int max_seen = g_max_fd.load(std::memory_order_relaxed);
+    const unsigned cap = max_seen < 0 ? 0 : static_cast<unsigned>(max_seen);
+    const unsigned end = last < cap ? last : cap;
+    for (unsigned fd = first; max_seen >= 0 && fd <= end && fd >= first; ++fd) {
+      forget(static_cast<int>(fd));
+    }
+  }
+  return real.close_range(first, last, flags);
+}
+
+FT_SHIM_EXPORT int dup2(int oldfd, int newfd) {
+  resolve();
+  if (!t_inside && oldfd != newfd) forget(newfd);
+  return real.dup2(oldfd, newfd);
+}
+
+FT_SHIM_EXPORT int dup3(int oldfd, int newfd, int flags) {
+  resolve();
+  if (!t_inside && oldfd != newfd) forget(newfd);
+  return real.dup3(oldfd, newfd, flags);
+}

@@ -1,0 +1,206 @@
+// A program for the shim tests, run under flowtune-run: connects from
+// 127.0.0.1 to 127.0.0.2:PORT and sends BYTES with one intercepted call kind,
+// then prints the checksum of what it sent. Modes:
+//   send sendto sendmsg sendmmsg write writev sendfile splice  one call kind
+//   all       each kind in turn, one connection
+//   fork      parent and child each send BYTES on their own connection
+//   threads   four threads, each its own connection
+//   nonblock  a non-blocking socket driven by poll(), EAGAIN handled
+// A sender paces itself at nothing: the shim and the kernel decide.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in me{};
+  me.sin_family = AF_INET;
+  me.sin_addr.s_addr = htonl(0x7f000001);
+  bind(fd, reinterpret_cast<sockaddr*>(&me), sizeof me);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(0x7f000002);
+  to.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    std::perror("connect");
+    std::exit(3);
+  }
+  return fd;
+}
+
+char byte_at(std::uint64_t i) { return static_cast<char>(i * 7 + 3); }
+
+// Writes data[0, n) with `kind`, handling partial writes; returns false on error.
+bool put(int fd, const std::string& kind, const char* data, std::size_t n) {
+  std::size_t off = 0;
+  while (off < n) {
+    const char* p = data + off;
+    const std::size_t len = n - off;
+    ssize_t w = -1;
+    if (kind == "send") {
+      w = send(fd, p, len, 0);
+    } else if (kind == "sendto") {
+      w = sendto(fd, p, len, 0, nullptr, 0);
+    } else if (kind == "sendmsg" || kind == "sendmmsg") {
+      iovec iov[2] = {{const_cast<char*>(p), len / 2}, {const_cast<char*>(p + len / 2), len - len / 2}};
+      msghdr m{};
+      m.msg_iov = iov;
+      m.msg_iovlen = 2;
+      if (kind == "sendmsg") {
+        w = sendmsg(fd, &m, 0);
+      } else {
+        mmsghdr mm{};
+        mm.msg_hdr = m;
+        const int r = sendmmsg(fd, &mm, 1, 0);
+        w = r == 1 ? static_cast<ssize_t>(mm.msg_len) : -1;
+      }
+    } else if (kind == "write") {
+      w = write(fd, p, len);
+    } else if (kind == "writev") {
+      iovec iov[2] = {{const_cast<char*>(p), len / 2}, {const_cast<char*>(p + len / 2), len - len / 2}};
+      w = writev(fd, iov, 2);
+    } else if (kind == "sendfile" || kind == "splice") {
+      // Through a temporary file (sendfile) or a pipe (splice).
+      if (kind == "sendfile") {
+        char path[] = "/tmp/ft-shim-XXXXXX";
+        const int f = mkstemp(path);
+        unlink(path);
+        if (write(f, p, len) != static_cast<ssize_t>(len)) return false;
+        off_t o = 0;
+        w = sendfile(fd, f, &o, len);
+        close(f);
+      } else {
+        int pipefd[2];
+        if (pipe(pipefd) != 0) return false;
+        const std::size_t chunk = len < 32768 ? len : 32768;
+        if (write(pipefd[1], p, chunk) != static_cast<ssize_t>(chunk)) return false;
+        w = splice(pipefd[0], nullptr, fd, nullptr, chunk, 0);
+        // Bytes the splice did not move stay in the pipe: read them back out.
+        close(pipefd[0]);
+        close(pipefd[1]);
+      }
+    } else {
+      std::fprintf(stderr, "unknown kind %s\n", kind.c_str());
+      return false;
+    }
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      std::perror(kind.c_str());
+      return false;
+    }
+    off += static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+std::uint64_t checksum(const std::vector<char>& d) {
+  std::uint64_t s = 0;
+  for (char c : d) s = s * 31 + static_cast<unsigned char>(c);
+  return s;
+}
+
+std::vector<char> payload(std::uint64_t n) {
+  std::vector<char> d(n);
+  for (std::uint64_t i = 0; i < n; ++i) d[i] = byte_at(i);
+  return d;
+}
+
+// Sends `bytes` on a fresh connection with one kind (or all kinds in turn).
+bool run_one(int port, const std::string& kind, std::uint64_t bytes) {
+  const int fd = connect_to(port);
+  const std::vector<char> d = payload(bytes);
+  bool ok = true;
+  if (kind == "all") {
+    const char* kinds[] = {"send", "sendto", "sendmsg", "sendmmsg", "write", "writev", "sendfile", "splice"};
+    const std::size_t part = bytes / 8;
+    for (std::size_t k = 0; k < 8 && ok; ++k) {
+      const std::size_t from = k * part;
+      const std::size_t to = k == 7 ? bytes : from + part;
+      ok = put(fd, kinds[k], d.data() + from, to - from);
+    }
+  } else {
+    ok = put(fd, kind, d.data(), d.size());
+  }
+  close(fd);
+  return ok;
+}
+
+bool run_nonblocking(int port, std::uint64_t bytes) {
+  const int fd = connect_to(port);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  const std::vector<char> d = payload(bytes);
+  std::size_t off = 0;
+  int eagain = 0;
+  while (off < d.size()) {
+    const ssize_t w = send(fd, d.data() + off, std::min<std::size_t>(d.size() - off, 256 * 1024), 0);
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      ++eagain;  // errno must be the kernel's, untouched by the shim
+      pollfd p{fd, POLLOUT, 0};
+      poll(&p, 1, 1000);
+      continue;
+    }
+    if (w < 0) {
+      std::perror("send");
+      return false;
+    }
+    off += static_cast<std::size_t>(w);
+  }
+  std::fprintf(stderr, "nonblock: %d EAGAIN\n", eagain);
+  close(fd);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: shim_sender PORT MODE BYTES\n");
+    return 2;
+  }
+  const int port = std::atoi(argv[1]);
+  const std::string mode = argv[2];
+  const std::uint64_t bytes = std::strtoull(argv[3], nullptr, 10);
+  const std::uint64_t sum = checksum(payload(bytes));
+  bool ok = true;
+  int connections = 1;
+  if (mode == "fork") {
+    const pid_t child = fork();
+    ok = run_one(port, "write", bytes);
+    if (child == 0) _exit(ok ? 0 : 1);
+    int st = 0;
+    waitpid(child, &st, 0);
+    ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    connections = 2;
+  } else if (mode == "threads") {
+    std::vector<std::thread> ts;
+    std::vector<int> results(4, 0);
+    for (int t = 0; t < 4; ++t) ts.emplace_back([&, t] { results[t] = run_one(port, "send", bytes); });
+    for (auto& t : ts) t.join();
+    for (int r : results) ok = ok && r;
+    connections = 4;
+  } else if (mode == "nonblock") {
+    ok = run_nonblocking(port, bytes);
+  } else {
+    ok = run_one(port, mode, bytes);
+  }
+  // What each connection carried: the same bytes, so one checksum.
+  std::printf("%d %llu\n", connections, static_cast<unsigned long long>(sum));
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,199 @@
+// The preload shim with real programs under flowtune-run, over loopback TCP
+// (127.0.0.1 -> 127.0.0.2) against a live allocator: every intercepted call
+// kind, fork, threads, a non-blocking event loop, Python's socket module,
+// and the same with the allocator down. Each byte is checksummed.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "../allocator/daemon/daemon_harness.h"
+
+namespace flowtune::shim {
+namespace {
+
+using daemon::testing::DaemonProcess;
+using daemon::testing::unique_endpoint;
+
+// Long enough at 1 Gbit/s (paced) that rates arrive while it runs.
+constexpr std::uint64_t kBytes = 16 << 20;
+
+// Accepts connections on 127.0.0.2 and checksums each until EOF.
+class Receiver {
+ public:
+  Receiver() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(0x7f000002);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    ::listen(fd_, 16);
+    acceptor_ = std::thread([this] {
+      for (;;) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        readers_.emplace_back([this, c] {
+          std::uint64_t sum = 0, n = 0;
+          char buf[65536];
+          for (ssize_t r; (r = ::read(c, buf, sizeof buf)) > 0;) {
+            for (ssize_t i = 0; i < r; ++i) sum = sum * 31 + static_cast<unsigned char>(buf[i]);
+            n += static_cast<std::uint64_t>(r);
+          }
+          ::close(c);
+          std::lock_guard<std::mutex> l(mu_);
+          results_.emplace_back(n, sum);
+        });
+      }
+    });
+  }
+  ~Receiver() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    acceptor_.join();
+    for (auto& t : readers_) t.join();
+  }
+  // (bytes, checksum) per finished connection, once `n` have finished.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> wait(std::size_t n) {
+    for (int i = 0; i < 1000; ++i) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (results_.size() >= n) return results_;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    return results_;
+  }
+  int port = 0;
+
+ private:
+  int fd_ = -1;
+  std::thread acceptor_;
+  std::vector<std::thread> readers_;
+  std::mutex mu_;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> results_;
+};
+
+struct Output {
+  int status;
+  std::string out;
+};
+
+Output run(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int st = ::pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+class ShimTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+#ifdef FT_SANITIZED
+    GTEST_SKIP() << "sanitizer build: the shim is preloaded into uninstrumented programs, and a "
+                    "sanitizer runtime cannot be loaded after them (run in the release preset)";
+#endif
+  }
+  std::string flowtune_run(const std::string& allocator) const {
+    return std::string(FT_RUN_BINARY) + " --allocator " + allocator + " --log 1 -- ";
+  }
+  // Runs shim_sender in `mode`; checks every connection's bytes.
+  void send_and_check(const std::string& allocator, const std::string& mode) {
+    Receiver rx;
+    const Output o = run(flowtune_run(allocator) + FT_SENDER_BINARY + " " +
+                         std::to_string(rx.port) + " " + mode + " " + std::to_string(kBytes));
+    ASSERT_EQ(o.status, 0) << o.out;
+    int conns = 0;
+    unsigned long long sum = 0;
+    ASSERT_EQ(std::sscanf(o.out.c_str(), "%d %llu", &conns, &sum), 2) << o.out;
+    const auto results = rx.wait(static_cast<std::size_t>(conns));
+    ASSERT_EQ(results.size(), static_cast<std::size_t>(conns));
+    for (const auto& [n, s] : results) {
+      EXPECT_EQ(n, kBytes);
+      EXPECT_EQ(s, sum);
+    }
+    connections_ = conns;
+  }
+  std::string listen_ = unique_endpoint();
+  DaemonProcess daemon_;
+  int connections_ = 0;
+};
+
+TEST_P(ShimTest, BytesArriveIntactAndTheAllocatorSeesTheFlowlets) {
+  daemon_.start(listen_, {"--host-gbps", "1"});
+  send_and_check(listen_, GetParam());
+  // Every connection's flowlet was reported (in a start or the first resync)
+  // and got a rate; all are gone afterwards: ended by the shim, or, for a
+  // process that leaves with _exit() (the fork child) and so cannot send its
+  // end, removed when its endpoint times out (3 s).
+  EXPECT_GE(daemon_.status()["counters"]["rate_updates"].get<int>(), connections_)
+      << daemon_.status().dump();
+  EXPECT_TRUE([&] {
+    for (int i = 0; i < 600; ++i) {
+      if (daemon_.status()["flows"] == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }()) << "flowlets not ended: " << daemon_.status().dump();
+}
+
+TEST_P(ShimTest, WithTheAllocatorDownTheProgramRunsAsWithoutTheShim) {
+  send_and_check(unique_endpoint(), GetParam());  // nobody listens there
+}
+
+INSTANTIATE_TEST_SUITE_P(Calls, ShimTest,
+                         ::testing::Values("send", "sendto", "sendmsg", "sendmmsg", "write",
+                                           "writev", "sendfile", "splice", "all", "fork",
+                                           "threads", "nonblock"));
+
+TEST(ShimPython, SocketSendallIsScheduled) {
+#ifdef FT_SANITIZED
+  GTEST_SKIP() << "sanitizer build: see ShimTest";
+#endif
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "python3 is not installed";
+  const std::string ep = unique_endpoint();
+  DaemonProcess daemon;
+  daemon.start(ep, {"--host-gbps", "1"});
+  Receiver rx;
+  const std::string py =
+      "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); "
+      "s.connect(('127.0.0.2'," + std::to_string(rx.port) + ")); "
+      "s.sendall(bytes(i*7+3 & 255 for i in range(" + std::to_string(kBytes) + "))); s.close()";
+  const Output o = run(std::string(FT_RUN_BINARY) + " --allocator " + ep + " -- python3 -c \"" +
+                       py + "\"");
+  ASSERT_EQ(o.status, 0) << o.out;
+  const auto results = rx.wait(1);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].first, kBytes);
+  EXPECT_GE(daemon.status()["counters"]["ends"].get<int>(), 1);
+  EXPECT_GE(daemon.status()["counters"]["rate_updates"].get<int>(), 1);
+}
+
+TEST(FlowtuneRun, UsageAndErrors) {
+  Output o = run(std::string(FT_RUN_BINARY) + " --help");
+  EXPECT_EQ(o.status, 0);
+  EXPECT_NE(o.out.find("--allocator"), std::string::npos);
+  o = run(std::string(FT_RUN_BINARY) + " 2>&1");
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.out.find("no command"), std::string::npos) << o.out;
+  o = run(std::string(FT_RUN_BINARY) + " -- /nonexistent/cmd 2>&1");
+  EXPECT_EQ(o.status, 127);
+  o = run(std::string(FT_RUN_BINARY) + " --preload /nonexistent.so -- true 2>&1");
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.out.find("cannot load the shim"), std::string::npos) << o.out;
+  o = run(std::string(FT_RUN_BINARY) + " -- sh -c 'exit 7'");
+  EXPECT_EQ(o.status, 7);  // the command's own status
+}
+
+}  // namespace
+}  // namespace flowtune::shim
