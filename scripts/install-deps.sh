@@ -16,6 +16,9 @@ packages=(
   # clang + its runtime: libFuzzer targets and sanitizer runtimes.
   clang libclang-rt-14-dev
   python3
+  # Real programs the preload shim is tested with (and trickle, the baseline
+  # of the shim's benchmark); the JVM for the Java NIO test.
+  iperf3 curl trickle openjdk-17-jdk-headless
 )
 
 missing=()
