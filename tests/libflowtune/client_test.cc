@@ -215,8 +215,9 @@ TEST_F(ClientTest, PacedTransfersEndNearTheirLastByteAndDeliverEveryByte) {
     t.finish();
     EXPECT_EQ(t.received(), kBytes);
     EXPECT_EQ(t.checksum(), sum);
-    // Pacing held the transfer near its rate (the first segments go unpaced).
-    EXPECT_GT(secs, 0.8 * static_cast<double>(kBytes) / kLinkBytes);
+    // Pacing held the transfer to its rate, but for the first 10 segments,
+    // which TCP never paces: 640 kB of the 2 MB at loopback's 64 kB MSS.
+    EXPECT_GT(secs, 0.5 * static_cast<double>(kBytes) / kLinkBytes);
     ASSERT_EQ(ft_socket_unregister(c, t.send_fd), FT_OK);
   }
   for (double l : lead_ms) {

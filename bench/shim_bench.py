@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""The preload shim's cost per send(), as ratios to the same loop without the
+shim and under trickle, measured in one run.
+
+Runs bench's send_loop (a loopback send() loop) in four ways, interleaved in
+rounds so the VM's drift hits all alike, and reports medians:
+  plain              no interposition (the baseline)
+  shim               flowtune-run, allocator unreachable: every wrapper runs,
+                     events flow to the runtime, nothing is paced
+  shim+allocator     flowtune-run against a live flowtune-allocator whose
+                     host links (1 Tbit/s) do not limit the loop
+  trickle            trickle -s with limits far above the loop's rate
+Prints one JSON object.
+
+Usage: python3 bench/shim_bench.py [BUILD_DIR] [--rounds N] [--quick]
+"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    build = args[0] if args else "build/release"
+    rounds = 5
+    if "--rounds" in sys.argv:
+        rounds = int(sys.argv[sys.argv.index("--rounds") + 1])
+    quick = "--quick" in sys.argv
+    if quick:
+        rounds = 1
+    loop = os.path.join(build, "bench", "send_loop")
+    run = os.path.join(build, "preload", "flowtune-run")
+    allocator = os.path.join(build, "allocator", "daemon", "flowtune-allocator")
+    tmp = tempfile.mkdtemp(prefix="ft-shim-bench-")
+    live = "ipc://" + os.path.join(tmp, "alloc.sock")
+    dead = "ipc://" + os.path.join(tmp, "nobody.sock")
+    daemon = subprocess.Popen([allocator, "--listen", live, "--host-gbps", "1000",
+                               "--log-level", "error"])
+    time.sleep(0.5)
+    configs = {
+        "plain": [],
+        "shim": [run, "--allocator", dead, "--"],
+        "shim+allocator": [run, "--allocator", live, "--"],
+    }
+    if shutil.which("trickle"):
+        configs["trickle"] = ["trickle", "-s", "-u", "100000000", "-d", "100000000"]
+    scale = 10 if quick else 1
+    cases = [("coalesced", 1024, 200000 // scale), ("coalesced", 65536, 20000 // scale),
+             ("starts", 1024, 500 // scale)]
+    samples = {(c, m, s): [] for c in configs for (m, s, _) in cases}
+    try:
+        for _ in range(rounds):
+            for mode, size, count in cases:
+                for name, prefix in configs.items():
+                    out = subprocess.run(prefix + [loop, mode, str(size), str(count)],
+                                         capture_output=True, text=True, check=True).stdout
+                    samples[(name, mode, size)].append(json.loads(out)["ns_per_send"])
+    finally:
+        daemon.terminate()
+        daemon.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    rows = []
+    for mode, size, count in cases:
+        base = statistics.median(samples[("plain", mode, size)])
+        for name in configs:
+            med = statistics.median(samples[(name, mode, size)])
+            row = {"config": name, "mode": mode, "bytes": size, "sends": count,
+                   "ns_per_send": round(med, 1), "vs_plain": round(med / base, 3)}
+            if "trickle" in configs:
+                row["vs_trickle"] = round(
+                    med / statistics.median(samples[("trickle", mode, size)]), 3)
+            rows.append(row)
+    print(json.dumps({"benchmark": "shim", "rounds": rounds, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
