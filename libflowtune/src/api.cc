@@ -90,7 +90,9 @@ struct ft_client {
   bool forked() const {
     return g_fork_generation.load(std::memory_order_relaxed) != fork_generation;
   }
-  int push(const Event& e) { return runtime->push(e) ? FT_OK : FT_ENOMEM; }
+  int push(const Event& e, bool urgent = true) {
+    return runtime->push(e, urgent) ? FT_OK : FT_ENOMEM;
+  }
   // The registration of fd, or an error for the caller.
   int ref_of(int fd, SocketRef* ref) const {
     if (forked()) return FT_EFORKED;
@@ -222,7 +224,7 @@ int ft_flowlet_sent(ft_client* c, int fd, uint64_t bytes) {
   if (const int rc = c->ref_of(fd, &e.ref); rc != FT_OK) return rc;
   if (bytes == 0) return FT_OK;
   e.bytes = bytes;
-  return c->push(e);
+  return c->push(e, /*urgent=*/false);
 }
 
 int ft_flowlet_wrote(ft_client* c, int fd, uint64_t bytes) {
@@ -232,8 +234,10 @@ int ft_flowlet_wrote(ft_client* c, int fd, uint64_t bytes) {
   if (const int rc = c->ref_of(fd, &e.ref); rc != FT_OK) return rc;
   if (bytes == 0) return FT_OK;
   e.bytes = bytes;
+  // Extending a flowlet in progress need not wake the runtime; starting one does.
+  const bool starts = !c->table.in_flowlet(fd);
   c->table.mark_begin(fd);
-  return c->push(e);
+  return c->push(e, starts);
 }
 
 int ft_flowlet_end(ft_client* c, int fd) {

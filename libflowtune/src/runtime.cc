@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -119,7 +120,8 @@ int Runtime::start() {
     r->work();
   });
   // Producers wake the loop only while it may block: the flag is raised
-  // before polling and the queue re-checked, so no push goes unnoticed.
+  // before polling and the queue re-checked, so no urgent push goes
+  // unnoticed (others are picked up by the timer, see arm_timer).
   uv_prepare_start(&prepare_, [](uv_prepare_t* h) {
     Runtime* r = self(reinterpret_cast<uv_handle_t*>(h));
     r->sleeping_.store(true, std::memory_order_seq_cst);
@@ -144,12 +146,12 @@ void Runtime::run() {
   uv_run(&loop_, UV_RUN_DEFAULT);
 }
 
-bool Runtime::push(const Event& e) {
+bool Runtime::push(const Event& e, bool urgent) {
   if (!queue_.push(e)) {
     published_.queue_overflows.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  if (sleeping_.load(std::memory_order_seq_cst) && sleeping_.exchange(false)) {
+  if (urgent && sleeping_.load(std::memory_order_seq_cst) && sleeping_.exchange(false)) {
     uv_async_send(&wake_);
   }
   return true;
@@ -282,7 +284,10 @@ void Runtime::work() {
 }
 
 void Runtime::arm_timer() {
-  const std::uint64_t next = session_.next_timer_us();
+  std::uint64_t next = session_.next_timer_us();
+  // Non-urgent events do not wake the loop: look at the queue every
+  // kPollUs while a flowlet is in progress.
+  if (session_.active_flowlets() > 0) next = std::min(next, now_us() + kPollUs);
   itimerspec spec{};
   if (next != UINT64_MAX) {
     const std::uint64_t now = now_us();

@@ -75,7 +75,12 @@ class Runtime {
   void stop();
 
   // Any thread. False when the queue is full (the event is dropped).
-  bool push(const Event& e);
+  // urgent: wake the runtime now if it sleeps (a flowlet begins); other
+  // events (bytes handed over) wait for its next look, at most kPollUs away
+  // while a flowlet is in progress, which saves the caller a wake-up
+  // syscall per write.
+  bool push(const Event& e, bool urgent = true);
+  static constexpr std::uint64_t kPollUs = 1000;
   ft_stats stats() const;
 
  private:

@@ -284,6 +284,12 @@ std::vector<PacingAction> Session::take_actions() {
   return out;
 }
 
+std::size_t Session::active_flowlets() const {
+  std::size_t n = 0;
+  for (const auto& [packed, k] : sockets_) n += k.active;
+  return n;
+}
+
 std::vector<SocketRef> Session::take_ended() {
   std::vector<SocketRef> out;
   out.swap(ended_);

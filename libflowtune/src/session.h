@@ -98,6 +98,7 @@ class Session {
   // The cap in force on a socket (bytes/s, 0 = none).
   std::uint64_t rate_of(SocketRef s) const;
   std::uint64_t rtt_us() const { return rtt_us_; }
+  std::size_t active_flowlets() const;
 
  private:
   struct Sock {
