@@ -195,19 +195,22 @@ int free_port(std::uint32_t ip) {
 
 bool have(const char* tool) { return ::access(tool, X_OK) == 0; }
 
-class RealProgram : public ::testing::Test {
+// Each real program runs against a live allocator (true) and with the
+// allocator down (false): it must behave the same, bytes intact, either way.
+class RealProgram : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
 #ifdef FT_SANITIZED
     GTEST_SKIP() << "sanitizer build: see ShimTest";
 #endif
-    daemon_.start(listen_, {"--host-gbps", "1"});
+    if (GetParam()) daemon_.start(listen_, {"--host-gbps", "1"});
   }
   std::string run_under(const std::string& cmd) const {
     return std::string(FT_RUN_BINARY) + " --allocator " + listen_ + " -- " + cmd;
   }
-  // Each flowlet got a rate; all are gone afterwards.
+  // Each flowlet got a rate; all are gone afterwards (live allocator only).
   void expect_scheduled() {
+    if (!GetParam()) return;
     EXPECT_GE(daemon_.status()["counters"]["rate_updates"].get<int>(), 1) << daemon_.status().dump();
     bool gone = false;
     for (int i = 0; i < 600 && !gone; ++i) {
@@ -220,7 +223,7 @@ class RealProgram : public ::testing::Test {
   DaemonProcess daemon_;
 };
 
-TEST_F(RealProgram, Iperf3) {
+TEST_P(RealProgram, Iperf3) {
   if (!have("/usr/bin/iperf3")) GTEST_SKIP() << "iperf3 is not installed (scripts/install-deps.sh)";
   const int port = free_port(0x7f000002);
   const std::string srv = "iperf3 -s -1 -B 127.0.0.2 -p " + std::to_string(port);
@@ -234,7 +237,7 @@ TEST_F(RealProgram, Iperf3) {
   expect_scheduled();
 }
 
-TEST_F(RealProgram, PythonHttpServerToCurl) {
+TEST_P(RealProgram, PythonHttpServerToCurl) {
   if (!have("/usr/bin/curl") || !have("/usr/bin/python3")) GTEST_SKIP() << "curl or python3 missing";
   char dir[] = "/tmp/ft-http-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);
@@ -255,7 +258,7 @@ TEST_F(RealProgram, PythonHttpServerToCurl) {
   ::system((std::string("rm -rf ") + dir).c_str());
 }
 
-TEST_F(RealProgram, JavaNioWriteAndTransferTo) {
+TEST_P(RealProgram, JavaNioWriteAndTransferTo) {
   if (!have("/usr/bin/javac") || !have("/usr/bin/java")) GTEST_SKIP() << "no JDK (javac) installed";
   char dir[] = "/tmp/ft-java-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);
@@ -299,6 +302,9 @@ public class Sender {
   expect_scheduled();
   ::system((std::string("rm -rf ") + dir).c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(Allocator, RealProgram, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Live" : "Down"; });
 
 TEST(FlowtuneRun, UsageAndErrors) {
   Output o = run(std::string(FT_RUN_BINARY) + " --help");
