@@ -258,6 +258,16 @@ inline void after(int fd, const Pending& p, std::size_t len, ssize_t n) {
   }
 }
 
+// One wrapper's body: the real call between before() and after().
+template <typename Call>
+inline auto around(int fd, std::size_t len, Call call) {
+  resolve();
+  const Pending p = before(fd, len);
+  const auto n = call();
+  after(fd, p, len, static_cast<ssize_t>(n));
+  return n;
+}
+
 std::size_t iov_bytes(const iovec* iov, std::size_t n) {
   std::size_t total = 0;
   for (std::size_t i = 0; i < n; ++i) total += iov[i].iov_len;
@@ -293,29 +303,17 @@ __attribute__((constructor)) void init() {
 // ---- wrappers ----
 
 FT_SHIM_EXPORT ssize_t send(int fd, const void* buf, size_t len, int flags) {
-  resolve();
-  const Pending p = before(fd, len);
-  const ssize_t n = real.send(fd, buf, len, flags);
-  after(fd, p, len, n);
-  return n;
+  return around(fd, len, [&] { return real.send(fd, buf, len, flags); });
 }
 
 FT_SHIM_EXPORT ssize_t sendto(int fd, const void* buf, size_t len, int flags, const sockaddr* to,
                               socklen_t tolen) {
-  resolve();
-  const Pending p = before(fd, len);
-  const ssize_t n = real.sendto(fd, buf, len, flags, to, tolen);
-  after(fd, p, len, n);
-  return n;
+  return around(fd, len, [&] { return real.sendto(fd, buf, len, flags, to, tolen); });
 }
 
 FT_SHIM_EXPORT ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
-  resolve();
   const std::size_t len = msg != nullptr ? iov_bytes(msg->msg_iov, msg->msg_iovlen) : 0;
-  const Pending p = before(fd, len);
-  const ssize_t n = real.sendmsg(fd, msg, flags);
-  after(fd, p, len, n);
-  return n;
+  return around(fd, len, [&] { return real.sendmsg(fd, msg, flags); });
 }
 
 FT_SHIM_EXPORT int sendmmsg(int fd, mmsghdr* msgs, unsigned vlen, int flags) {
@@ -333,45 +331,25 @@ FT_SHIM_EXPORT int sendmmsg(int fd, mmsghdr* msgs, unsigned vlen, int flags) {
 }
 
 FT_SHIM_EXPORT ssize_t write(int fd, const void* buf, size_t len) {
-  resolve();
-  const Pending p = before(fd, len);
-  const ssize_t n = real.write(fd, buf, len);
-  after(fd, p, len, n);
-  return n;
+  return around(fd, len, [&] { return real.write(fd, buf, len); });
 }
 
 FT_SHIM_EXPORT ssize_t writev(int fd, const iovec* iov, int iovcnt) {
-  resolve();
   const std::size_t len = iovcnt > 0 ? iov_bytes(iov, static_cast<std::size_t>(iovcnt)) : 0;
-  const Pending p = before(fd, len);
-  const ssize_t n = real.writev(fd, iov, iovcnt);
-  after(fd, p, len, n);
-  return n;
+  return around(fd, len, [&] { return real.writev(fd, iov, iovcnt); });
 }
 
 FT_SHIM_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) {
-  resolve();
-  const Pending p = before(out_fd, count);
-  const ssize_t n = real.sendfile(out_fd, in_fd, offset, count);
-  after(out_fd, p, count, n);
-  return n;
+  return around(out_fd, count, [&] { return real.sendfile(out_fd, in_fd, offset, count); });
 }
 
 FT_SHIM_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t* offset, size_t count) {
-  resolve();
-  const Pending p = before(out_fd, count);
-  const ssize_t n = real.sendfile64(out_fd, in_fd, offset, count);
-  after(out_fd, p, count, n);
-  return n;
+  return around(out_fd, count, [&] { return real.sendfile64(out_fd, in_fd, offset, count); });
 }
 
 FT_SHIM_EXPORT ssize_t splice(int fd_in, loff_t* off_in, int fd_out, loff_t* off_out, size_t len,
                               unsigned flags) {
-  resolve();
-  const Pending p = before(fd_out, len);
-  const ssize_t n = real.splice(fd_in, off_in, fd_out, off_out, len, flags);
-  after(fd_out, p, len, n);
-  return n;
+  return around(fd_out, len, [&] { return real.splice(fd_in, off_in, fd_out, off_out, len, flags); });
 }
 
 FT_SHIM_EXPORT int close(int fd) {
