@@ -243,10 +243,10 @@ void Runtime::work() {
   session_.on_timer(now);
   // Drain checks may end flowlets, which queues more actions and events.
   for (const SocketRef& ref : session_.take_drain_queries()) {
+    // A socket that cannot be asked (closed under us) counts as drained.
     std::uint64_t unsent = 0;
-    if (table_.unsent_bytes(ref, &unsent) == SocketTable::Result::kOk) {
-      session_.on_unsent(ref, unsent, now);
-    }
+    if (table_.unsent_bytes(ref, &unsent) != SocketTable::Result::kOk) unsent = 0;
+    session_.on_unsent(ref, unsent, now);
   }
   apply_actions();
   for (const SocketRef& ref : session_.take_ended()) table_.clear_flowlet(ref);

@@ -87,10 +87,13 @@ void Session::on_begin(SocketRef s, std::uint64_t bytes, float weight, std::uint
   if (k == nullptr) return;  // unregistered meanwhile
   if (k->active) {
     // Back-to-back transfers on one socket: one flowlet (paper §6). The
-    // queue grows again, so a predicted end no longer holds.
+    // queue grows again, so a predicted end no longer holds: look at the
+    // queue then instead. A look already scheduled stays (it re-measures).
     k->declared += bytes;
-    k->end_at_us = 0;
-    k->drain_check_us = 0;
+    if (k->end_at_us != 0) {
+      k->drain_check_us = k->end_at_us;
+      k->end_at_us = 0;
+    }
     ++stats_.flowlets_coalesced;
   } else {
     k->active = true;
@@ -125,13 +128,17 @@ void Session::on_wrote(SocketRef s, std::uint64_t bytes, std::uint64_t now_us) {
 void Session::finish_if_handed(SocketRef ref, Sock& k, std::uint64_t) {
   if (!k.active || k.handed < k.declared) return;
   // Mice too: a flowlet lasts until the socket's queue drains, so a stream
-  // of small writes coalesces (and is reported once it is big enough).
+  // of small writes coalesces (and is reported once it is big enough). One
+  // look at the queue at a time: a writer streaming small writes must not
+  // cost the runtime a syscall per write.
+  if (k.drain_check_us != 0 || k.query_pending) return;
+  k.query_pending = true;
   drain_queries_.push_back(ref);
-  k.drain_check_us = 0;
 }
 
 void Session::on_unsent(SocketRef s, std::uint64_t unsent, std::uint64_t now_us) {
   Sock* k = find(s);
+  if (k != nullptr) k->query_pending = false;
   if (k == nullptr || !k->active || k->handed < k->declared) return;
   if (unsent == 0) {
     report_end(s, *k);  // a mouse ends silently
@@ -199,7 +206,10 @@ void Session::on_message(const wire::AllocatorMessage& m, std::uint64_t now_us) 
     }
     set_rate(ref, *k, rate);
     // The rate may bring a pending advance end due sooner.
-    if (k->active && k->handed >= k->declared) drain_queries_.push_back(ref);
+    if (k->active && k->handed >= k->declared && !k->query_pending) {
+      k->query_pending = true;
+      drain_queries_.push_back(ref);
+    }
   }
   if (m.lease_refresh_us != 0) {
     for (auto& [packed, k] : sockets_) {
@@ -222,7 +232,10 @@ void Session::on_timer(std::uint64_t now_us) {
     }
     if (k.drain_check_us != 0 && k.drain_check_us <= now_us) {
       k.drain_check_us = 0;
-      drain_queries_.push_back(ref);
+      if (!k.query_pending) {
+        k.query_pending = true;
+        drain_queries_.push_back(ref);
+      }
     }
     if (k.end_at_us != 0 && k.end_at_us <= now_us && k.active) {
       ++stats_.ends_in_advance;

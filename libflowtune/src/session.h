@@ -116,6 +116,7 @@ class Session {
     std::uint64_t started_us = 0;    // start sent (for the RTT estimate)
     std::uint64_t drain_check_us = 0;  // 0: none scheduled
     std::uint64_t end_at_us = 0;       // predicted: send the end then (0: none)
+    bool query_pending = false;        // a look at the queue is on its way
   };
 
   Sock* find(SocketRef s);

@@ -235,11 +235,16 @@ inline Pending before(int fd, std::size_t len) {
   if (len == 0 || fd < 0 || fd >= kMaxFd || t_inside) return p;
   std::uint8_t cls = g_class[fd].load(std::memory_order_relaxed);
   if (cls == kIgnored) return p;
-  Inside guard;
-  if (cls == kUnknown) cls = classify(fd);
+  if (cls == kUnknown) {
+    Inside guard;  // classifying makes syscalls: keep the caller's errno
+    cls = classify(fd);
+  }
   if (cls != kManaged) return p;
   p.client = g_client.load(std::memory_order_acquire);
+  // The fast path (a flowlet in progress) makes no syscall and so leaves
+  // errno alone; a beginning may wake the runtime thread (a write).
   if (p.client != nullptr && ft_flowlet_active(p.client, fd) == 0) {
+    Inside guard;
     p.began = ft_flowlet_begin(p.client, fd, len, nullptr) == FT_OK;
   }
   return p;
@@ -247,14 +252,17 @@ inline Pending before(int fd, std::size_t len) {
 
 inline void after(int fd, const Pending& p, std::size_t len, ssize_t n) {
   if (p.client == nullptr) return;
-  Inside guard;
+  // Neither call below makes a syscall unless the runtime ended the flowlet
+  // between before() and here, which wakes it: guard errno only then.
   if (p.began) {
     // All `len` count as handed over even after a partial write: whether the
     // flowlet is over is decided by the socket's queue, not by these counts,
     // and the application's retry of the rest extends the flowlet.
     ft_flowlet_sent(p.client, fd, len);
   } else if (n > 0) {
+    const int saved = errno;
     ft_flowlet_wrote(p.client, fd, static_cast<std::uint64_t>(n));
+    errno = saved;
   }
 }
 
