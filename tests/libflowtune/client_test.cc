@@ -222,10 +222,13 @@ TEST_F(ClientTest, PacedTransfersEndNearTheirLastByteAndDeliverEveryByte) {
   }
   for (double l : lead_ms) {
     std::printf("advance end: %.2f ms before the last byte left\n", l);
+#ifndef FT_SANITIZED
     // Never long after the drain (an idle timer would be 10s of ms late),
-    // never more than about one burst early.
+    // never more than about one burst early. Sanitizer builds run the
+    // runtime several times slower, so their timing is not checked.
     EXPECT_GT(l, -5.0);
     EXPECT_LT(l, 25.0);
+#endif
   }
   // Whether each end went out by prediction (ends_in_advance) or on seeing
   // the queue empty depends on the machine's timer jitter under load; the
