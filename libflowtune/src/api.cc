@@ -163,9 +163,7 @@ int ft_client_close(ft_client* c) {
     return FT_OK;
   }
   c->runtime->stop();
-  for (int fd = 0; fd < flowtune::client::SocketTable::kMaxFd; ++fd) {
-    if (c->table.lookup(fd)) (void)c->table.release(fd);  // remove caps we set
-  }
+  c->table.release_all();  // remove caps we set
   delete c;
   return FT_OK;
 }

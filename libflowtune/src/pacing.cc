@@ -97,6 +97,16 @@ int SocketTable::release(int fd) {
   return FT_OK;
 }
 
+void SocketTable::release_all() {
+  for (int c = 0; c < kChunks; ++c) {
+    const Slot* chunk = chunks_[c].load(std::memory_order_acquire);
+    if (chunk == nullptr) continue;
+    for (int i = 0; i < kChunk; ++i) {
+      if ((chunk[i].state.load(std::memory_order_relaxed) & 1) != 0) (void)release(c * kChunk + i);
+    }
+  }
+}
+
 std::optional<SocketRef> SocketTable::lookup(int fd) const {
   const Slot* s = slot(fd);
   if (s == nullptr) return std::nullopt;

@@ -48,6 +48,9 @@ class SocketTable {
   // Bumps the generation and clears any cap the library set; FT_ENOTREG if
   // fd is not registered.
   int release(int fd);
+  // Releases every registration (the client is closing): only the chunks
+  // ever allocated are visited.
+  void release_all();
   // The current registration of fd, if any (one atomic load).
   std::optional<SocketRef> lookup(int fd) const;
   // The application's view of its flowlet on fd: begin marks it open, end

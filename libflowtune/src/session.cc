@@ -28,6 +28,7 @@ std::uint64_t Session::rate_of(SocketRef s) const {
 void Session::on_register(SocketRef s, const wire::FiveTuple& tuple, std::uint32_t mss,
                           std::uint64_t) {
   Sock& k = sockets_[s.packed()];
+  if (k.active) --active_count_;
   k = Sock{};
   k.tuple = tuple;
   // Paced TCP releases at least two segments at a time (64 kB segments on
@@ -67,6 +68,7 @@ void Session::report_end(SocketRef ref, Sock& k) {
     by_key_.erase(k.key);
     k.key = 0;
   }
+  if (k.active) --active_count_;
   k.active = false;
   k.drain_check_us = 0;
   k.end_at_us = 0;
@@ -97,6 +99,7 @@ void Session::on_begin(SocketRef s, std::uint64_t bytes, float weight, std::uint
     ++stats_.flowlets_coalesced;
   } else {
     k->active = true;
+    ++active_count_;
     k->declared = bytes;
     k->handed = 0;
     k->weight = weight;
@@ -295,12 +298,6 @@ std::vector<PacingAction> Session::take_actions() {
   std::vector<PacingAction> out;
   out.swap(actions_);
   return out;
-}
-
-std::size_t Session::active_flowlets() const {
-  std::size_t n = 0;
-  for (const auto& [packed, k] : sockets_) n += k.active;
-  return n;
 }
 
 std::vector<SocketRef> Session::take_ended() {

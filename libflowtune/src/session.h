@@ -98,7 +98,9 @@ class Session {
   // The cap in force on a socket (bytes/s, 0 = none).
   std::uint64_t rate_of(SocketRef s) const;
   std::uint64_t rtt_us() const { return rtt_us_; }
-  std::size_t active_flowlets() const;
+  // Flowlets in progress (kept as they start and end: the runtime asks on
+  // every wake-up).
+  std::size_t active_flowlets() const { return active_count_; }
 
  private:
   struct Sock {
@@ -130,6 +132,7 @@ class Session {
   std::unordered_map<std::uint64_t, Sock> sockets_;           // by SocketRef::packed()
   std::unordered_map<std::uint64_t, std::uint64_t> by_key_;   // flow key -> SocketRef::packed()
   std::uint64_t next_key_ = 1;
+  std::size_t active_count_ = 0;
   std::uint64_t epoch_ = 0;
   bool hello_sent_ = false;
   bool need_resync_ = false;
