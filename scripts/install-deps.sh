@@ -16,6 +16,8 @@ packages=(
   # clang + its runtime: libFuzzer targets and sanitizer runtimes.
   clang libclang-rt-14-dev
   python3
+  # PNG plots from the simulator's and benchmarks' JSON.
+  python3-matplotlib
   # Real programs the preload shim is tested with (and trickle, the baseline
   # of the shim's benchmark); the JVM for the Java NIO test.
   iperf3 curl trickle openjdk-17-jdk-headless

@@ -1,16 +1,29 @@
 // flowtune-sim: run the real Flowtune engine offline.
 //   flowtune-sim solve [options] FILE.json   solve one problem, print rates as JSON
+//   flowtune-sim run [options]               flow-level simulation of a workload
+//   flowtune-sim figure NAME [options]       the paper's experiments, JSON + PNG
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <thread>
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <string_view>
 
+#include "figures.h"
+#include "simulator.h"
 #include "solve.h"
+#include "workload.h"
 
 namespace {
 
@@ -25,6 +38,10 @@ constexpr const char* kUsage = R"(usage: flowtune-sim <command> [options]
 commands:
   solve [options] FILE.json   Compute network-utility-maximizing rates for the
                               problem in FILE.json ('-' reads standard input).
+  run [options]               Simulate flowlets arriving on a two-tier network,
+                              allocated by the engine every 10 µs; print JSON.
+  figure NAME [options]       Run one of the paper's experiments (or all):
+                              writes DIR/NAME.json and DIR/NAME*.png.
 
 solve input:
   {"links": [{"id": ID, "capacity_bps": C}, ...],
@@ -48,7 +65,36 @@ solve options:
   --table                    print a human-readable table instead of JSON
   -h, --help                 show this help
 
-exit status: 0 solved (converged or not), 2 bad usage or bad input.
+run options (defaults: the paper's §5.3 network and web workload):
+  --racks N --hosts-per-rack N --spines N   two-tier network (9, 16, 4)
+  --host-gbps G              host link rate (10); spine links give full bisection
+  --workload NAME|FILE       web, cache, hadoop, websearch, datamining, or a CDF
+                             file ('size cdf' rows, or a mean line first) (web)
+  --load L                   offered load, fraction of host link capacity (0.6)
+  --warmup-ms T              simulated time before measuring (5)
+  --duration-ms T            simulated time measured (20)
+  --iteration-us T           allocator iteration interval (10)
+  --algorithm, --norm, --gamma, --step   as for solve (ned, fnorm, 0.4, 0.002)
+  --threshold T              notify rates that moved by more than T; links are
+                             allocated to (1 - T) of capacity (0.01)
+  --seed N                   workload seed (1); a seed gives the same run
+  --sample-every N           measure links every N iterations, 0 = never (10)
+  --oracle-every N           compare with the optimum every N iterations, 0 = never (0)
+  --out FILE                 write the JSON there instead of standard output
+  --progress | --no-progress progress bar on standard error (default: if a tty)
+
+figure NAME: overallocation (Fig. 16), normalizers (Fig. 17), update-traffic
+  (Fig. 9), threshold (Fig. 10), network-size (Fig. 11), convergence (Fig. 8,
+  §5.3.1), fairness (§5.3.3 K), or all.
+figure options:
+  --quick                    shorter runs and fewer points (each under a minute)
+  --out DIR                  output folder (sim-results)
+  --jobs N                   simulations side by side (one per core)
+  --seed N                   workload seed (1)
+  --no-plot                  JSON only (PNGs need python3 with matplotlib)
+  --progress | --no-progress as for run
+
+exit status: 0 done (solve: converged or not), 1 failed, 2 bad usage or bad input.
 )";
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -74,6 +120,19 @@ std::uint64_t parse_count(std::string_view flag, const char* v) {
     usage_error(std::string(flag) + " expects a non-negative integer, got '" + v + "'");
   }
   return n;
+}
+
+flowtune::alloc::Algorithm parse_algorithm(std::string_view v) {
+  if (v == "ned") return flowtune::alloc::Algorithm::kNed;
+  if (v == "gradient") return flowtune::alloc::Algorithm::kGradient;
+  usage_error("--algorithm must be ned or gradient, got '" + std::string(v) + "'");
+}
+
+flowtune::alloc::Normalizer parse_norm(std::string_view v) {
+  if (v == "fnorm") return flowtune::alloc::Normalizer::kFNorm;
+  if (v == "unorm") return flowtune::alloc::Normalizer::kUNorm;
+  if (v == "none") return flowtune::alloc::Normalizer::kNone;
+  usage_error("--norm must be fnorm, unorm or none, got '" + std::string(v) + "'");
 }
 
 json read_problem(const std::string& file) {
@@ -124,25 +183,9 @@ int cmd_solve(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     } else if (a == "--algorithm") {
-      std::string_view v = value();
-      if (v == "ned") {
-        opt.engine.algorithm = flowtune::alloc::Algorithm::kNed;
-      } else if (v == "gradient") {
-        opt.engine.algorithm = flowtune::alloc::Algorithm::kGradient;
-      } else {
-        usage_error("--algorithm must be ned or gradient, got '" + std::string(v) + "'");
-      }
+      opt.engine.algorithm = parse_algorithm(value());
     } else if (a == "--norm") {
-      std::string_view v = value();
-      if (v == "fnorm") {
-        opt.engine.normalizer = flowtune::alloc::Normalizer::kFNorm;
-      } else if (v == "unorm") {
-        opt.engine.normalizer = flowtune::alloc::Normalizer::kUNorm;
-      } else if (v == "none") {
-        opt.engine.normalizer = flowtune::alloc::Normalizer::kNone;
-      } else {
-        usage_error("--norm must be fnorm, unorm or none, got '" + std::string(v) + "'");
-      }
+      opt.engine.normalizer = parse_norm(value());
     } else if (a == "--iterations") {
       opt.iterations = parse_count(a, value());
     } else if (a == "--max-iterations") {
@@ -182,6 +225,209 @@ int cmd_solve(int argc, char** argv) {
   return 0;
 }
 
+bool stderr_is_tty() { return ::isatty(STDERR_FILENO) == 1; }
+
+std::uint32_t parse_u32(std::string_view flag, const char* v) {
+  std::uint64_t n = parse_count(flag, v);
+  if (n > 0xffffffffull) usage_error(std::string(flag) + " is too large");
+  return static_cast<std::uint32_t>(n);
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) throw std::runtime_error("cannot write '" + path + "': " + std::strerror(errno));
+}
+
+int cmd_run(int argc, char** argv) {
+  flowtune::sim::SimConfig c;
+  std::string out_file;
+  bool progress = stderr_is_tty();
+  for (int i = 0; i < argc; ++i) {
+    std::string_view a = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) usage_error(std::string(a) + " needs a value");
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--racks") {
+      c.topology.racks = parse_u32(a, value());
+    } else if (a == "--hosts-per-rack") {
+      c.topology.hosts_per_rack = parse_u32(a, value());
+    } else if (a == "--spines") {
+      c.topology.spines = parse_u32(a, value());
+    } else if (a == "--host-gbps") {
+      c.topology.host_link_bps = parse_double(a, value()) * 1e9;
+    } else if (a == "--workload") {
+      c.workload = value();
+    } else if (a == "--load") {
+      c.load = parse_double(a, value());
+    } else if (a == "--warmup-ms") {
+      c.warmup_s = parse_double(a, value()) / 1e3;
+    } else if (a == "--duration-ms") {
+      c.duration_s = parse_double(a, value()) / 1e3;
+    } else if (a == "--iteration-us") {
+      c.iteration_s = parse_double(a, value()) / 1e6;
+    } else if (a == "--algorithm") {
+      c.algorithm = parse_algorithm(value());
+    } else if (a == "--norm") {
+      c.normalizer = parse_norm(value());
+    } else if (a == "--gamma") {
+      c.gamma = parse_double(a, value());
+    } else if (a == "--step") {
+      c.gradient_step = parse_double(a, value());
+    } else if (a == "--threshold") {
+      c.threshold = parse_double(a, value());
+    } else if (a == "--seed") {
+      c.seed = parse_count(a, value());
+    } else if (a == "--sample-every") {
+      c.sample_every = parse_u32(a, value());
+    } else if (a == "--oracle-every") {
+      c.oracle_every = parse_u32(a, value());
+    } else if (a == "--out") {
+      out_file = value();
+    } else if (a == "--progress") {
+      progress = true;
+    } else if (a == "--no-progress") {
+      progress = false;
+    } else {
+      usage_error("unknown option '" + std::string(a) + "' for run");
+    }
+  }
+  try {
+    flowtune::sim::validate(c);
+  } catch (const std::invalid_argument& e) {
+    usage_error(e.what());
+  }
+  std::atomic<std::uint64_t> done{0};
+  std::atomic<bool> finished{false};
+  if (progress) c.progress = &done;
+  std::thread bar;
+  if (progress) {
+    bar = std::thread([&, total = flowtune::sim::total_steps(c)] {
+      while (!finished) {
+        double f = static_cast<double>(done.load()) / static_cast<double>(total);
+        std::fprintf(stderr, "\r  simulating [%-30s] %3.0f%%",
+                     std::string(static_cast<std::size_t>(f * 30), '=').c_str(), 100 * f);
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      }
+      std::fputs("\r  simulating [==============================] 100%\n", stderr);
+    });
+  }
+  flowtune::sim::SimResult r;
+  try {
+    r = flowtune::sim::simulate(c);
+  } catch (...) {
+    finished = true;
+    if (bar.joinable()) bar.join();
+    throw;
+  }
+  finished = true;
+  if (bar.joinable()) bar.join();
+  c.progress = nullptr;
+  json out = {{"config", flowtune::sim::to_json(c)}, {"result", flowtune::sim::to_json(r)}};
+  if (out_file.empty()) {
+    std::cout << out.dump(2) << '\n';
+  } else {
+    write_text(out_file, out.dump(2) + "\n");
+  }
+  return 0;
+}
+
+// Runs the plot script on a figure's JSON; a missing interpreter or
+// matplotlib costs the PNGs only, with a warning that says so.
+void plot(const std::string& json_path) {
+  std::string script = FT_SIM_INSTALLED_PLOT;
+  if (!std::ifstream(script).good()) script = FT_SIM_SOURCE_PLOT;
+  // Debian's interpreter first: python3-matplotlib is installed for it, and a
+  // user's PATH may lead to another python3 without it. FLOWTUNE_PYTHON wins.
+  std::string python = "python3";
+  if (const char* env = std::getenv("FLOWTUNE_PYTHON"); env != nullptr && *env != '\0') {
+    python = env;
+  } else if (::access("/usr/bin/python3", X_OK) == 0) {
+    python = "/usr/bin/python3";
+  }
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execlp(python.c_str(), python.c_str(), script.c_str(), json_path.c_str(),
+             static_cast<char*>(nullptr));
+    std::fprintf(stderr, "flowtune-sim: warning: cannot run %s (%s): no PNGs\n", python.c_str(),
+                 std::strerror(errno));
+    ::_exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "flowtune-sim: warning: plotting %s failed; the JSON is complete\n",
+                 json_path.c_str());
+  }
+}
+
+int cmd_figure(int argc, char** argv) {
+  flowtune::sim::FigureOptions opt;
+  opt.progress = stderr_is_tty();
+  std::string name, dir = "sim-results";
+  bool draw = true;
+  for (int i = 0; i < argc; ++i) {
+    std::string_view a = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) usage_error(std::string(a) + " needs a value");
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--quick") {
+      opt.quick = true;
+    } else if (a == "--out") {
+      dir = value();
+    } else if (a == "--jobs") {
+      opt.jobs = parse_u32(a, value());
+    } else if (a == "--seed") {
+      opt.seed = parse_count(a, value());
+    } else if (a == "--no-plot") {
+      draw = false;
+    } else if (a == "--progress") {
+      opt.progress = true;
+    } else if (a == "--no-progress") {
+      opt.progress = false;
+    } else if (a.size() > 1 && a[0] == '-') {
+      usage_error("unknown option '" + std::string(a) + "' for figure");
+    } else if (name.empty()) {
+      name = a;
+    } else {
+      usage_error("figure takes one NAME");
+    }
+  }
+  const auto& known = flowtune::sim::figure_names();
+  std::vector<std::string> names;
+  if (name == "all") {
+    names = known;
+  } else if (std::find(known.begin(), known.end(), name) != known.end()) {
+    names = {name};
+  } else {
+    std::string list;
+    for (const auto& n : known) list += n + ", ";
+    usage_error((name.empty() ? std::string("figure needs a NAME") : "unknown figure '" + name + "'") +
+                ": one of " + list + "all");
+  }
+  std::filesystem::create_directories(dir);
+  flowtune::sim::FigureRunner runner(opt);
+  for (const auto& n : names) {
+    json out = runner.run(n);
+    std::string path = dir + "/" + n + ".json";
+    write_text(path, out.dump(1) + "\n");
+    std::fprintf(stderr, "flowtune-sim: %s: %.1f s -> %s\n", n.c_str(),
+                 out["wall_s"].get<double>(), path.c_str());
+    std::cout << n << ": " << out["summary"].dump() << '\n';
+    if (draw) plot(path);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -193,6 +439,11 @@ int main(int argc, char** argv) {
   }
   try {
     if (cmd == "solve") return cmd_solve(argc - 2, argv + 2);
+    if (cmd == "run") return cmd_run(argc - 2, argv + 2);
+    if (cmd == "figure") return cmd_figure(argc - 2, argv + 2);
+  } catch (const flowtune::sim::WorkloadError& e) {
+    std::cerr << "flowtune-sim: bad workload: " << e.what() << '\n';
+    return kExitBadInput;
   } catch (const InputError& e) {
     std::cerr << "flowtune-sim: bad input: " << e.what() << '\n';
     return kExitBadInput;

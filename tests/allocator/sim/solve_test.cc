@@ -2,6 +2,7 @@
 // command line: output shape, rates on a parking lot against the closed form,
 // every kind of bad input naming its entry, and the CLI's exit statuses.
 #include "solve.h"
+#include "sim_cli.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -294,47 +295,6 @@ TEST(SolveInput, FlowBlockLinkLimitIsAnInputErrorNotACrash) {
 }
 
 // ---- The flowtune-sim binary ----
-
-struct CliResult {
-  int status = -1;  // exit status, or -1 if it did not exit normally
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
-
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "flowtune_sim_test_" + std::to_string(::getpid()) + "_" + name;
-}
-
-std::string write_temp(const std::string& name, const std::string& text) {
-  std::string path = temp_path(name);
-  std::ofstream(path) << text;
-  return path;
-}
-
-// Runs flowtune-sim with the given arguments (already shell-quoted where
-// needed) and stdin from `stdin_path` if set.
-CliResult sim(const std::string& args, const std::string& stdin_path = "") {
-  const std::string out = temp_path("stdout");
-  const std::string err = temp_path("stderr");
-  std::string cmd =
-      std::string("'") + FT_SIM_BINARY + "' " + args + " >'" + out + "' 2>'" + err + "'";
-  if (!stdin_path.empty()) cmd += " <'" + stdin_path + "'";
-  const int rc = std::system(cmd.c_str());
-  CliResult r;
-  if (rc != -1 && WIFEXITED(rc)) r.status = WEXITSTATUS(rc);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  std::remove(out.c_str());
-  std::remove(err.c_str());
-  return r;
-}
 
 TEST(SimCli, SolvesAValidFileAndPrintsJson) {
   const std::string file = write_temp("lot.json", parking_lot().dump());

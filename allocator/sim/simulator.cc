@@ -1,0 +1,510 @@
+#include "simulator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <variant>
+
+#include "flowtune/wire/codec.h"
+#include "workload.h"
+
+namespace flowtune::sim {
+
+void validate(const SimConfig& c) {
+  auto need = [](bool ok, const char* what) {
+    if (!ok) throw std::invalid_argument(what);
+  };
+  const auto& t = c.topology;
+  need(t.racks >= 1 && t.hosts_per_rack >= 1 && t.spines >= 1, "topology needs racks, hosts and spines");
+  need(static_cast<std::uint64_t>(t.racks) * t.hosts_per_rack >= 2, "the network needs at least 2 hosts");
+  need(static_cast<std::uint64_t>(t.racks) * t.hosts_per_rack <= 65536, "at most 65,536 hosts");
+  need(t.host_link_bps >= 1e6 && t.host_link_bps <= 1e13, "host link rate must be in [1 Mbit/s, 10 Tbit/s]");
+  need(c.load > 0 && c.load <= 2, "load must be in (0, 2]");
+  need(c.warmup_s >= 0 && c.duration_s > 0 && c.warmup_s + c.duration_s <= 100,
+       "duration must be positive and warm-up + duration at most 100 simulated seconds");
+  need(c.iteration_s >= 1e-7 && c.iteration_s <= 0.1, "iteration interval must be in [0.1 µs, 100 ms]");
+  need((c.warmup_s + c.duration_s) / c.iteration_s <= 1e9, "more than 1e9 iterations");
+  need(c.threshold >= 0 && c.threshold < 0.5, "threshold must be in [0, 0.5)");
+  need(c.gamma > 0 && c.gradient_step > 0, "gamma and the gradient step must be positive");
+  need(c.oracle_tolerance > 0 && c.oracle_max_iterations > 0, "oracle tolerance and iterations must be positive");
+  need(c.mss_bytes >= 64, "MSS must be at least 64 bytes");
+}
+
+std::uint64_t total_steps(const SimConfig& c) {
+  return static_cast<std::uint64_t>(std::llround((c.warmup_s + c.duration_s) / c.iteration_s));
+}
+
+Distribution summarize(std::vector<double> v) {
+  Distribution d;
+  d.count = v.size();
+  if (v.empty()) return d;
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  d.mean = sum / static_cast<double>(v.size());
+  auto at = [&](double q) {
+    std::size_t i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+    return v[std::min(i, v.size() - 1)];
+  };
+  d.p50 = at(0.5);
+  d.p90 = at(0.9);
+  d.p99 = at(0.99);
+  d.max = v.back();
+  return d;
+}
+
+namespace {
+
+using alloc::Engine;
+using alloc::FlowId;
+using alloc::HostId;
+
+// One message per host per step in each direction, encoded with the real
+// codec; bytes on the wire add ZeroMQ framing and per-packet headers.
+class ControlCounter {
+ public:
+  ControlCounter(std::uint32_t hosts, const SimConfig& c)
+      : to_(hosts), from_(hosts), overhead_(c.packet_overhead_bytes), mss_(c.mss_bytes) {}
+
+  void start(HostId h, std::uint64_t key, const wire::FiveTuple& t, std::uint64_t bytes) {
+    wire::FlowletStart s;
+    s.flow_key = key;
+    s.endpoints = t;
+    s.bytes = bytes;
+    touch(to_, h).events.emplace_back(s);
+  }
+  void end(HostId h, std::uint64_t key) { touch(to_, h).events.emplace_back(wire::FlowletEnd{key}); }
+  void rate(HostId h, std::uint64_t key, double bps) {
+    touch(from_, h).rates.push_back(
+        {key, static_cast<std::uint64_t>(bps / 8), /*lease_us=*/1'000'000});
+  }
+
+  std::uint64_t paper_bytes_to() const { return paper_to_; }
+  std::uint64_t paper_bytes_from() const { return paper_from_; }
+
+  // Encodes and counts (when `count`) every pending message, then clears.
+  void flush(bool count, SimResult* r) {
+    for (HostId h : to_.touched) {
+      auto& m = to_.pending[h];
+      if (count) {
+        m.seq = ++seq_;
+        add(wire::encode(m).size(), &r->payload_bytes_to_allocator, &r->bytes_to_allocator);
+        ++r->messages_to_allocator;
+        std::size_t paper = 0;
+        for (const auto& e : m.events) {
+          bool is_start = std::holds_alternative<wire::FlowletStart>(e);
+          (is_start ? r->start_events : r->end_events) += 1;
+          paper += is_start ? 16 : 4;
+        }
+        paper_to_ += paper + packets(paper) * overhead_;
+      }
+      m.events.clear();
+      to_.marked[h] = 0;
+    }
+    to_.touched.clear();
+    for (HostId h : from_.touched) {
+      auto& m = from_.pending[h];
+      if (count) {
+        m.epoch = 1;
+        m.lease_refresh_us = 300'000;
+        add(wire::encode(m).size(), &r->payload_bytes_from_allocator, &r->bytes_from_allocator);
+        ++r->messages_from_allocator;
+        r->rate_updates += m.rates.size();
+        std::size_t paper = 6 * m.rates.size();
+        paper_from_ += paper + packets(paper) * overhead_;
+      }
+      m.rates.clear();
+      from_.marked[h] = 0;
+    }
+    from_.touched.clear();
+  }
+
+ private:
+  template <typename Msg>
+  struct Side {
+    explicit Side(std::uint32_t hosts) : pending(hosts), marked(hosts, 0) {}
+    std::vector<Msg> pending;
+    std::vector<char> marked;
+    std::vector<HostId> touched;
+  };
+  template <typename Msg>
+  static Msg& touch(Side<Msg>& s, HostId h) {
+    if (!s.marked[h]) {
+      s.marked[h] = 1;
+      s.touched.push_back(h);
+    }
+    return s.pending[h];
+  }
+  std::size_t packets(std::size_t bytes) const { return (bytes + mss_ - 1) / mss_; }
+  void add(std::size_t encoded, std::uint64_t* payload, std::uint64_t* wire_bytes) const {
+    // A ZeroMQ frame: flags + 1-byte length, or 8 bytes for long frames.
+    std::size_t framed = encoded + (encoded < 256 ? 2 : 9);
+    *payload += encoded;
+    *wire_bytes += framed + packets(framed) * overhead_;
+  }
+
+  Side<wire::EndpointMessage> to_;
+  Side<wire::AllocatorMessage> from_;
+  std::uint64_t seq_ = 0;
+  std::uint64_t paper_to_ = 0, paper_from_ = 0;  // bytes at the paper's encodings
+  std::uint32_t overhead_;
+  std::uint32_t mss_;
+};
+
+struct Flowlet {
+  double remaining_bytes = 0;
+  double size_bytes = 0;
+  double arrival_s = 0;
+  double notified_bps = 0;  // 0 = not told yet
+  std::uint64_t key = 0;
+  alloc::Path path;
+  HostId src = 0;
+  FlowId oracle_id = 0;
+  std::uint32_t active_pos = 0;
+};
+
+class Simulation {
+ public:
+  explicit Simulation(const SimConfig& c);
+  SimResult run();
+
+ private:
+  void arrive(double now);
+  void finish(FlowId id, double when);
+  void step_updates(bool measuring);
+  void drain(double t0);
+  void sample_links();
+  void sample_oracle();
+
+  static alloc::EngineConfig engine_config(const SimConfig& c);
+
+  SimConfig c_;
+  alloc::Topology topo_;
+  FlowSizeCdf sizes_;
+  Rng rng_;
+  PoissonArrivals arrivals_;
+  Engine engine_;
+  std::unique_ptr<Engine> oracle_;
+  ControlCounter control_;
+  std::vector<Flowlet> flows_;      // by engine FlowId
+  std::vector<FlowId> active_;      // dense list of live ids
+  std::vector<std::uint64_t> next_key_;  // per host
+  double next_arrival_s_;
+  bool measuring_ = false;
+  SimResult r_;
+  std::vector<double> fct_us_;
+  std::vector<double> overalloc_;
+  double active_sum_ = 0;
+  double throughput_norm_sum_ = 0, throughput_applied_sum_ = 0;
+  double optimal_sum_ = 0, normalized_sum_ = 0;
+  double fair_points_sum_ = 0, fair_log_sum_ = 0, fair_opt_log_sum_ = 0;
+  std::uint64_t fair_flows_ = 0;
+  double oracle_iterations_sum_ = 0;
+  std::vector<double> y_raw_, y_norm_, y_applied_;
+};
+
+alloc::EngineConfig Simulation::engine_config(const SimConfig& c) {
+  alloc::EngineConfig e;
+  e.algorithm = c.algorithm;
+  e.normalizer = c.normalizer;
+  e.gamma = c.gamma;
+  e.gradient_step = c.gradient_step;
+  return e;
+}
+
+std::vector<double> scaled(std::vector<double> caps, double factor) {
+  for (double& x : caps) x *= factor;
+  return caps;
+}
+
+Simulation::Simulation(const SimConfig& c)
+    : c_((validate(c), c)),
+      topo_(alloc::Topology::two_tier(c.topology)),
+      sizes_(load_workload(c.workload)),
+      rng_(c.seed),
+      arrivals_(c.load, topo_.num_hosts(), c.topology.host_link_bps, sizes_.mean()),
+      engine_(scaled(topo_.capacities_bps(), 1 - c.threshold), topo_.num_sites(), engine_config(c)),
+      control_(topo_.num_hosts(), c),
+      next_key_(topo_.num_hosts(), 0),
+      next_arrival_s_(0) {
+  if (c.oracle_every > 0) {
+    alloc::EngineConfig o;  // NED, run to convergence, unnormalized
+    o.normalizer = alloc::Normalizer::kNone;
+    o.tolerance = c.oracle_tolerance;
+    oracle_ = std::make_unique<Engine>(scaled(topo_.capacities_bps(), 1 - c.threshold),
+                                       topo_.num_sites(), o);
+  }
+  next_arrival_s_ = arrivals_.next(rng_);
+  y_raw_.resize(topo_.num_links());
+  y_norm_.resize(topo_.num_links());
+  y_applied_.resize(topo_.num_links());
+}
+
+void Simulation::arrive(double now) {
+  HostId src = rng_.below(topo_.num_hosts());
+  HostId dst = rng_.below(topo_.num_hosts() - 1);
+  if (dst >= src) ++dst;
+  std::uint64_t key = ++next_key_[src];
+  // Addresses and ports as an endpoint would report them (10.h.h.h, an
+  // ephemeral port per flowlet); the 5-tuple also picks the ECMP spine.
+  wire::FiveTuple t{0x0a000000u | src, 0x0a000000u | dst,
+                    static_cast<std::uint16_t>(32768 + key % 28000), 5201, 6};
+  alloc::FiveTuple at{t.src_ip, t.dst_ip, t.src_port, t.dst_port, t.protocol};
+  alloc::FlowSpec spec = alloc::make_flow(topo_, src, dst, alloc::ecmp_hash(at));
+  FlowId id = engine_.add_flow(spec);
+  if (id >= flows_.size()) flows_.resize(id + 1);
+  Flowlet& f = flows_[id];
+  f = Flowlet{};
+  f.size_bytes = f.remaining_bytes = sizes_.sample(rng_);
+  f.arrival_s = now;
+  f.key = key;
+  f.path = spec.path;
+  f.src = src;
+  f.active_pos = static_cast<std::uint32_t>(active_.size());
+  if (oracle_) f.oracle_id = oracle_->add_flow(spec);
+  active_.push_back(id);
+  control_.start(src, key, t, static_cast<std::uint64_t>(f.size_bytes));
+  if (measuring_) ++r_.flowlets_started;
+}
+
+void Simulation::finish(FlowId id, double when) {
+  Flowlet& f = flows_[id];
+  if (measuring_) {
+    ++r_.flowlets_finished;
+    fct_us_.push_back((when - f.arrival_s) * 1e6);
+  }
+  control_.end(f.src, f.key);
+  engine_.remove_flow(id);
+  if (oracle_) oracle_->remove_flow(f.oracle_id);
+  FlowId last = active_.back();
+  active_[f.active_pos] = last;
+  flows_[last].active_pos = f.active_pos;
+  active_.pop_back();
+}
+
+// The daemon's rule: a new flow always hears its rate, a known one when the
+// rate moved by more than the threshold.
+void Simulation::step_updates(bool measuring) {
+  for (std::size_t b = 0; b < engine_.num_blocks(); ++b) {
+    auto br = engine_.block_rates(b);
+    for (std::size_t i = 0; i < br.size; ++i) {
+      Flowlet& f = flows_[br.ids[i]];
+      double bps = static_cast<double>(br.rates[i]) * Engine::kRateUnitBps;
+      if (f.notified_bps == 0 || std::abs(bps - f.notified_bps) > c_.threshold * f.notified_bps) {
+        f.notified_bps = bps;
+        control_.rate(f.src, f.key, bps);
+      }
+    }
+  }
+  control_.flush(measuring, &r_);
+}
+
+void Simulation::drain(double t0) {
+  const double dt = c_.iteration_s;
+  // Walk backwards: finish() moves the last active flow into the hole.
+  for (std::size_t i = active_.size(); i-- > 0;) {
+    FlowId id = active_[i];
+    Flowlet& f = flows_[id];
+    if (f.notified_bps <= 0) continue;
+    double bytes = f.notified_bps / 8 * dt;
+    if (bytes < f.remaining_bytes) {
+      f.remaining_bytes -= bytes;
+    } else {
+      finish(id, t0 + f.remaining_bytes * 8 / f.notified_bps);
+    }
+  }
+}
+
+void Simulation::sample_links() {
+  std::fill(y_raw_.begin(), y_raw_.end(), 0);
+  std::fill(y_norm_.begin(), y_norm_.end(), 0);
+  std::fill(y_applied_.begin(), y_applied_.end(), 0);
+  double norm = 0, applied = 0;
+  for (FlowId id : active_) {
+    const Flowlet& f = flows_[id];
+    double raw = engine_.raw_rate_bps(id), x = engine_.rate_bps(id);
+    norm += x;
+    applied += f.notified_bps;
+    for (alloc::LinkId l : f.path) {
+      y_raw_[l] += raw;
+      y_norm_[l] += x;
+      y_applied_[l] += f.notified_bps;
+    }
+  }
+  double over = 0;
+  for (std::size_t l = 0; l < y_raw_.size(); ++l) {
+    double cap = topo_.capacity_bps(static_cast<alloc::LinkId>(l));
+    over += std::max(0.0, y_raw_[l] - cap);
+    r_.max_link_utilization_normalized = std::max(r_.max_link_utilization_normalized, y_norm_[l] / cap);
+    r_.max_link_utilization_applied = std::max(r_.max_link_utilization_applied, y_applied_[l] / cap);
+  }
+  overalloc_.push_back(over / 1e9);
+  throughput_norm_sum_ += norm / 1e9;
+  throughput_applied_sum_ += applied / 1e9;
+  ++r_.link_samples;
+}
+
+void Simulation::sample_oracle() {
+  if (active_.empty()) return;
+  std::uint64_t before = oracle_->iterations();
+  oracle_->solve(c_.oracle_max_iterations);
+  oracle_iterations_sum_ += static_cast<double>(oracle_->iterations() - before);
+  if (!oracle_->stats().converged) ++r_.oracle_unconverged;
+  for (FlowId id : active_) {
+    double x = engine_.rate_bps(id);
+    double opt = oracle_->raw_rate_bps(flows_[id].oracle_id);
+    normalized_sum_ += x;
+    optimal_sum_ += opt;
+    if (x > 0 && opt > 0) {
+      fair_points_sum_ += std::log2(x / opt);
+      fair_log_sum_ += std::log2(x / 1e6);
+      fair_opt_log_sum_ += std::log2(opt / 1e6);
+      ++fair_flows_;
+    }
+  }
+  ++r_.oracle_samples;
+}
+
+SimResult Simulation::run() {
+  auto wall0 = std::chrono::steady_clock::now();
+  const std::uint64_t steps = total_steps(c_);
+  const std::uint64_t warm_steps = static_cast<std::uint64_t>(std::llround(c_.warmup_s / c_.iteration_s));
+  std::uint64_t reported = 0;
+  for (std::uint64_t k = 1; k <= steps; ++k) {
+    const double t = static_cast<double>(k) * c_.iteration_s;
+    measuring_ = k > warm_steps;
+    while (next_arrival_s_ <= t) {
+      arrive(next_arrival_s_);
+      next_arrival_s_ = arrivals_.next(rng_);
+    }
+    engine_.iterate();
+    step_updates(measuring_);
+    if (measuring_) {
+      active_sum_ += static_cast<double>(active_.size());
+      r_.active_flowlets_max = std::max<std::uint64_t>(r_.active_flowlets_max, active_.size());
+      if (c_.sample_every > 0 && k % c_.sample_every == 0) sample_links();
+      if (oracle_ && k % c_.oracle_every == 0) sample_oracle();
+    }
+    drain(t);
+    if (c_.progress != nullptr && (k & 255) == 0) {
+      c_.progress->fetch_add(k - reported, std::memory_order_relaxed);
+      reported = k;
+    }
+  }
+  if (c_.progress != nullptr) c_.progress->fetch_add(steps - reported, std::memory_order_relaxed);
+
+  const std::uint64_t measured = steps - std::min(steps, warm_steps);
+  const double seconds = static_cast<double>(measured) * c_.iteration_s;
+  const double capacity = topo_.num_hosts() * c_.topology.host_link_bps;
+  r_.steps = steps;
+  r_.offered_flowlets_per_s = arrivals_.rate_per_s();
+  r_.workload_mean_bytes = sizes_.mean();
+  r_.active_flowlets_mean = measured ? active_sum_ / static_cast<double>(measured) : 0;
+  r_.fct_us = summarize(std::move(fct_us_));
+  r_.fraction_to_allocator = seconds > 0 ? static_cast<double>(r_.bytes_to_allocator) * 8 / (capacity * seconds) : 0;
+  r_.fraction_from_allocator = seconds > 0 ? static_cast<double>(r_.bytes_from_allocator) * 8 / (capacity * seconds) : 0;
+  r_.overallocation_gbps = summarize(std::move(overalloc_));
+  if (seconds > 0) {
+    r_.paper_encoding_fraction_to = static_cast<double>(control_.paper_bytes_to()) * 8 / (capacity * seconds);
+    r_.paper_encoding_fraction_from = static_cast<double>(control_.paper_bytes_from()) * 8 / (capacity * seconds);
+  }
+  if (r_.link_samples > 0) {
+    r_.throughput_normalized_gbps_mean = throughput_norm_sum_ / static_cast<double>(r_.link_samples);
+    r_.throughput_applied_gbps_mean = throughput_applied_sum_ / static_cast<double>(r_.link_samples);
+  }
+  if (r_.oracle_samples > 0) {
+    r_.oracle_iterations_mean = oracle_iterations_sum_ / static_cast<double>(r_.oracle_samples);
+    r_.fraction_of_optimal = optimal_sum_ > 0 ? normalized_sum_ / optimal_sum_ : 0;
+    if (fair_flows_ > 0) {
+      r_.fairness_points_per_flow = fair_points_sum_ / static_cast<double>(fair_flows_);
+      r_.fairness_score_vs_optimal = fair_opt_log_sum_ != 0 ? fair_log_sum_ / fair_opt_log_sum_ : 0;
+    }
+  }
+  r_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  return r_;
+}
+
+}  // namespace
+
+SimResult simulate(const SimConfig& config) { return Simulation(config).run(); }
+
+nlohmann::json to_json(const Distribution& d) {
+  return {{"mean", d.mean}, {"p50", d.p50}, {"p90", d.p90},
+          {"p99", d.p99},   {"max", d.max}, {"count", d.count}};
+}
+
+nlohmann::json to_json(const SimConfig& c) {
+  return {{"racks", c.topology.racks},
+          {"hosts_per_rack", c.topology.hosts_per_rack},
+          {"spines", c.topology.spines},
+          {"hosts", c.topology.racks * c.topology.hosts_per_rack},
+          {"host_link_bps", c.topology.host_link_bps},
+          {"workload", c.workload},
+          {"load", c.load},
+          {"warmup_s", c.warmup_s},
+          {"duration_s", c.duration_s},
+          {"iteration_us", c.iteration_s * 1e6},
+          {"algorithm", alloc::to_string(c.algorithm)},
+          {"normalizer", alloc::to_string(c.normalizer)},
+          {"gamma", c.gamma},
+          {"gradient_step", c.gradient_step},
+          {"threshold", c.threshold},
+          {"seed", c.seed},
+          {"sample_every", c.sample_every},
+          {"oracle_every", c.oracle_every},
+          {"oracle_tolerance", c.oracle_tolerance},
+          {"packet_overhead_bytes", c.packet_overhead_bytes},
+          {"mss_bytes", c.mss_bytes}};
+}
+
+nlohmann::json to_json(const SimResult& r) {
+  using nlohmann::json;
+  auto per = [](std::uint64_t bytes, std::uint64_t n) {
+    return n ? static_cast<double>(bytes) / static_cast<double>(n) : 0.0;
+  };
+  return {
+      {"wall_s", r.wall_s},
+      {"steps", r.steps},
+      {"offered_flowlets_per_s", r.offered_flowlets_per_s},
+      {"workload_mean_bytes", r.workload_mean_bytes},
+      {"flowlets", {{"started", r.flowlets_started},
+                    {"finished", r.flowlets_finished},
+                    {"active_mean", r.active_flowlets_mean},
+                    {"active_max", r.active_flowlets_max},
+                    {"fct_us", to_json(r.fct_us)}}},
+      {"control", {{"bytes_to_allocator", r.bytes_to_allocator},
+                   {"bytes_from_allocator", r.bytes_from_allocator},
+                   {"messages_to_allocator", r.messages_to_allocator},
+                   {"messages_from_allocator", r.messages_from_allocator},
+                   {"rate_updates", r.rate_updates},
+                   {"payload_bytes_per_message_to", per(r.payload_bytes_to_allocator, r.messages_to_allocator)},
+                   {"payload_bytes_per_message_from", per(r.payload_bytes_from_allocator, r.messages_from_allocator)},
+                   {"wire_bytes_per_flowlet_to", per(r.bytes_to_allocator, r.flowlets_started)},
+                   {"wire_bytes_per_update_from", per(r.bytes_from_allocator, r.rate_updates)},
+                   {"fraction_to_allocator", r.fraction_to_allocator},
+                   {"fraction_from_allocator", r.fraction_from_allocator},
+                   {"fraction_of_capacity", r.fraction_to_allocator + r.fraction_from_allocator},
+                   {"start_events", r.start_events},
+                   {"end_events", r.end_events},
+                   {"paper_encoding_fraction_to", r.paper_encoding_fraction_to},
+                   {"paper_encoding_fraction_from", r.paper_encoding_fraction_from},
+                   {"paper_encoding_fraction_of_capacity",
+                    r.paper_encoding_fraction_to + r.paper_encoding_fraction_from}}},
+      {"links", {{"samples", r.link_samples},
+                 {"overallocation_gbps", to_json(r.overallocation_gbps)},
+                 {"max_utilization_normalized", r.max_link_utilization_normalized},
+                 {"max_utilization_applied", r.max_link_utilization_applied},
+                 {"throughput_normalized_gbps_mean", r.throughput_normalized_gbps_mean},
+                 {"throughput_applied_gbps_mean", r.throughput_applied_gbps_mean}}},
+      {"optimal", {{"samples", r.oracle_samples},
+                   {"oracle_iterations_mean", r.oracle_iterations_mean},
+                   {"oracle_unconverged", r.oracle_unconverged},
+                   {"fraction_of_optimal", r.fraction_of_optimal},
+                   {"fairness_points_per_flow", r.fairness_points_per_flow},
+                   {"fairness_score_vs_optimal", r.fairness_score_vs_optimal}}}};
+}
+
+}  // namespace flowtune::sim

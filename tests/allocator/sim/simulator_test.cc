@@ -1,0 +1,203 @@
+// The flow-level simulator: flowlets drain at their rates, runs are
+// deterministic per seed, F-NORM keeps links within capacity while raw rates
+// over-allocate, the threshold cuts update traffic, the oracle bounds
+// throughput, convergence, and the run / figure command lines.
+#include "simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "convergence.h"
+#include "sim_cli.h"
+#include "workload.h"
+
+namespace flowtune::sim {
+namespace {
+
+using nlohmann::json;
+
+SimConfig small() {
+  SimConfig c;
+  c.topology.racks = 4;
+  c.topology.hosts_per_rack = 8;
+  c.topology.spines = 2;
+  c.warmup_s = 0.002;
+  c.duration_s = 0.004;
+  return c;
+}
+
+TEST(Simulator, ALoneFlowletDrainsAtItsRateAfterOneIteration) {
+  // Every flowlet is 1 MB; two hosts; so little load that flowlets rarely
+  // overlap. Alone, a flowlet waits for its first rate (< one 10 µs
+  // iteration) and then sends at 99% of 10 Gbit/s (threshold 0.01).
+  std::string cdf = write_temp("1mb.cdf", "1000000 1\n");
+  SimConfig c;
+  c.topology = {1, 2, 1, 10e9, 0};
+  c.workload = cdf;
+  c.load = 0.01;  // 25 flowlets/s
+  c.warmup_s = 0;
+  c.duration_s = 2;
+  c.sample_every = 0;
+  SimResult r = simulate(c);
+  std::remove(cdf.c_str());
+  const double alone_us = 1e6 * 8 / 9.9e9 * 1e6;
+  ASSERT_GT(r.flowlets_finished, 20u);
+  EXPECT_LE(r.flowlets_finished, r.flowlets_started);
+  EXPECT_GE(r.fct_us.p50, alone_us);
+  EXPECT_LE(r.fct_us.p50, alone_us + 10.0 + 1e-6);
+  EXPECT_GE(r.fct_us.mean, alone_us);
+}
+
+TEST(Simulator, ASeedNamesOneRun) {
+  SimConfig c = small();
+  json a = to_json(simulate(c)), b = to_json(simulate(c));
+  a.erase("wall_s");
+  b.erase("wall_s");
+  EXPECT_EQ(a, b);
+  c.seed = 2;
+  json d = to_json(simulate(c));
+  d.erase("wall_s");
+  EXPECT_NE(a, d);
+}
+
+TEST(Simulator, FNormKeepsLinksWithinCapacityWhileRawRatesDoNot) {
+  SimConfig c;  // the paper's 144-host network, web workload
+  c.load = 0.8;
+  c.warmup_s = 0.002;
+  c.duration_s = 0.005;
+  c.threshold = 0;
+  c.sample_every = 5;
+  SimResult r = simulate(c);
+  ASSERT_GT(r.link_samples, 50u);
+  EXPECT_LE(r.max_link_utilization_normalized, 1 + 1e-9);
+  EXPECT_GT(r.overallocation_gbps.mean, 0);  // NED's raw rates over-allocate
+  // Carried throughput tracks the offered load (144 x 10 Gbit/s x 0.8).
+  EXPECT_NEAR(r.throughput_normalized_gbps_mean, 1152, 0.2 * 1152);
+  EXPECT_GT(r.flowlets_started, 1000u);
+  EXPECT_GT(r.flowlets_finished, 0.8 * static_cast<double>(r.flowlets_started));
+}
+
+TEST(Simulator, ControlTrafficIsCountedAndTheThresholdCutsUpdates) {
+  SimConfig c = small();
+  c.load = 0.8;
+  SimResult fine = simulate(c);
+  c.threshold = 0.1;
+  SimResult coarse = simulate(c);
+  ASSERT_GT(fine.rate_updates, 0u);
+  EXPECT_LT(coarse.rate_updates, fine.rate_updates);
+  EXPECT_LT(coarse.bytes_from_allocator, fine.bytes_from_allocator);
+  // Each message pays at least the per-packet overhead and carries at least
+  // one start (to) or one update (from).
+  EXPECT_GE(fine.bytes_to_allocator, fine.messages_to_allocator * (78 + 20));
+  EXPECT_GE(fine.messages_from_allocator, 1u);
+  EXPECT_LE(fine.messages_from_allocator, fine.rate_updates);
+  const double capacity_bits = 32 * 10e9 * c.duration_s;
+  EXPECT_NEAR(fine.fraction_from_allocator,
+              static_cast<double>(fine.bytes_from_allocator) * 8 / capacity_bits, 1e-12);
+  // A start per flowlet reaches the allocator before its first iteration.
+  EXPECT_GE(fine.messages_to_allocator, 1u);
+  EXPECT_GE(fine.start_events, fine.flowlets_started);
+  // The paper's encodings price the same messages at 6 B per update plus
+  // one packet's overhead per message (all fit one packet here).
+  EXPECT_NEAR(fine.paper_encoding_fraction_from * capacity_bits / 8,
+              6.0 * static_cast<double>(fine.rate_updates) +
+                  78.0 * static_cast<double>(fine.messages_from_allocator),
+              1.0);
+}
+
+TEST(Simulator, OracleBoundsNormalizedThroughputAndUNormLosesMore) {
+  SimConfig c = small();
+  c.load = 0.7;
+  c.threshold = 0;
+  c.oracle_every = 5;
+  SimResult f = simulate(c);
+  c.normalizer = alloc::Normalizer::kUNorm;
+  SimResult u = simulate(c);
+  ASSERT_GT(f.oracle_samples, 10u);
+  EXPECT_EQ(f.oracle_unconverged, 0u);
+  EXPECT_GT(f.fraction_of_optimal, 0.5);
+  EXPECT_LE(f.fraction_of_optimal, 1.02);
+  EXPECT_LT(u.fraction_of_optimal, f.fraction_of_optimal);
+  EXPECT_LE(f.fairness_points_per_flow, 0.05);
+  EXPECT_LT(u.fairness_points_per_flow, f.fairness_points_per_flow);
+}
+
+TEST(Simulator, BadConfigsAreRefused) {
+  SimConfig c = small();
+  c.load = 0;
+  EXPECT_THROW(validate(c), std::invalid_argument);
+  c = small();
+  c.threshold = 0.7;
+  EXPECT_THROW(validate(c), std::invalid_argument);
+  c = small();
+  c.topology.racks = 0;
+  EXPECT_THROW(validate(c), std::invalid_argument);
+  c = small();
+  c.workload = "no-such-workload";
+  EXPECT_THROW(simulate(c), WorkloadError);
+}
+
+TEST(Convergence, NedReachesTheOptimumFasterThanGradient) {
+  ConvergenceOptions o;
+  o.quick = true;
+  json j = run_convergence(o);
+  const json& s = j["summary"];
+  EXPECT_GE(s["ned_iterations_to_1pct"].get<double>(), 1);
+  EXPECT_LT(s["ned_iterations_to_1pct"].get<double>(), s["gradient_iterations_to_1pct"].get<double>());
+  EXPECT_EQ(s["ned_censored_events"], 0);
+  // One bottleneck: F-NORM shares it exactly from the first iteration.
+  EXPECT_LE(s["five_flows_ned_worst_iterations_to_1pct"].get<int>(), 3);
+  EXPECT_EQ(j["five_flows"]["ned"]["events"].size(), 9u);  // 5 joins, 4 leaves with flows left
+}
+
+// ---- the command line ----
+
+TEST(SimCli, RunPrintsConfigAndResult) {
+  CliResult r = sim("run --racks 2 --hosts-per-rack 4 --spines 1 --duration-ms 2 --warmup-ms 1 "
+                    "--load 0.5 --workload hadoop --no-progress");
+  ASSERT_EQ(r.status, 0) << r.err;
+  json out = json::parse(r.out);
+  EXPECT_EQ(out["config"]["hosts"], 8);
+  EXPECT_EQ(out["config"]["workload"], "hadoop");
+  EXPECT_GT(out["result"]["flowlets"]["started"].get<int>(), 0);
+  EXPECT_TRUE(out["result"]["control"].contains("fraction_of_capacity"));
+}
+
+TEST(SimCli, BadRunArgumentsExitTwoWithAReason) {
+  struct Case {
+    const char* args;
+    const char* needle;
+  } cases[] = {
+      {"run --load abc", "--load expects a number"},
+      {"run --load 0", "load must be in"},
+      {"run --workload no-such-workload --duration-ms 1", "unknown workload"},
+      {"run --algorithm newton", "--algorithm must be"},
+      {"run --frobnicate", "unknown option"},
+      {"figure", "figure needs a NAME"},
+      {"figure bogus", "unknown figure 'bogus'"},
+  };
+  for (const auto& k : cases) {
+    CliResult r = sim(k.args);
+    EXPECT_EQ(r.status, 2) << k.args;
+    EXPECT_NE(r.err.find(k.needle), std::string::npos) << k.args << ": " << r.err;
+  }
+}
+
+TEST(SimCli, FigureWritesJsonWithItsSummary) {
+  std::string dir = temp_path("fig");
+  CliResult r = sim("figure convergence --quick --no-plot --no-progress --out '" + dir + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  json j = json::parse(slurp(dir + "/convergence.json"));
+  EXPECT_EQ(j["figure"], "convergence");
+  EXPECT_TRUE(j["quick"].get<bool>());
+  EXPECT_TRUE(j["summary"].contains("ned_iterations_to_1pct"));
+  EXPECT_TRUE(j["summary"].contains("gradient_iterations_to_1pct"));
+  EXPECT_NE(r.out.find("convergence: {"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace flowtune::sim
