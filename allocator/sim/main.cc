@@ -102,6 +102,31 @@ exit status: 0 done (solve: converged or not), 1 failed, 2 bad usage or bad inpu
   std::exit(kExitBadInput);
 }
 
+// Walks a command's arguments; value() takes the one after a flag.
+class Args {
+ public:
+  Args(int argc, char** argv) : argc_(argc), argv_(argv) {}
+  // Advances to the next argument; -h / --help anywhere prints the usage.
+  bool next() {
+    if (++i_ >= argc_) return false;
+    if (flag() == "-h" || flag() == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    return true;
+  }
+  std::string_view flag() const { return argv_[i_]; }
+  const char* value() {
+    if (i_ + 1 >= argc_) usage_error(std::string(flag()) + " needs a value");
+    return argv_[++i_];
+  }
+
+ private:
+  int argc_;
+  char** argv_;
+  int i_ = -1;
+};
+
 double parse_double(std::string_view flag, const char* v) {
   char* end = nullptr;
   errno = 0;
@@ -173,33 +198,26 @@ int cmd_solve(int argc, char** argv) {
   SolveOptions opt;
   std::string file;
   bool table = false;
-  for (int i = 0; i < argc; ++i) {
-    std::string_view a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage_error(std::string(a) + " needs a value");
-      return argv[++i];
-    };
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "--algorithm") {
-      opt.engine.algorithm = parse_algorithm(value());
+  for (Args args(argc, argv); args.next();) {
+    std::string_view a = args.flag();
+    if (a == "--algorithm") {
+      opt.engine.algorithm = parse_algorithm(args.value());
     } else if (a == "--norm") {
-      opt.engine.normalizer = parse_norm(value());
+      opt.engine.normalizer = parse_norm(args.value());
     } else if (a == "--iterations") {
-      opt.iterations = parse_count(a, value());
+      opt.iterations = parse_count(a, args.value());
     } else if (a == "--max-iterations") {
-      opt.max_iterations = parse_count(a, value());
+      opt.max_iterations = parse_count(a, args.value());
     } else if (a == "--tolerance") {
-      opt.engine.tolerance = parse_double(a, value());
+      opt.engine.tolerance = parse_double(a, args.value());
     } else if (a == "--gamma") {
-      opt.engine.gamma = parse_double(a, value());
+      opt.engine.gamma = parse_double(a, args.value());
     } else if (a == "--step") {
-      opt.engine.gradient_step = parse_double(a, value());
+      opt.engine.gradient_step = parse_double(a, args.value());
     } else if (a == "--alpha") {
-      opt.engine.alpha = parse_double(a, value());
+      opt.engine.alpha = parse_double(a, args.value());
     } else if (a == "--threads") {
-      opt.threads = static_cast<unsigned>(parse_count(a, value()));
+      opt.threads = static_cast<unsigned>(parse_count(a, args.value()));
     } else if (a == "--table") {
       table = true;
     } else if (a.size() > 1 && a[0] == '-') {
@@ -244,51 +262,44 @@ int cmd_run(int argc, char** argv) {
   flowtune::sim::SimConfig c;
   std::string out_file;
   bool progress = stderr_is_tty();
-  for (int i = 0; i < argc; ++i) {
-    std::string_view a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage_error(std::string(a) + " needs a value");
-      return argv[++i];
-    };
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "--racks") {
-      c.topology.racks = parse_u32(a, value());
+  for (Args args(argc, argv); args.next();) {
+    std::string_view a = args.flag();
+    if (a == "--racks") {
+      c.topology.racks = parse_u32(a, args.value());
     } else if (a == "--hosts-per-rack") {
-      c.topology.hosts_per_rack = parse_u32(a, value());
+      c.topology.hosts_per_rack = parse_u32(a, args.value());
     } else if (a == "--spines") {
-      c.topology.spines = parse_u32(a, value());
+      c.topology.spines = parse_u32(a, args.value());
     } else if (a == "--host-gbps") {
-      c.topology.host_link_bps = parse_double(a, value()) * 1e9;
+      c.topology.host_link_bps = parse_double(a, args.value()) * 1e9;
     } else if (a == "--workload") {
-      c.workload = value();
+      c.workload = args.value();
     } else if (a == "--load") {
-      c.load = parse_double(a, value());
+      c.load = parse_double(a, args.value());
     } else if (a == "--warmup-ms") {
-      c.warmup_s = parse_double(a, value()) / 1e3;
+      c.warmup_s = parse_double(a, args.value()) / 1e3;
     } else if (a == "--duration-ms") {
-      c.duration_s = parse_double(a, value()) / 1e3;
+      c.duration_s = parse_double(a, args.value()) / 1e3;
     } else if (a == "--iteration-us") {
-      c.iteration_s = parse_double(a, value()) / 1e6;
+      c.iteration_s = parse_double(a, args.value()) / 1e6;
     } else if (a == "--algorithm") {
-      c.algorithm = parse_algorithm(value());
+      c.algorithm = parse_algorithm(args.value());
     } else if (a == "--norm") {
-      c.normalizer = parse_norm(value());
+      c.normalizer = parse_norm(args.value());
     } else if (a == "--gamma") {
-      c.gamma = parse_double(a, value());
+      c.gamma = parse_double(a, args.value());
     } else if (a == "--step") {
-      c.gradient_step = parse_double(a, value());
+      c.gradient_step = parse_double(a, args.value());
     } else if (a == "--threshold") {
-      c.threshold = parse_double(a, value());
+      c.threshold = parse_double(a, args.value());
     } else if (a == "--seed") {
-      c.seed = parse_count(a, value());
+      c.seed = parse_count(a, args.value());
     } else if (a == "--sample-every") {
-      c.sample_every = parse_u32(a, value());
+      c.sample_every = parse_u32(a, args.value());
     } else if (a == "--oracle-every") {
-      c.oracle_every = parse_u32(a, value());
+      c.oracle_every = parse_u32(a, args.value());
     } else if (a == "--out") {
-      out_file = value();
+      out_file = args.value();
     } else if (a == "--progress") {
       progress = true;
     } else if (a == "--no-progress") {
@@ -371,23 +382,16 @@ int cmd_figure(int argc, char** argv) {
   opt.progress = stderr_is_tty();
   std::string name, dir = "sim-results";
   bool draw = true;
-  for (int i = 0; i < argc; ++i) {
-    std::string_view a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage_error(std::string(a) + " needs a value");
-      return argv[++i];
-    };
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "--quick") {
+  for (Args args(argc, argv); args.next();) {
+    std::string_view a = args.flag();
+    if (a == "--quick") {
       opt.quick = true;
     } else if (a == "--out") {
-      dir = value();
+      dir = args.value();
     } else if (a == "--jobs") {
-      opt.jobs = parse_u32(a, value());
+      opt.jobs = parse_u32(a, args.value());
     } else if (a == "--seed") {
-      opt.seed = parse_count(a, value());
+      opt.seed = parse_count(a, args.value());
     } else if (a == "--no-plot") {
       draw = false;
     } else if (a == "--progress") {
