@@ -21,6 +21,8 @@ packages=(
   # Real programs the preload shim is tested with (and trickle, the baseline
   # of the shim's benchmark); the JVM for the Java NIO test.
   iperf3 curl trickle openjdk-17-jdk-headless
+  # nginx: static files by sendfile(), the rest by writev() (the shim's tests).
+  nginx-light
 )
 
 missing=()

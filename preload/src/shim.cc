@@ -156,6 +156,35 @@ void close_client_at_exit() {
   }
 }
 
+// The configuration as the environment held it when the shim was loaded:
+// some programs (nginx) replace their environment before their first send.
+// Plain arrays, so nothing depends on the order of static initializers.
+ft_config g_startup_cfg;
+bool g_have_startup_cfg = false;
+char g_startup_allocator[1024];
+char g_startup_host[256];
+
+bool copy_env(const char* v, char* buf, std::size_t size) {
+  if (v == nullptr) return true;
+  const std::size_t n = std::strlen(v);
+  if (n >= size) return false;
+  std::memcpy(buf, v, n + 1);
+  return true;
+}
+
+void snapshot_config() {
+  ft_config cfg;
+  ft_config_init(&cfg);
+  if (!copy_env(cfg.allocator, g_startup_allocator, sizeof g_startup_allocator) ||
+      !copy_env(cfg.host, g_startup_host, sizeof g_startup_host)) {
+    return;  // too long to keep: read the environment when the client opens
+  }
+  if (cfg.allocator != nullptr) cfg.allocator = g_startup_allocator;
+  if (cfg.host != nullptr) cfg.host = g_startup_host;
+  g_startup_cfg = cfg;
+  g_have_startup_cfg = true;
+}
+
 ft_client* client() {
   ft_client* c = g_client.load(std::memory_order_acquire);
   if (c != nullptr || g_disabled.load(std::memory_order_relaxed)) return c;
@@ -163,7 +192,11 @@ ft_client* client() {
   c = g_client.load(std::memory_order_relaxed);
   if (c == nullptr && !g_disabled.load(std::memory_order_relaxed)) {
     ft_config cfg;
-    ft_config_init(&cfg);
+    if (g_have_startup_cfg) {
+      cfg = g_startup_cfg;
+    } else {
+      ft_config_init(&cfg);
+    }
     parse_allocator(cfg.allocator != nullptr ? cfg.allocator : "tcp://127.0.0.1:5555");
     if (const int rc = ft_client_open(&cfg, &c); rc != FT_OK) {
       if (cfg.log_level >= 1) {
@@ -303,6 +336,7 @@ void after_fork_in_child() {
 
 __attribute__((constructor)) void init() {
   resolve();
+  snapshot_config();
   pthread_atfork(nullptr, nullptr, after_fork_in_child);
 }
 

@@ -258,6 +258,39 @@ TEST_P(RealProgram, PythonHttpServerToCurl) {
   ::system((std::string("rm -rf ") + dir).c_str());
 }
 
+// nginx sends static files with sendfile() and everything else (and files
+// with `sendfile off`) with writev(): both paths, one server process.
+TEST_P(RealProgram, NginxSendfileAndWritevToCurl) {
+  if (!have("/usr/sbin/nginx") || !have("/usr/bin/curl")) {
+    GTEST_SKIP() << "nginx or curl is not installed (scripts/install-deps.sh)";
+  }
+  char dir[] = "/tmp/ft-nginx-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string d = dir;
+  ASSERT_EQ(run("head -c 16777216 /dev/urandom > " + d + "/blob").status, 0);
+  for (const char* sendfile : {"on", "off"}) {
+    const int port = free_port(0x7f000002);
+    const std::string conf = d + "/nginx-" + sendfile + ".conf";
+    std::ofstream(conf) << "daemon off; master_process off; worker_processes 1;\n"
+                        << "pid " << d << "/nginx.pid; error_log " << d << "/error.log;\n"
+                        << "events { worker_connections 16; }\n"
+                        << "http { access_log off; sendfile " << sendfile << ";\n"
+                        << "  client_body_temp_path " << d << "/b; proxy_temp_path " << d << "/p;\n"
+                        << "  fastcgi_temp_path " << d << "/f; uwsgi_temp_path " << d << "/u;\n"
+                        << "  scgi_temp_path " << d << "/s;\n"
+                        << "  server { listen 127.0.0.2:" << port << "; root " << d << "; } }\n";
+    FILE* server = ::popen(("exec " + run_under("/usr/sbin/nginx -c " + conf + " 2>&1")).c_str(), "r");
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const Output o = run("curl -sS --interface 127.0.0.1 -o " + d + "/got http://127.0.0.2:" +
+                         std::to_string(port) + "/blob 2>&1 && cmp " + d + "/blob " + d + "/got");
+    ::system(("pkill -TERM -f 'nginx -c " + conf + "'").c_str());
+    ::pclose(server);
+    EXPECT_EQ(o.status, 0) << "sendfile " << sendfile << ": " << o.out;  // every byte identical
+  }
+  expect_scheduled();
+  ::system(("rm -rf " + d).c_str());
+}
+
 TEST_P(RealProgram, JavaNioWriteAndTransferTo) {
   if (!have("/usr/bin/javac") || !have("/usr/bin/java")) GTEST_SKIP() << "no JDK (javac) installed";
   char dir[] = "/tmp/ft-java-XXXXXX";
