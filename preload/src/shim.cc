@@ -8,7 +8,7 @@
 // What a wrapper costs on a fd it does not manage: one table lookup. A fd is
 // classified once (TCP over IPv4, connected, not the allocator's own
 // connection) and the class cached until the application closes or dup2s
-// over it. The client is opened lazily, at the first managed write, so a
+// over it; fds that name one socket share its registration (SO_COOKIE). The client is opened lazily, at the first managed write, so a
 // program that never uses TCP never connects to the allocator. After fork()
 // the child forgets the parent's client and opens its own on first use.
 // Nothing here changes what the application sees: return values, errno,
@@ -23,11 +23,14 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "flowtune/flowtune.h"
 
@@ -102,9 +105,11 @@ void resolve() {
 
 // ---- fd classes ----
 
-enum : std::uint8_t { kUnknown = 0, kIgnored = 1, kManaged = 2 };
+enum : std::uint8_t { kUnknown = 0, kIgnored = 1, kManaged = 2, kAlias = 3 };
 constexpr int kMaxFd = 1 << 20;  // as libflowtune's table
 std::atomic<std::uint8_t> g_class[kMaxFd];
+// For a kAlias fd: the managed fd of the same socket.
+std::atomic<int> g_owner[kMaxFd];
 
 // The highest fd ever classified: bounds close_range's scan.
 std::atomic<int> g_max_fd{-1};
@@ -236,14 +241,59 @@ bool manageable(int fd) {
   return true;
 }
 
+// A socket reached through several fds (dup, dup2, F_DUPFD, SCM_RIGHTS) is
+// one registration, made by the fd that wrote first; the others are its
+// aliases, so the socket has one flowlet and one pacing rate. SO_COOKIE
+// names the socket itself. Maps are made lazily (no static constructors to
+// order) and dropped, not freed, in a forked child.
+struct SocketFds {
+  int owner;
+  std::vector<int> aliases;
+};
+pthread_mutex_t g_sockets_lock = PTHREAD_MUTEX_INITIALIZER;
+std::unordered_map<std::uint64_t, SocketFds>* g_by_cookie = nullptr;
+std::unordered_map<int, std::uint64_t>* g_cookie_of = nullptr;
+
+struct SocketsLock {
+  SocketsLock() {
+    pthread_mutex_lock(&g_sockets_lock);
+    if (g_by_cookie == nullptr) {
+      g_by_cookie = new std::unordered_map<std::uint64_t, SocketFds>();
+      g_cookie_of = new std::unordered_map<int, std::uint64_t>();
+    }
+  }
+  ~SocketsLock() { pthread_mutex_unlock(&g_sockets_lock); }
+};
+
+// Registers fd, or makes it an alias of the fd that already did; holds the
+// lock across registration so two fds of one socket cannot both register.
+std::uint8_t register_socket(ft_client* c, int fd) {
+  std::uint64_t cookie = 0;
+  socklen_t len = sizeof cookie;
+  const bool have_cookie = getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) == 0;
+  SocketsLock lock;
+  if (have_cookie) {
+    auto it = g_by_cookie->find(cookie);
+    if (it != g_by_cookie->end() &&
+        g_class[it->second.owner].load(std::memory_order_relaxed) == kManaged) {
+      it->second.aliases.push_back(fd);
+      g_owner[fd].store(it->second.owner, std::memory_order_relaxed);
+      return kAlias;
+    }
+  }
+  const int rc = ft_socket_register(c, fd);
+  if (rc != FT_OK && rc != FT_EEXIST) return kIgnored;
+  if (have_cookie) {
+    (*g_by_cookie)[cookie] = SocketFds{fd, {}};
+    (*g_cookie_of)[fd] = cookie;
+  }
+  return kManaged;
+}
+
 std::uint8_t classify(int fd) {
   std::uint8_t cls = kIgnored;
   if (manageable(fd)) {
-    ft_client* c = client();
-    if (c != nullptr) {
-      const int rc = ft_socket_register(c, fd);
-      cls = (rc == FT_OK || rc == FT_EEXIST) ? kManaged : kIgnored;
-    }
+    if (ft_client* c = client()) cls = register_socket(c, fd);
   }
   g_class[fd].store(cls, std::memory_order_relaxed);
   int seen = g_max_fd.load(std::memory_order_relaxed);
@@ -260,6 +310,7 @@ std::uint8_t classify(int fd) {
 // the only work, one event. The end follows from the socket's queue.
 struct Pending {
   ft_client* client = nullptr;  // null: fd not managed
+  int fd = -1;                  // the registered fd of the socket
   bool began = false;
 };
 
@@ -272,19 +323,25 @@ inline Pending before(int fd, std::size_t len) {
     Inside guard;  // classifying makes syscalls: keep the caller's errno
     cls = classify(fd);
   }
+  p.fd = fd;
+  if (cls == kAlias) {
+    p.fd = g_owner[fd].load(std::memory_order_relaxed);
+    cls = g_class[p.fd].load(std::memory_order_relaxed);
+  }
   if (cls != kManaged) return p;
   p.client = g_client.load(std::memory_order_acquire);
   // The fast path (a flowlet in progress) makes no syscall and so leaves
   // errno alone; a beginning may wake the runtime thread (a write).
-  if (p.client != nullptr && ft_flowlet_active(p.client, fd) == 0) {
+  if (p.client != nullptr && ft_flowlet_active(p.client, p.fd) == 0) {
     Inside guard;
-    p.began = ft_flowlet_begin(p.client, fd, len, nullptr) == FT_OK;
+    p.began = ft_flowlet_begin(p.client, p.fd, len, nullptr) == FT_OK;
   }
   return p;
 }
 
-inline void after(int fd, const Pending& p, std::size_t len, ssize_t n) {
+inline void after(const Pending& p, std::size_t len, ssize_t n) {
   if (p.client == nullptr) return;
+  const int fd = p.fd;
   // Neither call below makes a syscall unless the runtime ended the flowlet
   // between before() and here, which wakes it: guard errno only then.
   if (p.began) {
@@ -305,7 +362,7 @@ inline auto around(int fd, std::size_t len, Call call) {
   resolve();
   const Pending p = before(fd, len);
   const auto n = call();
-  after(fd, p, len, static_cast<ssize_t>(n));
+  after(p, len, static_cast<ssize_t>(n));
   return n;
 }
 
@@ -316,11 +373,30 @@ std::size_t iov_bytes(const iovec* iov, std::size_t n) {
 }
 
 // Before fd stops naming its socket (close, dup2 over it).
+// An alias just leaves its socket; the registered fd takes its aliases'
+// classes with it (they register anew at their next write).
 inline void forget(int fd) {
   if (fd < 0 || fd >= kMaxFd) return;
   const std::uint8_t cls = g_class[fd].exchange(kUnknown, std::memory_order_relaxed);
-  if (cls != kManaged) return;
+  if (cls != kManaged && cls != kAlias) return;
   Inside guard;
+  {
+    SocketsLock lock;
+    const int owner = cls == kAlias ? g_owner[fd].load(std::memory_order_relaxed) : fd;
+    auto c = g_cookie_of->find(owner);
+    if (c != g_cookie_of->end()) {
+      auto it = g_by_cookie->find(c->second);
+      auto& aliases = it->second.aliases;
+      if (cls == kAlias) {
+        aliases.erase(std::remove(aliases.begin(), aliases.end(), fd), aliases.end());
+      } else {
+        for (int a : aliases) g_class[a].store(kUnknown, std::memory_order_relaxed);
+        g_by_cookie->erase(it);
+        g_cookie_of->erase(c);
+      }
+    }
+  }
+  if (cls != kManaged) return;
   if (ft_client* c = g_client.load(std::memory_order_acquire)) ft_socket_unregister(c, fd);
 }
 
@@ -330,8 +406,13 @@ void after_fork_in_child() {
   g_client.store(nullptr);
   g_disabled.store(false);
   for (auto& c : g_class) {
-    if (c.load(std::memory_order_relaxed) == kManaged) c.store(kUnknown, std::memory_order_relaxed);
+    const std::uint8_t cls = c.load(std::memory_order_relaxed);
+    if (cls == kManaged || cls == kAlias) c.store(kUnknown, std::memory_order_relaxed);
   }
+  // Another thread may have held the lock or been inside a map at the fork.
+  pthread_mutex_init(&g_sockets_lock, nullptr);
+  g_by_cookie = nullptr;
+  g_cookie_of = nullptr;
 }
 
 __attribute__((constructor)) void init() {
@@ -368,7 +449,7 @@ FT_SHIM_EXPORT int sendmmsg(int fd, mmsghdr* msgs, unsigned vlen, int flags) {
   const int n = real.sendmmsg(fd, msgs, vlen, flags);
   ssize_t bytes = 0;
   for (int i = 0; i < n; ++i) bytes += msgs[i].msg_len;
-  after(fd, p, len, n > 0 ? bytes : -1);
+  after(p, len, n > 0 ? bytes : -1);
   return n;
 }
 

@@ -3,6 +3,7 @@
 // then prints the checksum of what it sent. Modes:
 //   send sendto sendmsg sendmmsg write writev sendfile splice  one call kind
 //   all       each kind in turn, one connection
+//   dup       half by send() on the fd, half by write() on a dup() of it
 //   fork      parent and child each send BYTES on their own connection
 //   threads   four threads, each its own connection
 //   nonblock  a non-blocking socket driven by poll(), EAGAIN handled
@@ -135,6 +136,12 @@ bool run_one(int port, const std::string& kind, std::uint64_t bytes) {
       const std::size_t to = k == 7 ? bytes : from + part;
       ok = put(fd, kinds[k], d.data() + from, to - from);
     }
+  } else if (kind == "dup") {
+    // Half through the socket's fd, half through a dup of it: one socket,
+    // so one flowlet. The dup is closed first, then the original.
+    const int dupfd = dup(fd);
+    ok = put(fd, "send", d.data(), bytes / 2) && put(dupfd, "write", d.data() + bytes / 2, bytes - bytes / 2);
+    close(dupfd);
   } else {
     ok = put(fd, kind, d.data(), d.size());
   }

@@ -154,7 +154,31 @@ TEST_P(ShimTest, WithTheAllocatorDownTheProgramRunsAsWithoutTheShim) {
 INSTANTIATE_TEST_SUITE_P(Calls, ShimTest,
                          ::testing::Values("send", "sendto", "sendmsg", "sendmmsg", "write",
                                            "writev", "sendfile", "splice", "all", "fork",
-                                           "threads", "nonblock"));
+                                           "threads", "nonblock", "dup"));
+
+// Two fds of one socket are one registration: writes through both extend one
+// flowlet, which ends once (two registrations would start and end two).
+TEST(ShimDup, OneSocketThroughTwoFdsIsOneFlowlet) {
+#ifdef FT_SANITIZED
+  GTEST_SKIP() << "sanitizer build: see ShimTest";
+#endif
+  const std::string ep = unique_endpoint();
+  DaemonProcess daemon;
+  daemon.start(ep, {"--host-gbps", "1"});
+  Receiver rx;
+  const Output o = run(std::string(FT_RUN_BINARY) + " --allocator " + ep + " -- " +
+                       FT_SENDER_BINARY + " " + std::to_string(rx.port) + " dup " +
+                       std::to_string(kBytes));
+  ASSERT_EQ(o.status, 0) << o.out;
+  ASSERT_EQ(rx.wait(1).size(), 1u);
+  bool gone = false;
+  for (int i = 0; i < 300 && !gone; ++i) {
+    gone = daemon.status()["flows"] == 0;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(gone) << daemon.status().dump();
+  EXPECT_EQ(daemon.status()["counters"]["ends"].get<int>(), 1) << daemon.status().dump();
+}
 
 TEST(ShimPython, SocketSendallIsScheduled) {
 #ifdef FT_SANITIZED
