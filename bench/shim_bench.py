@@ -25,6 +25,9 @@ import time
 
 
 def main():
+    if "-h" in sys.argv or "--help" in sys.argv:
+        print(__doc__.strip())
+        return 0
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     build = args[0] if args else "build/release"
     rounds = 5

@@ -232,10 +232,20 @@ int ft_flowlet_wrote(ft_client* c, int fd, uint64_t bytes) {
   if (const int rc = c->ref_of(fd, &e.ref); rc != FT_OK) return rc;
   if (bytes == 0) return FT_OK;
   e.bytes = bytes;
-  // Extending a flowlet in progress need not wake the runtime; starting one does.
-  const bool starts = !c->table.in_flowlet(fd);
+  if (c->table.in_flowlet(fd)) {
+    // Extending a flowlet in progress: the bytes gather in the socket's slot
+    // and one event (which need not wake the runtime) has it collect them,
+    // however many writes come before it does.
+    if (c->table.add_unreported(fd, bytes) != 0) return FT_OK;
+    e.bytes = 0;
+    if (const int rc = c->push(e, /*urgent=*/false); rc != FT_OK) {
+      c->table.take_unreported(e.ref);  // nobody will collect them: dropped, as a full queue drops
+      return rc;
+    }
+    return FT_OK;
+  }
   c->table.mark_begin(fd);
-  return c->push(e, starts);
+  return c->push(e);
 }
 
 int ft_flowlet_end(ft_client* c, int fd) {

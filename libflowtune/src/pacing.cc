@@ -75,6 +75,7 @@ int SocketTable::claim(int fd, SocketRef* out) {
   s->capped = false;
   s->cookie = socket_cookie(fd);
   s->in_flowlet.store(false, std::memory_order_relaxed);
+  s->unreported.store(0, std::memory_order_relaxed);
   unlock(*s);
   *out = {fd, gen};
   return FT_OK;
@@ -127,6 +128,17 @@ bool SocketTable::mark_end(int fd) {
 bool SocketTable::in_flowlet(int fd) const {
   const Slot* s = slot(fd);
   return s != nullptr && s->in_flowlet.load(std::memory_order_relaxed);
+}
+
+std::uint64_t SocketTable::add_unreported(int fd, std::uint64_t bytes) {
+  Slot* s = slot(fd);
+  return s != nullptr ? s->unreported.fetch_add(bytes, std::memory_order_relaxed) : 0;
+}
+
+std::uint64_t SocketTable::take_unreported(SocketRef ref) {
+  Slot* s = slot(ref.fd);
+  if (s == nullptr || s->state.load(std::memory_order_acquire) != ((ref.gen << 1) | 1)) return 0;
+  return s->unreported.exchange(0, std::memory_order_relaxed);
 }
 
 void SocketTable::clear_flowlet(SocketRef ref) {

@@ -58,6 +58,12 @@ class SocketTable {
   void mark_begin(int fd);
   bool mark_end(int fd);
   bool in_flowlet(int fd) const;
+  // Bytes written into a flowlet in progress gather in the slot, so a stream
+  // of small writes costs one event, not one each: add returns the amount
+  // gathered before (0 = the caller must tell the runtime to collect);
+  // take (runtime side) collects it if ref is still the registration.
+  std::uint64_t add_unreported(int fd, std::uint64_t bytes);
+  std::uint64_t take_unreported(SocketRef ref);
   // Runtime side: the library ended ref's flowlet (advance end, lease).
   void clear_flowlet(SocketRef ref);
 
@@ -79,6 +85,7 @@ class SocketTable {
     // is reused, the runtime sees another cookie and leaves it alone.
     std::uint64_t cookie = 0;
     std::atomic<bool> in_flowlet{false};
+    std::atomic<std::uint64_t> unreported{0};
   };
   static constexpr int kChunkBits = 10;
   static constexpr int kChunk = 1 << kChunkBits;

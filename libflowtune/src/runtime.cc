@@ -234,7 +234,11 @@ void Runtime::work() {
       case Event::kUnregister: session_.on_unregister(e.ref, now); break;
       case Event::kBegin: session_.on_begin(e.ref, e.bytes, e.weight, e.coflow_id, now); break;
       case Event::kSent: session_.on_sent(e.ref, e.bytes, now); break;
-      case Event::kWrote: session_.on_wrote(e.ref, e.bytes, now); break;
+      case Event::kWrote: {
+        const std::uint64_t bytes = e.bytes + table_.take_unreported(e.ref);
+        if (bytes != 0) session_.on_wrote(e.ref, bytes, now);
+        break;
+      }
       case Event::kEnd: session_.on_end(e.ref, now); break;
     }
   }
