@@ -5,6 +5,8 @@
 //   coalesced  back to back: after the first, every send extends a flowlet
 //   starts     a 2 ms pause before each send, so the queue drains and each
 //              send starts a new flowlet (the shim's slow path)
+// SEND_LOOP_PACING_BYTES_PER_SEC=N caps the socket with SO_MAX_PACING_RATE
+// itself: the kernel's pacing cost without the shim, for comparison.
 // Usage: send_loop coalesced|starts SIZE COUNT
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -41,6 +43,10 @@ int main(int argc, char** argv) {
   me.sin_addr.s_addr = htonl(0x7f000001);
   bind(fd, reinterpret_cast<sockaddr*>(&me), sizeof me);
   if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return 3;
+  if (const char* p = std::getenv("SEND_LOOP_PACING_BYTES_PER_SEC"); p != nullptr) {
+    const unsigned long long rate = std::strtoull(p, nullptr, 10);
+    if (setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof rate) != 0) return 4;
+  }
   const int peer = accept(l, nullptr, nullptr);
   std::thread drain([peer] {
     std::vector<char> buf(1 << 16);
