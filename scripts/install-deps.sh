@@ -19,6 +19,9 @@ packages=(
   # Real programs the preload shim is tested with (and trickle, the baseline
   # of the shim's benchmark); the JVM for the Java NIO test.
   iperf3 curl trickle openjdk-17-jdk-headless
+  # The end-to-end testbed (bench/testbed, bench/e2e): namespaces and tc,
+  # ping for RTT under load, matplotlib for the plots.
+  iproute2 iputils-ping python3-matplotlib
 )
 
 missing=()
