@@ -36,9 +36,12 @@ def timelines(res, title, path, extra):
         ax.set_title("%s  (%s)" % (s, extra(res["summary"][s])), fontsize=9, loc="left")
         ax.set_ylim(0, 1000)
     axes[-1, 0].set_xlabel("time (s), %d ms bins" % bin_ms)
-    axes[0, 0].legend(fontsize=6, ncol=8, loc="upper right")
+    # One legend above the rows, where it hides no line.
+    handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.legend(handles, labels, fontsize=7, ncol=8, loc="upper center", bbox_to_anchor=(0.5, 0.97),
+               frameon=False)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
 
