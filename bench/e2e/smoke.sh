@@ -18,6 +18,10 @@ traffic=$bin/bench/e2e/flowtune-traffic
 ctl=$bin/allocator/ctl/flowtune-ctl
 ep=tcp://10.77.0.254:5555
 
+# The metrics first: they need neither root nor a network.
+python3 "$top/bench/e2e/test_metrics.py" 2>&1 | tail -1 | grep -q '^OK' ||
+  { python3 "$top/bench/e2e/test_metrics.py"; echo "smoke: FAIL: bench/e2e/test_metrics.py" >&2; exit 1; }
+
 if [ "$(id -u)" -ne 0 ]; then
   echo "smoke: SKIP: needs root to create network namespaces"
   exit 0
@@ -63,11 +67,17 @@ FLOWTUNE_ALLOCATOR=$ep FLOWTUNE_HOST=h2 "$testbed" exec h2 "$traffic" send --to 
 s2=$!
 # While h1 sends, look for a pacing cap on its sockets (ss shows
 # "pacing_rate CURRENT/MAX" only when SO_MAX_PACING_RATE is set).
+# Also keep the allocator's flow table as it goes: a flowlet that started
+# before its endpoint's hello reaches the allocator in a resync, not as a
+# start, so the start counter alone does not show every flowlet.
 capped=0
+n=0
 while kill -0 "$s1" 2>/dev/null; do
   if ip netns exec ftsmoke-h1 ss -tin dst 10.77.0.1 2>/dev/null | grep -Eq 'pacing_rate [0-9.]+[KMG]?bps/'; then
     capped=1
   fi
+  ctl_json flows >"$tmp/flows.$n.json" 2>/dev/null || true
+  n=$((n + 1))
   sleep 0.02
 done
 wait "$s1" || fail "the shim sender failed: $(cat "$tmp/send1.json")"
@@ -107,8 +117,24 @@ c = st["counters"]
 hosts = sorted(e["host"] for e in ctl("endpoints"))
 if hosts != ["h1", "h2"]:
     fail("the allocator's endpoints are on hosts %s, expected h1 and h2" % hosts)
-if c["starts"] < 8:
-    fail("the allocator saw %d flowlet starts, expected at least 8" % c["starts"])
+import glob
+seen = set()
+rated = set()
+for f in glob.glob(tmp + "/flows.*.json"):
+    try:
+        flows = json.load(open(f))["flows"]
+    except (ValueError, KeyError):
+        continue
+    for fl in flows:
+        seen.add((fl["src"], fl["dst"]))
+        if fl["rate_bps"] > 0:
+            rated.add(fl["src"])
+if seen != {("h1", "h0"), ("h2", "h0")}:
+    fail("the allocator's flow table held flows %s, expected h1->h0 and h2->h0" % sorted(seen))
+if rated != {"h1", "h2"}:
+    fail("the allocator gave rates to flows from %s only, expected h1 and h2" % sorted(rated))
+if c["starts"] + c["resyncs"] < 2 or c["ends"] < 1:
+    fail("the allocator saw %d starts, %d resyncs, %d ends" % (c["starts"], c["resyncs"], c["ends"]))
 if c["rate_updates"] < 8:
     fail("the allocator sent %d rate updates, expected at least one per flowlet" % c["rate_updates"])
 bad = {k: v for k, v in c["errors"].items() if v}
@@ -116,7 +142,7 @@ if bad:
     fail("the allocator refused messages: %s" % bad)
 if not capped:
     fail("no SO_MAX_PACING_RATE cap was seen on h1's sockets while the shim sent")
-print("smoke: OK: 8 x 2 MB arrived; allocator: hosts %s, %d starts, %d rate updates; "
-      "explicit client applied %d rates; shim sockets paced" % (hosts, c["starts"], c["rate_updates"],
-                                                               api["rates_applied"]))
+print("smoke: OK: 8 x 2 MB arrived; allocator: hosts %s, flows %s rated, %d starts, %d rate "
+      "updates; explicit client applied %d rates; shim sockets paced" % (
+          hosts, sorted(rated), c["starts"], c["rate_updates"], api["rates_applied"]))
 EOF
