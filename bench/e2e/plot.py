@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on the testbed machine
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 COLORS = {"flowtune": "tab:blue", "flowtune-api": "tab:cyan", "bbr": "tab:red",
           "cubic": "tab:orange", "trickle": "tab:gray"}
@@ -56,6 +57,10 @@ def coflow(res, path):
                     color=COLORS.get(s), label=s)
         ax.axvline(res["config"]["ideal_cct_s"], color="k", ls=":", lw=0.8, label="ideal")
         ax.set_xscale("log")
+        # Plain seconds on the log axis, not powers of ten.
+        ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=2))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("coflow completion time (s)")
         ax.set_ylabel("CDF over runs")
         ax.set_title("%s buffer (%d KB)" % (b, res["config"]["buffers"][b] // 1000), fontsize=9)
