@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -445,9 +446,13 @@ int run_send(int argc, char** argv) {
     }
     auto* shared = static_cast<Shared*>(m);
     std::vector<pid_t> kids;
+    const pid_t parent = getpid();
     for (unsigned f = 0; f < flows; ++f) {
       pid_t pid = fork();
       if (pid == 0) {
+        // A child outlives nothing: if the sender dies, so do its flows.
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(1);  // it died before the line above
         FlowResult r;
         send_flow(o, f, r);
         shared[f] = {r.sent, r.error.empty() ? 0 : 1};

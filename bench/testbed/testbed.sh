@@ -101,10 +101,17 @@ port_ns() {
 down() {
   local n
   for n in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$prefix-(sw|ctl|tor[0-9]+|h[0-9]+)$" || true); do
-    # Killing what still runs inside first lets the namespace go at once.
-    local pids
-    pids=$(ip netns pids "$n" 2>/dev/null || true)
-    [ -n "$pids" ] && kill $pids 2>/dev/null || true
+    # Kill what still runs inside first, or it lives on in a namespace no
+    # longer named; again until none is left, since a dying process may
+    # fork (a sender that forks a child per connection).
+    local pids try
+    for try in 1 2 3 4 5 6 7 8 9 10; do
+      pids=$(ip netns pids "$n" 2>/dev/null || true)
+      [ -z "$pids" ] && break
+      # shellcheck disable=SC2086
+      kill $([ "$try" -gt 3 ] && echo -9) $pids 2>/dev/null || true
+      sleep 0.1
+    done
     ip netns del "$n" 2>/dev/null || true
   done
 }
