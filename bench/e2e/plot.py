@@ -11,11 +11,14 @@ import json
 import os
 import sys
 
-import matplotlib
+try:
+    import matplotlib
 
-matplotlib.use("Agg")  # files only: no display on the testbed machine
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
+    matplotlib.use("Agg")  # files only: no display on the testbed machine
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+except ImportError:  # --help still works; main() says what is missing
+    matplotlib = None
 
 COLORS = {"flowtune": "tab:blue", "flowtune-api": "tab:cyan", "bbr": "tab:red",
           "cubic": "tab:orange", "trickle": "tab:gray"}
@@ -111,6 +114,9 @@ def main():
     ap.add_argument("files", nargs="+")
     ap.add_argument("--out", default=".")
     a = ap.parse_args()
+    if matplotlib is None:
+        sys.exit("plot.py: matplotlib is missing for %s (Debian: apt-get install "
+                 "python3-matplotlib, then run it with /usr/bin/python3)" % sys.executable)
     for f in a.files:
         if not os.path.exists(f):
             print("plot.py: %s is missing, skipped" % f, file=sys.stderr)
