@@ -28,6 +28,8 @@ DPI = 80  # keeps every PNG well under 200 KB
 def timelines(res, title, path, extra):
     """One row per scheme: each sender's throughput over time (first run)."""
     det = res["details"]
+    if "summary_by_buffer" in res:  # one figure: the headline (first) buffer
+        det = det[next(iter(res["summary_by_buffer"]))]
     schemes = list(det)
     fig, axes = plt.subplots(len(schemes), 1, figsize=(8, 1.8 * len(schemes)), sharex=True,
                              squeeze=False)
