@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Turns bench/e2e/run's JSON into PNG plots (one per experiment).
+
+  bench/e2e/plot.py [--out DIR] FILE.json...
+
+Each FILE's "experiment" field picks the plot; files that are missing are
+skipped with a message. Needs matplotlib (Debian: python3-matplotlib).
+"""
+import argparse
+import json
+import os
+import sys
+
+try:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on the testbed machine
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+except ImportError:  # --help still works; main() says what is missing
+    matplotlib = None
+
+COLORS = {"flowtune": "tab:blue", "flowtune-api": "tab:cyan", "bbr": "tab:red",
+          "cubic": "tab:orange", "trickle": "tab:gray"}
+DPI = 80  # keeps every PNG well under 200 KB
+
+
+def timelines(res, title, path, extra):
+    """One row per scheme: each sender's throughput over time (first run)."""
+    det = res["details"]
+    if "summary_by_buffer" in res:  # one figure: the headline (first) buffer
+        det = det[next(iter(res["summary_by_buffer"]))]
+    schemes = list(det)
+    fig, axes = plt.subplots(len(schemes), 1, figsize=(8, 1.8 * len(schemes)), sharex=True,
+                             squeeze=False)
+    bin_ms = res["config"]["bin_ms"]
+    for ax, s in zip(axes[:, 0], schemes):
+        series = det[s]["runs"][0]["series_mbps"]
+        for h, ys in sorted(series.items(), key=lambda kv: int(kv[0])):
+            ax.plot([i * bin_ms / 1000 for i in range(len(ys))], ys, lw=0.8, label="h" + h)
+        ax.set_ylabel("Mbit/s")
+        ax.set_title("%s  (%s)" % (s, extra(res["summary"][s])), fontsize=9, loc="left")
+        ax.set_ylim(0, 1000)
+    axes[-1, 0].set_xlabel("time (s), %d ms bins" % bin_ms)
+    # One legend above the rows, where it hides no line.
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.legend(handles, labels, fontsize=7, ncol=8, loc="upper center", bbox_to_anchor=(0.5, 0.97),
+               frameon=False)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def coflow(res, path):
+    bufs = list(res["details"])
+    fig, axes = plt.subplots(1, len(bufs), figsize=(5 * len(bufs), 3.2), squeeze=False)
+    for ax, b in zip(axes[0], bufs):
+        for s, d in res["details"][b].items():
+            c = sorted(d["cct_s"])
+            ax.step(c, [(i + 1) / len(c) for i in range(len(c))], where="post",
+                    color=COLORS.get(s), label=s)
+        ax.axvline(res["config"]["ideal_cct_s"], color="k", ls=":", lw=0.8, label="ideal")
+        ax.set_xscale("log")
+        # Plain seconds on the log axis, not powers of ten.
+        ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=2))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlabel("coflow completion time (s)")
+        ax.set_ylabel("CDF over runs")
+        ax.set_title("%s buffer (%d KB)" % (b, res["config"]["buffers"][b] // 1000), fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle("8 senders x 25 transfers x %d KB -> 1 receiver, %s" % (
+        res["config"]["bytes"] // 1000, res["config"]["rate"]), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def bars(ax, labels, values, ylabel):
+    ax.bar(range(len(labels)), values, color=[COLORS.get(s, "k") for s in labels])
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, fontsize=7, rotation=20)
+    ax.set_ylabel(ylabel, fontsize=8)
+
+
+def interactive(res, path):
+    bufs = list(res["summary_by_buffer"])
+    fig, axes = plt.subplots(1, len(bufs), figsize=(4 * len(bufs), 3), squeeze=False)
+    for ax, b in zip(axes[0], bufs):
+        summ = res["summary_by_buffer"][b]
+        bars(ax, list(summ), [summ[s]["fct_s"] for s in summ], "2 MB completion time (s)")
+        ax.axhline(res["config"]["fair_share_fct_s"], color="k", ls=":", lw=0.8)
+        ax.set_title("%s buffer" % b, fontsize=9)
+    fig.suptitle("2 MB transfer amid 2 bulk flows, 100 Mbit/s (dotted: fair share)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def queues(res, path):
+    summ = res["summary"]
+    labels = list(summ)
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3))
+    bars(axes[0], labels, [summ[s]["queue_p99_bytes"] / 1000 for s in labels], "queue p99 (KB)")
+    bars(axes[1], labels, [summ[s]["ping_p99_ms"] for s in labels], "ping RTT p99 (ms)")
+    bars(axes[2], labels, [100 * summ[s]["drop_fraction"] for s in labels], "packets dropped (%)")
+    fig.suptitle("bottleneck queue during coflow and convergence rounds", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--out", default=".")
+    a = ap.parse_args()
+    if matplotlib is None:
+        sys.exit("plot.py: matplotlib is missing for %s (Debian: apt-get install "
+                 "python3-matplotlib, then run it with /usr/bin/python3)" % sys.executable)
+    for f in a.files:
+        if not os.path.exists(f):
+            print("plot.py: %s is missing, skipped" % f, file=sys.stderr)
+            continue
+        with open(f) as fh:
+            res = json.load(fh)
+        name = res.get("experiment")
+        path = os.path.join(a.out, name + ".png")
+        if name == "fairness":
+            timelines(res, "8 senders -> 1, one joins every 50 ms, then they leave in order", path,
+                      lambda s: "Jain mean %.3f" % s["jain_mean"])
+        elif name == "convergence":
+            timelines(res, "flows join every %d ms up to 5, then leave" % res["config"]["period_ms"],
+                      path, lambda s: "median convergence %.0f ms" % s["converge_ms_median"])
+        elif name == "coflow":
+            coflow(res, path)
+        elif name == "interactive":
+            interactive(res, path)
+        elif name == "queues":
+            queues(res, path)
+        else:
+            print("plot.py: %s: unknown experiment %r" % (f, name), file=sys.stderr)
+            continue
+        print("plot.py: wrote %s" % path, file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# CI smoke test of the end-to-end testbed (a few seconds, root).
+#
+# Brings up 3 namespace hosts behind a 200 Mbit/s bottleneck with the
+# allocator on the same bridge, then sends 4 x 2 MB from h1 under
+# flowtune-run (the shim) and 4 x 2 MB from h2 through the explicit
+# libflowtune API, both to h0. It asserts only facts that do not depend on
+# timing: every byte arrived, the allocator registered both hosts and saw
+# every flowlet start, it sent rates, the explicit client applied rates, and
+# the shim's sockets carried a SO_MAX_PACING_RATE cap while they sent.
+# Exits non-zero with the failed check's message; always tears down.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${FT_BUILD_DIR:-$top/build/release}
+testbed=$top/bench/testbed/testbed.sh
+export FT_TESTBED_PREFIX=ftsmoke
+traffic=$bin/bench/e2e/flowtune-traffic
+ctl=$bin/allocator/ctl/flowtune-ctl
+ep=tcp://10.77.0.254:5555
+
+# The metrics first: they need neither root nor a network.
+python3 "$top/bench/e2e/test_metrics.py" 2>&1 | tail -1 | grep -q '^OK' ||
+  { python3 "$top/bench/e2e/test_metrics.py"; echo "smoke: FAIL: bench/e2e/test_metrics.py" >&2; exit 1; }
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "smoke: SKIP: needs root to create network namespaces"
+  exit 0
+fi
+if ! ip netns add ftsmoke-probe 2>/dev/null; then
+  echo "smoke: SKIP: this machine cannot create network namespaces"
+  exit 0
+fi
+ip netns del ftsmoke-probe
+for b in "$traffic" "$ctl" "$bin/preload/flowtune-run" "$bin/allocator/daemon/flowtune-allocator"; do
+  [ -x "$b" ] || { echo "smoke: FAIL: $b is missing (scripts/build.sh release)" >&2; exit 1; }
+done
+
+tmp=$(mktemp -d /tmp/ft-smoke.XXXXXX)
+cleanup() {
+  "$testbed" down --prefix ftsmoke || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+fail() {
+  echo "smoke: FAIL: $*" >&2
+  exit 1
+}
+
+"$testbed" up --prefix ftsmoke --hosts 3 --rate 200mbit --topology "$tmp/topology.toml" --allocator
+ctl_json() { ip netns exec ftsmoke-ctl "$ctl" --allocator "$ep" --timeout-ms 500 --json "$@"; }
+for _ in $(seq 50); do ctl_json status >/dev/null 2>&1 && break; sleep 0.1; done
+ctl_json status >/dev/null || fail "the allocator does not answer on $ep"
+
+"$testbed" exec h0 "$traffic" recv --listen 10.77.0.1:7000 --expect 8 --timeout-s 30 \
+  >"$tmp/recv.json" &
+recv=$!
+for _ in $(seq 50); do grep -q ready "$tmp/recv.json" 2>/dev/null && break; sleep 0.05; done
+
+"$testbed" exec h1 "$bin/preload/flowtune-run" --allocator "$ep" --host h1 -- \
+  "$traffic" send --to 10.77.0.1:7000 --sender 1 --flows 4 --bytes 2000000 --cc cubic \
+  >"$tmp/send1.json" &
+s1=$!
+FLOWTUNE_ALLOCATOR=$ep FLOWTUNE_HOST=h2 "$testbed" exec h2 "$traffic" send --to 10.77.0.1:7000 \
+  --sender 2 --flows 4 --bytes 2000000 --cc cubic --api explicit --wait-rate-ms 500 \
+  >"$tmp/send2.json" &
+s2=$!
+# While h1 sends, look for a pacing cap on its sockets (ss shows
+# "pacing_rate CURRENT/MAX" only when SO_MAX_PACING_RATE is set).
+# Also keep the allocator's flow table as it goes: a flowlet that started
+# before its endpoint's hello reaches the allocator in a resync, not as a
+# start, so the start counter alone does not show every flowlet.
+capped=0
+n=0
+while kill -0 "$s1" 2>/dev/null; do
+  if ip netns exec ftsmoke-h1 ss -tin dst 10.77.0.1 2>/dev/null | grep -Eq 'pacing_rate [0-9.]+[KMG]?bps/'; then
+    capped=1
+  fi
+  ctl_json flows >"$tmp/flows.$n.json" 2>/dev/null || true
+  n=$((n + 1))
+  sleep 0.02
+done
+wait "$s1" || fail "the shim sender failed: $(cat "$tmp/send1.json")"
+wait "$s2" || fail "the explicit-API sender failed: $(cat "$tmp/send2.json")"
+wait "$recv" || fail "the receiver failed"
+
+python3 - "$tmp" "$capped" "$ctl" <<'EOF' || exit 1
+import json, subprocess, sys
+tmp, capped = sys.argv[1], sys.argv[2] == "1"
+def fail(msg):
+    print("smoke: FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+lines = open(tmp + "/recv.json").read().splitlines()
+recv = json.loads(lines[-1])
+tr = recv["transfers"]
+if len(tr) != 8:
+    fail("the receiver saw %d transfers, expected 8" % len(tr))
+for t in tr:
+    if not t["complete"] or t["bytes"] != 2000000:
+        fail("transfer %s arrived incomplete: %d of 2000000 bytes" % ((t["sender"], t["flow"]), t["bytes"]))
+api = json.loads(open(tmp + "/send2.json").read().splitlines()[-1])["ft"]
+if api["connected"] != 1:
+    fail("the explicit-API client never reached the allocator: %s" % api)
+if api["flowlets_started"] != 4 or api["flowlets_ended"] != 4:
+    fail("the explicit-API client reported %s, expected 4 flowlets started and ended" % api)
+if api["rates_applied"] < 1:
+    fail("the explicit-API client applied no rate: %s" % api)
+ep = "tcp://10.77.0.254:5555"
+def ctl(*args):
+    r = subprocess.run(["ip", "netns", "exec", "ftsmoke-ctl", sys.argv[3], "--allocator", ep,
+                        "--json"] + list(args), capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("flowtune-ctl %s: %s" % (" ".join(args), r.stderr.strip()))
+    return json.loads(r.stdout)
+st = ctl("status")
+c = st["counters"]
+hosts = sorted(e["host"] for e in ctl("endpoints"))
+if hosts != ["h1", "h2"]:
+    fail("the allocator's endpoints are on hosts %s, expected h1 and h2" % hosts)
+import glob
+seen = set()
+rated = set()
+for f in glob.glob(tmp + "/flows.*.json"):
+    try:
+        flows = json.load(open(f))["flows"]
+    except (ValueError, KeyError):
+        continue
+    for fl in flows:
+        seen.add((fl["src"], fl["dst"]))
+        if fl["rate_bps"] > 0:
+            rated.add(fl["src"])
+if seen != {("h1", "h0"), ("h2", "h0")}:
+    fail("the allocator's flow table held flows %s, expected h1->h0 and h2->h0" % sorted(seen))
+if rated != {"h1", "h2"}:
+    fail("the allocator gave rates to flows from %s only, expected h1 and h2" % sorted(rated))
+if c["starts"] + c["resyncs"] < 2 or c["ends"] < 1:
+    fail("the allocator saw %d starts, %d resyncs, %d ends" % (c["starts"], c["resyncs"], c["ends"]))
+if c["rate_updates"] < 8:
+    fail("the allocator sent %d rate updates, expected at least one per flowlet" % c["rate_updates"])
+bad = {k: v for k, v in c["errors"].items() if v}
+if bad:
+    fail("the allocator refused messages: %s" % bad)
+if not capped:
+    fail("no SO_MAX_PACING_RATE cap was seen on h1's sockets while the shim sent")
+print("smoke: OK: 8 x 2 MB arrived; allocator: hosts %s, flows %s rated, %d starts, %d rate "
+      "updates; explicit client applied %d rates; shim sockets paced" % (
+          hosts, sorted(rated), c["starts"], c["rate_updates"], api["rates_applied"]))
+EOF

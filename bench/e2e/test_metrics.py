@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Checks bench/e2e/run's metrics against hand-computed cases: Jain's index,
+the nearest-rank percentile, the convergence time and the queue summary.
+No root, no network: `python3 bench/e2e/test_metrics.py` (smoke.sh runs it)."""
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import unittest
+
+_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run")
+_loader = importlib.machinery.SourceFileLoader("e2e_run", _path)
+_spec = importlib.util.spec_from_loader("e2e_run", _loader)
+run = importlib.util.module_from_spec(_spec)
+_loader.exec_module(run)
+
+
+class Jain(unittest.TestCase):
+    def test_equal_shares_score_one(self):
+        self.assertAlmostEqual(run.jain([3.0, 3.0, 3.0, 3.0]), 1.0)
+
+    def test_one_sender_taking_everything_scores_one_over_n(self):
+        self.assertAlmostEqual(run.jain([8.0, 0, 0, 0]), 0.25)
+
+    def test_two_to_one_split(self):
+        # (2 + 1)^2 / (2 * (4 + 1)) = 0.9
+        self.assertAlmostEqual(run.jain([2.0, 1.0]), 0.9)
+
+
+class Percentile(unittest.TestCase):
+    def test_nearest_rank_on_one_to_hundred(self):
+        xs = list(range(100, 0, -1))
+        self.assertEqual(run.pct(xs, 50), 50)
+        self.assertEqual(run.pct(xs, 90), 90)
+        self.assertEqual(run.pct(xs, 99), 99)
+        self.assertEqual(run.pct(xs, 100), 100)
+
+    def test_twenty_runs_p95_is_the_nineteenth(self):
+        self.assertEqual(run.pct(list(range(1, 21)), 95), 19)
+
+
+class Convergence(unittest.TestCase):
+    def test_step_into_band_counts_from_the_event(self):
+        # Given: the event at bin 0, a flow far off until bin 5, then fair.
+        s = [0.0] * 5 + [100.0] * 15
+        # Expect: the first all-in-band window of one bin is bin 5, so 60 ms.
+        self.assertEqual(run.converge_ms([s], 100.0, 0, 20, 1, 10), 60)
+
+    def test_smoothing_window_must_lie_after_the_event(self):
+        s = [100.0] * 20
+        # Already fair, but the first 3-bin window ends at bin 2: 30 ms.
+        self.assertEqual(run.converge_ms([s], 100.0, 0, 20, 3, 10), 30)
+
+    def test_leaving_the_band_later_resets(self):
+        s = [100.0] * 10 + [50.0] + [100.0] * 9
+        # In band again from bin 11, whose end is 120 ms after the event.
+        self.assertEqual(run.converge_ms([s], 100.0, 0, 20, 1, 10), 120)
+
+    def test_every_flow_must_be_in_band(self):
+        a = [100.0] * 20
+        b = [80.0] * 15 + [95.0] * 5
+        self.assertEqual(run.converge_ms([a, b], 100.0, 0, 20, 1, 10), 160)
+
+    def test_never_in_band_is_none(self):
+        self.assertIsNone(run.converge_ms([[50.0] * 20], 100.0, 0, 20, 1, 10))
+
+    def test_band_edge_is_inside(self):
+        self.assertEqual(run.converge_ms([[110.0] * 4], 100.0, 0, 4, 1, 10), 10)
+
+
+class QueueSummary(unittest.TestCase):
+    def test_drops_and_percentiles_pool_rounds(self):
+        qs = [{"sent_pkts": 90, "dropped_pkts": 10, "backlog_bytes": [0, 1000]},
+              {"sent_pkts": 100, "dropped_pkts": 0, "backlog_bytes": [2000, 3000]}]
+        out = run.queue_summary(qs, [1.0, 2.0, 3.0], 1e9)
+        self.assertAlmostEqual(out["drop_fraction"], 10 / 200)
+        self.assertEqual(out["queue_p99_bytes"], 3000)
+        self.assertEqual(out["queue_p50_bytes"], 1000)
+        self.assertAlmostEqual(out["queue_p99_ms"], 3000 * 8 / 1e9 * 1000)
+        self.assertEqual(out["ping_p99_ms"], 3.0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)
