@@ -264,6 +264,15 @@ int ft_flowlet_active(ft_client* c, int fd) {
   return c->table.in_flowlet(fd) ? 1 : 0;
 }
 
+int ft_socket_writing(ft_client* c, int fd, int in_call) {
+  if (c == nullptr) return FT_EINVAL;
+  SocketRef ref;
+  if (const int rc = c->ref_of(fd, &ref); rc != FT_OK) return rc;
+  c->table.add_writing(fd, in_call ? 1 : -1);
+  if (!in_call) return FT_OK;
+  return c->table.in_flowlet(fd) ? 1 : 0;
+}
+
 int ft_socket_rate(ft_client* c, int fd, uint64_t* bytes_per_sec) {
   if (c == nullptr || bytes_per_sec == nullptr) return FT_EINVAL;
   SocketRef ref;

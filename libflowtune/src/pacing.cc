@@ -76,6 +76,7 @@ int SocketTable::claim(int fd, SocketRef* out) {
   s->cookie = socket_cookie(fd);
   s->in_flowlet.store(false, std::memory_order_relaxed);
   s->unreported.store(0, std::memory_order_relaxed);
+  s->writing.store(0, std::memory_order_relaxed);
   unlock(*s);
   *out = {fd, gen};
   return FT_OK;
@@ -139,6 +140,17 @@ std::uint64_t SocketTable::take_unreported(SocketRef ref) {
   Slot* s = slot(ref.fd);
   if (s == nullptr || s->state.load(std::memory_order_acquire) != ((ref.gen << 1) | 1)) return 0;
   return s->unreported.exchange(0, std::memory_order_relaxed);
+}
+
+void SocketTable::add_writing(int fd, int delta) {
+  // Release: bytes reported before a call's end are seen by whoever sees it end.
+  if (Slot* s = slot(fd)) s->writing.fetch_add(delta, std::memory_order_release);
+}
+
+bool SocketTable::writing(SocketRef ref) const {
+  const Slot* s = slot(ref.fd);
+  return s != nullptr && s->state.load(std::memory_order_acquire) == ((ref.gen << 1) | 1) &&
+         s->writing.load(std::memory_order_acquire) > 0;
 }
 
 void SocketTable::clear_flowlet(SocketRef ref) {

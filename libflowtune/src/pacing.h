@@ -64,6 +64,10 @@ class SocketTable {
   // take (runtime side) collects it if ref is still the registration.
   std::uint64_t add_unreported(int fd, std::uint64_t bytes);
   std::uint64_t take_unreported(SocketRef ref);
+  // Write calls in progress on fd (application side marks them); the
+  // runtime does not end a flowlet while one is.
+  void add_writing(int fd, int delta);
+  bool writing(SocketRef ref) const;
   // Runtime side: the library ended ref's flowlet (advance end, lease).
   void clear_flowlet(SocketRef ref);
 
@@ -86,6 +90,7 @@ class SocketTable {
     std::uint64_t cookie = 0;
     std::atomic<bool> in_flowlet{false};
     std::atomic<std::uint64_t> unreported{0};
+    std::atomic<std::int32_t> writing{0};
   };
   static constexpr int kChunkBits = 10;
   static constexpr int kChunk = 1 << kChunkBits;

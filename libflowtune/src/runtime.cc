@@ -250,7 +250,13 @@ void Runtime::work() {
     // A socket that cannot be asked (closed under us) counts as drained.
     std::uint64_t unsent = 0;
     if (table_.unsent_bytes(ref, &unsent) != SocketTable::Result::kOk) unsent = 0;
-    session_.on_unsent(ref, unsent, now);
+    // Writing first, then the bytes gathered: bytes a call reported before
+    // it ended are then collected here, not left for a later event.
+    const bool writing = table_.writing(ref);
+    if (const std::uint64_t bytes = table_.take_unreported(ref); bytes != 0) {
+      session_.on_wrote(ref, bytes, now);
+    }
+    session_.on_unsent(ref, unsent, now, writing);
   }
   apply_actions();
   for (const SocketRef& ref : session_.take_ended()) table_.clear_flowlet(ref);

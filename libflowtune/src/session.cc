@@ -70,10 +70,15 @@ void Session::report_end(SocketRef ref, Sock& k) {
   }
   if (k.active) --active_count_;
   k.active = false;
-  k.drain_check_us = 0;
   k.end_at_us = 0;
+  k.end_due = false;
   ended_.push_back(ref);
-  set_rate(ref, k, 0);
+  // An end comes before the last bytes leave (advance end, or an application
+  // that ends after handing its bytes over): the cap stays until the queue
+  // has drained, so those bytes leave paced instead of in one burst (which
+  // many sockets ending together turn into drops). A look at the queue at
+  // the next timer decides when to lift it.
+  k.drain_check_us = k.rate != 0 ? 1 : 0;
 }
 
 void Session::set_rate(SocketRef ref, Sock& k, std::uint64_t rate) {
@@ -92,6 +97,7 @@ void Session::on_begin(SocketRef s, std::uint64_t bytes, float weight, std::uint
     // queue grows again, so a predicted end no longer holds: look at the
     // queue then instead. A look already scheduled stays (it re-measures).
     k->declared += bytes;
+    k->end_due = false;
     if (k->end_at_us != 0) {
       k->drain_check_us = k->end_at_us;
       k->end_at_us = 0;
@@ -139,10 +145,35 @@ void Session::finish_if_handed(SocketRef ref, Sock& k, std::uint64_t) {
   drain_queries_.push_back(ref);
 }
 
-void Session::on_unsent(SocketRef s, std::uint64_t unsent, std::uint64_t now_us) {
+void Session::on_unsent(SocketRef s, std::uint64_t unsent, std::uint64_t now_us, bool writing) {
   Sock* k = find(s);
   if (k != nullptr) k->query_pending = false;
-  if (k == nullptr || !k->active || k->handed < k->declared) return;
+  if (k == nullptr) return;
+  if (!k->active) {
+    // An ended flowlet's cap: lifted once its queue is empty.
+    if (k->rate == 0) return;
+    if (unsent == 0) {
+      set_rate(s, *k, 0);
+    } else {
+      k->drain_check_us = now_us + std::max<std::uint64_t>(unsent * 1'000'000 / k->rate / 2, 100);
+    }
+    return;
+  }
+  if (k->handed < k->declared) return;
+  if (writing) {
+    // A write call is still handing bytes over: its return reports them and
+    // brings the next look; this one only guards against a call that
+    // returns having taken nothing.
+    k->end_due = false;
+    k->drain_check_us = now_us + std::max<std::uint64_t>(rtt_us_, kWritingRecheckUs);
+    return;
+  }
+  if (k->end_due) {
+    k->end_due = false;
+    ++stats_.ends_in_advance;
+    report_end(s, *k);
+    return;
+  }
   if (unsent == 0) {
     report_end(s, *k);  // a mouse ends silently
     return;
@@ -241,8 +272,13 @@ void Session::on_timer(std::uint64_t now_us) {
       }
     }
     if (k.end_at_us != 0 && k.end_at_us <= now_us && k.active) {
-      ++stats_.ends_in_advance;
-      report_end(ref, k);
+      // Due: one last look, which ends it unless a write call is under way.
+      k.end_at_us = 0;
+      k.end_due = true;
+      if (!k.query_pending) {
+        k.query_pending = true;
+        drain_queries_.push_back(ref);
+      }
     }
   }
   if (retry_at_us_ != 0 && now_us >= retry_at_us_) retry_at_us_ = 0;  // take_message resyncs

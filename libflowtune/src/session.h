@@ -81,8 +81,13 @@ class Session {
     retry_at_us_ = now_us + kRetryUs;
   }
   static constexpr std::uint64_t kRetryUs = 50'000;
-  // Answer to a drain query: bytes the kernel has not sent yet.
-  void on_unsent(SocketRef s, std::uint64_t unsent_bytes, std::uint64_t now_us);
+  // How soon to look again at a socket whose write call is in progress.
+  static constexpr std::uint64_t kWritingRecheckUs = 5'000;
+  // Answer to a drain query: bytes the kernel has not sent yet, and whether
+  // the application is inside a write call on the socket (its bytes are not
+  // counted yet, so the flowlet is not over).
+  void on_unsent(SocketRef s, std::uint64_t unsent_bytes, std::uint64_t now_us,
+                 bool writing = false);
   // Heartbeats, lease expiry, drain checks due at now_us.
   void on_timer(std::uint64_t now_us);
   std::uint64_t next_timer_us() const;
@@ -119,6 +124,7 @@ class Session {
     std::uint64_t drain_check_us = 0;  // 0: none scheduled
     std::uint64_t end_at_us = 0;       // predicted: send the end then (0: none)
     bool query_pending = false;        // a look at the queue is on its way
+    bool end_due = false;              // the predicted end is due: end at the next look
   };
 
   Sock* find(SocketRef s);

@@ -312,6 +312,7 @@ struct Pending {
   ft_client* client = nullptr;  // null: fd not managed
   int fd = -1;                  // the registered fd of the socket
   bool began = false;
+  bool marked = false;  // ft_socket_writing(1) done: undo after the call
 };
 
 inline Pending before(int fd, std::size_t len) {
@@ -330,9 +331,14 @@ inline Pending before(int fd, std::size_t len) {
   }
   if (cls != kManaged) return p;
   p.client = g_client.load(std::memory_order_acquire);
-  // The fast path (a flowlet in progress) makes no syscall and so leaves
-  // errno alone; a beginning may wake the runtime thread (a write).
-  if (p.client != nullptr && ft_flowlet_active(p.client, p.fd) == 0) {
+  if (p.client == nullptr) return p;
+  // Marks the call in progress (a blocking write reports its bytes only when
+  // it returns; meanwhile the library must not end the flowlet) and says
+  // whether a flowlet is. The fast path (one in progress) makes no syscall
+  // and so leaves errno alone; a beginning may wake the runtime (a write).
+  const int active = ft_socket_writing(p.client, p.fd, 1);
+  p.marked = active >= 0;
+  if (active == 0) {
     Inside guard;
     p.began = ft_flowlet_begin(p.client, p.fd, len, nullptr) == FT_OK;
   }
@@ -354,6 +360,7 @@ inline void after(const Pending& p, std::size_t len, ssize_t n) {
     ft_flowlet_wrote(p.client, fd, static_cast<std::uint64_t>(n));
     errno = saved;
   }
+  if (p.marked) ft_socket_writing(p.client, fd, 0);
 }
 
 // One wrapper's body: the real call between before() and after().

@@ -156,13 +156,43 @@ TEST_F(SessionTest, EndIsSentInAdvanceWhenTheQueueDrainsWithinARoundTrip) {
   EXPECT_TRUE(of<wire::FlowletEnd>(said()).empty());
   now_ = s_->next_timer_us();
   s_->on_timer(now_);
+  // Due: one last look, so a write call still under way can hold it off.
+  ASSERT_EQ(s_->take_drain_queries().size(), 1u);
+  s_->on_unsent(kSock, 30'000, now_, /*writing=*/true);
+  EXPECT_TRUE(of<wire::FlowletEnd>(said()).empty());
+  EXPECT_EQ(s_->next_timer_us(), now_ + Session::kWritingRecheckUs);
+  now_ = s_->next_timer_us();
+  s_->on_timer(now_);
+  ASSERT_EQ(s_->take_drain_queries().size(), 1u);
+  s_->on_unsent(kSock, 25'000, now_);  // the call returned having taken nothing
+  // Re-predicted: 25 kB at 10 MB/s is 2.5 ms; end one RTT + half a burst early.
+  const std::uint64_t lead = s_->rtt_us() + half_burst;
+  EXPECT_EQ(s_->next_timer_us(), now_ + (2'500 > lead ? 2'500 - lead : 0));
+  now_ = s_->next_timer_us();
+  s_->on_timer(now_);
+  ASSERT_EQ(s_->take_drain_queries().size(), 1u);
+  s_->on_unsent(kSock, 20'000, now_);
   const auto ends = of<wire::FlowletEnd>(said());
   ASSERT_EQ(ends.size(), 1u);
   EXPECT_EQ(ends[0].flow_key, key);
   EXPECT_EQ(s_->stats().ends_in_advance, 1u);
+  // The last bytes are still queued: the cap stays so they leave paced, and
+  // is lifted once a look at the queue finds it empty.
+  EXPECT_TRUE(s_->take_actions().empty());
+  EXPECT_EQ(s_->rate_of(kSock), 10'000'000u);
+  EXPECT_EQ(s_->next_timer_us(), 1u);  // look at the queue at once
+  s_->on_timer(now_);
+  ASSERT_EQ(s_->take_drain_queries().size(), 1u);
+  s_->on_unsent(kSock, 20'000, now_);  // 2 ms at 10 MB/s: look again in 1 ms
+  EXPECT_TRUE(s_->take_actions().empty());
+  EXPECT_EQ(s_->next_timer_us(), now_ + 1'000);
+  now_ = s_->next_timer_us();
+  s_->on_timer(now_);
+  ASSERT_EQ(s_->take_drain_queries().size(), 1u);
+  s_->on_unsent(kSock, 0, now_);
   const auto act = s_->take_actions();
   ASSERT_EQ(act.size(), 1u);
-  EXPECT_EQ(act[0].bytes_per_sec, 0u);  // the cap goes with the flowlet
+  EXPECT_EQ(act[0].bytes_per_sec, 0u);  // drained: the cap goes
   // A begin after that is a new flowlet; an observed tail shorter than an
   // RTT ends it at once.
   s_->on_begin(kSock, 100'000, 1, 0, now_);

@@ -143,6 +143,15 @@ FT_EXPORT int ft_flowlet_end(ft_client* c, int fd);
  * application or, in advance, by the library), 0 if not, or FT_E*. */
 FT_EXPORT int ft_flowlet_active(ft_client* c, int fd);
 
+/* For code that wraps an application's write calls (the preload shim): call
+ * with in_call = 1 just before a write on fd and with 0 just after it (after
+ * reporting the bytes with ft_flowlet_sent/ft_flowlet_wrote). A blocking
+ * write reports its bytes only when it returns, so while one is in progress
+ * the library does not end the flowlet, however far the socket's queue
+ * drains. With in_call = 1 it returns what ft_flowlet_active would (one
+ * lookup for both); with 0, FT_OK. Cheap: an atomic add on the socket. */
+FT_EXPORT int ft_socket_writing(ft_client* c, int fd, int in_call);
+
 /* The pacing rate in force on fd (bytes/s; 0 = unpaced). */
 FT_EXPORT int ft_socket_rate(ft_client* c, int fd, uint64_t* bytes_per_sec);
 
