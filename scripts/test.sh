@@ -16,7 +16,7 @@ for preset in "${presets[@]}"; do
     # Debian's oneTBB is not instrumented, so the TBB driver's tests would
     # report false races here.
     echo "tsan: running the libflowtune tests only (oneTBB is not TSan-instrumented)"
-    "$top/scripts/build.sh" tsan session_test client_test flowtune-allocator
+    "$top/scripts/build.sh" tsan session_test client_test pacing_test flowtune-allocator
     ctest --test-dir "$top/build/tsan" --output-on-failure -j "$(nproc)" --timeout 600 -L libflowtune
     continue
   fi
