@@ -23,12 +23,6 @@ namespace flowtune::sim {
 
 using nlohmann::json;
 
-const std::vector<std::string>& figure_names() {
-  static const std::vector<std::string> names = {"overallocation", "normalizers", "update-traffic",
-                                                 "threshold",      "network-size", "convergence",
-                                                 "fairness"};
-  return names;
-}
 
 namespace {
 
@@ -452,26 +446,40 @@ FigureRunner::FigureRunner(FigureOptions options) : impl_(std::make_unique<Impl>
 }
 FigureRunner::~FigureRunner() = default;
 
+namespace {
+
+// One table of figures: the names figure_names() lists and run() dispatches.
+struct Figure {
+  const char* name;
+  json (FigureRunner::Impl::*make)();
+};
+const Figure kFigures[] = {
+    {"overallocation", &FigureRunner::Impl::overallocation},
+    {"normalizers", &FigureRunner::Impl::normalizers},
+    {"update-traffic", &FigureRunner::Impl::update_traffic},
+    {"threshold", &FigureRunner::Impl::threshold},
+    {"network-size", &FigureRunner::Impl::network_size},
+    {"convergence", &FigureRunner::Impl::convergence},
+    {"fairness", &FigureRunner::Impl::fairness},
+};
+
+}  // namespace
+
+const std::vector<std::string>& figure_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& f : kFigures) v.emplace_back(f.name);
+    return v;
+  }();
+  return names;
+}
+
 json FigureRunner::run(const std::string& name) {
-  json out;
   auto t0 = std::chrono::steady_clock::now();
-  if (name == "overallocation") {
-    out = impl_->overallocation();
-  } else if (name == "normalizers") {
-    out = impl_->normalizers();
-  } else if (name == "update-traffic") {
-    out = impl_->update_traffic();
-  } else if (name == "threshold") {
-    out = impl_->threshold();
-  } else if (name == "network-size") {
-    out = impl_->network_size();
-  } else if (name == "convergence") {
-    out = impl_->convergence();
-  } else if (name == "fairness") {
-    out = impl_->fairness();
-  } else {
-    throw std::invalid_argument("unknown figure '" + name + "'");
-  }
+  const auto* f = std::find_if(std::begin(kFigures), std::end(kFigures),
+                               [&](const Figure& x) { return name == x.name; });
+  if (f == std::end(kFigures)) throw std::invalid_argument("unknown figure '" + name + "'");
+  json out = (impl_.get()->*(f->make))();
   out["quick"] = impl_->opt.quick;
   out["seed"] = impl_->opt.seed;
   out["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

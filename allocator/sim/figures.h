@@ -33,8 +33,9 @@ class FigureRunner {
   FigureRunner& operator=(const FigureRunner&) = delete;
   nlohmann::json run(const std::string& name);
 
+ struct Impl;  // the figures themselves (figures.cc)
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -96,6 +96,16 @@ Output run(const std::string& cmd) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
+// True once the allocator holds no flows (every flowlet ended or expired),
+// polled every 10 ms for up to `ms`.
+bool flows_drain(DaemonProcess& daemon, int ms) {
+  for (int waited = 0; waited < ms; waited += 10) {
+    if (daemon.status()["flows"] == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return daemon.status()["flows"] == 0;
+}
+
 class ShimTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -138,13 +148,7 @@ TEST_P(ShimTest, BytesArriveIntactAndTheAllocatorSeesTheFlowlets) {
   // end, removed when its endpoint times out (3 s).
   EXPECT_GE(daemon_.status()["counters"]["rate_updates"].get<int>(), connections_)
       << daemon_.status().dump();
-  EXPECT_TRUE([&] {
-    for (int i = 0; i < 600; ++i) {
-      if (daemon_.status()["flows"] == 0) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }()) << "flowlets not ended: " << daemon_.status().dump();
+  EXPECT_TRUE(flows_drain(daemon_, 6000)) << "flowlets not ended: " << daemon_.status().dump();
 }
 
 TEST_P(ShimTest, WithTheAllocatorDownTheProgramRunsAsWithoutTheShim) {
@@ -171,12 +175,7 @@ TEST(ShimDup, OneSocketThroughTwoFdsIsOneFlowlet) {
                        std::to_string(kBytes));
   ASSERT_EQ(o.status, 0) << o.out;
   ASSERT_EQ(rx.wait(1).size(), 1u);
-  bool gone = false;
-  for (int i = 0; i < 300 && !gone; ++i) {
-    gone = daemon.status()["flows"] == 0;
-    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_TRUE(gone) << daemon.status().dump();
+  ASSERT_TRUE(flows_drain(daemon, 3000)) << daemon.status().dump();
   EXPECT_EQ(daemon.status()["counters"]["ends"].get<int>(), 1) << daemon.status().dump();
 }
 
@@ -236,12 +235,7 @@ class RealProgram : public ::testing::TestWithParam<bool> {
   void expect_scheduled() {
     if (!GetParam()) return;
     EXPECT_GE(daemon_.status()["counters"]["rate_updates"].get<int>(), 1) << daemon_.status().dump();
-    bool gone = false;
-    for (int i = 0; i < 600 && !gone; ++i) {
-      gone = daemon_.status()["flows"] == 0;
-      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    EXPECT_TRUE(gone) << daemon_.status().dump();
+    EXPECT_TRUE(flows_drain(daemon_, 6000)) << daemon_.status().dump();
   }
   std::string listen_ = unique_endpoint();
   DaemonProcess daemon_;
