@@ -69,10 +69,11 @@ s2=$!
 # "pacing_rate CURRENT/MAX" only when SO_MAX_PACING_RATE is set).
 # Also keep the allocator's flow table as it goes: a flowlet that started
 # before its endpoint's hello reaches the allocator in a resync, not as a
-# start, so the start counter alone does not show every flowlet.
+# start, so the start counter alone does not show every flowlet. Sample
+# until both senders are done: either may finish first.
 capped=0
 n=0
-while kill -0 "$s1" 2>/dev/null; do
+while kill -0 "$s1" 2>/dev/null || kill -0 "$s2" 2>/dev/null; do
   if ip netns exec ftsmoke-h1 ss -tin dst 10.77.0.1 2>/dev/null | grep -Eq 'pacing_rate [0-9.]+[KMG]?bps/'; then
     capped=1
   fi
