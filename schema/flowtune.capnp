@@ -49,6 +49,9 @@ struct EndpointEvent {
     end @2 :UInt64;                  # flow key of a flowlet that ended
     heartbeat @3 :Void;
     resync @4 :List(FlowletStart);   # the endpoint's complete live state
+    rateRequest @5 :List(UInt64);    # live flows whose rate the endpoint does not
+                                     # apply (none received, or its lease lapsed):
+                                     # the allocator sends their current rates
   }
 }
 
@@ -87,4 +90,6 @@ struct AllocatorMessage {
   rates @2 :List(RateUpdate);
   leaseRefreshUs @3 :UInt32;  # non-zero: every live rate of the endpoint lasts this long again
   errors @4 :List(ErrorReport);
+  helloAck @5 :Bool;       # a hello in the message answered was accepted: the
+                           # endpoint is registered (a refused one gets errors only)
 }

@@ -167,6 +167,14 @@ EndpointEvent read_event(s::EndpointEvent::Reader r, const Where& where, Budget&
       }
       return out;
     }
+    case s::EndpointEvent::RATE_REQUEST: {
+      auto list = r.getRateRequest();
+      budget.take(list.size(), Where{&where, "rateRequest"});
+      RateRequest out;
+      out.flow_keys.reserve(list.size());
+      for (std::uint64_t key : list) out.flow_keys.push_back(key);
+      return out;
+    }
   }
   throw Failure{DecodeError::kMalformed, where.str() + ": unknown event type"};
 }
@@ -281,6 +289,13 @@ std::vector<std::uint8_t> encode(const EndpointMessage& m) {
                           [&](const Resync& r) {
                             auto list = e.initResync(static_cast<unsigned>(r.flows.size()));
                             for (unsigned j = 0; j < r.flows.size(); ++j) fill(list[j], r.flows[j]);
+                          },
+                          [&](const RateRequest& r) {
+                            auto list =
+                                e.initRateRequest(static_cast<unsigned>(r.flow_keys.size()));
+                            for (unsigned j = 0; j < r.flow_keys.size(); ++j) {
+                              list.set(j, r.flow_keys[j]);
+                            }
                           }},
                m.events[i]);
   }
@@ -293,6 +308,7 @@ std::vector<std::uint8_t> encode(const AllocatorMessage& m) {
   root.setVersion(kProtocolVersion);
   root.setEpoch(m.epoch);
   root.setLeaseRefreshUs(m.lease_refresh_us);
+  root.setHelloAck(m.hello_ack);
   auto rates = root.initRates(static_cast<unsigned>(m.rates.size()));
   for (unsigned i = 0; i < m.rates.size(); ++i) {
     rates[i].setFlowKey(m.rates[i].flow_key);
@@ -336,6 +352,7 @@ DecodeStatus decode(std::span<const std::uint8_t> bytes, AllocatorMessage* out) 
     check_version(root.getVersion(), st);
     m.epoch = root.getEpoch();
     m.lease_refresh_us = root.getLeaseRefreshUs();
+    m.hello_ack = root.getHelloAck();
     auto rates = root.getRates();
     require(rates.size() <= kMaxItemsPerMessage, DecodeError::kBadValue, Where{nullptr, "rates"},
             [] { return std::string(": too many"); });

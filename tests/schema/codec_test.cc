@@ -40,6 +40,7 @@ EndpointMessage every_event() {
   m.events.push_back(FlowletEnd{1});
   m.events.push_back(Heartbeat{});
   m.events.push_back(Resync{{start(5), by_host}});
+  m.events.push_back(RateRequest{{5, 2, 0xffffffffffffULL}});
   return m;
 }
 
@@ -64,6 +65,7 @@ TEST(Codec, AllocatorMessageRoundTrips) {
   in.lease_refresh_us = 200'000;
   in.errors = {{ErrorCode::kUnknownFlow, "flow 9 is not live", 9},
                {ErrorCode::kRateLimited, "slow down", 0}};
+  in.hello_ack = true;
   AllocatorMessage out;
   DecodeStatus st = decode_bytes(encode(in), &out);
   ASSERT_TRUE(st.ok()) << st.detail;

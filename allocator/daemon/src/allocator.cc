@@ -114,6 +114,9 @@ void Allocator::on_message(std::string_view peer, std::span<const std::uint8_t> 
     } else if (const auto* r = std::get_if<wire::Resync>(&ev)) {
       ++counters_.resyncs;
       on_resync(*e, r->flows, now_us);
+    } else if (const auto* q = std::get_if<wire::RateRequest>(&ev)) {
+      ++counters_.rate_requests;
+      on_rate_request(*e, q->flow_keys, now_us);
     }
   }
   if (e != nullptr) {

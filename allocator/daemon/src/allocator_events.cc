@@ -58,7 +58,7 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
         by_peer_[peer_s] = e.idx;
       }
       e.last_heard_us = now_us;
-      (void)pending(e);  // the acknowledgement: a message carrying the epoch
+      pending(e).hello_ack = true;  // the acknowledgement, carrying the epoch
       return;
     }
   }
@@ -90,7 +90,7 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
   by_endpoint_id_[h.endpoint_id] = idx;
   // Acknowledge with a message carrying the epoch: the endpoint learns the
   // allocator's incarnation (and that it is there) before any rate.
-  (void)pending(*endpoints_[idx]);
+  pending(*endpoints_[idx]).hello_ack = true;
   schedule_timer(now_us + config_.lease_refresh_us);
   if (log_ != nullptr && log_->enabled(LogLevel::kDebug)) {
     log_->write(LogLevel::kDebug, "endpoint " + h.endpoint_id + " on host " +
@@ -219,6 +219,28 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
     if (!keep.contains(key)) gone.push_back(id);
   }
   for (alloc::FlowId id : gone) remove_flow(e, id);
+}
+
+// The endpoint does not apply these flows' rates (an update was lost, or its
+// lease lapsed while we were silent): each gets its current rate again,
+// whatever the threshold says, since the threshold compares against what
+// the endpoint was told, not what it applies. A key we do not hold is
+// answered with unknownFlow, which makes the endpoint resync.
+void Allocator::on_rate_request(Endpoint& e, const std::vector<std::uint64_t>& keys,
+                                std::uint64_t now_us) {
+  for (std::uint64_t key : keys) {
+    const auto it = e.flows.find(key);
+    if (it == e.flows.end()) {
+      refuse(e.peer, &e, Cause::kUnknownFlow, "rate request: no live flow with this key", key,
+             now_us);
+      continue;
+    }
+    const alloc::FlowId id = it->second;
+    if (sent_[id] == 0) continue;  // not rated yet: the next iteration sends it
+    sent_[id] = to_bytes_per_sec(engine_->rate_bps(id));
+    pending(e).rates.push_back({key, sent_[id], config_.lease_us});
+    ++counters_.rate_updates;
+  }
 }
 
 void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::FlowSpec& spec,

@@ -41,6 +41,7 @@ json counters_json(const Counters& c) {
           {"ends", c.ends},
           {"heartbeats", c.heartbeats},
           {"resyncs", c.resyncs},
+          {"rate_requests", c.rate_requests},
           {"messages_out", c.messages_out},
           {"bytes_out", c.bytes_out},
           {"send_failures", c.send_failures},

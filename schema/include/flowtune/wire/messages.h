@@ -72,7 +72,16 @@ struct Resync {
   bool operator==(const Resync&) const = default;
 };
 
-using EndpointEvent = std::variant<Hello, FlowletStart, FlowletEnd, Heartbeat, Resync>;
+// Live flows whose rate the endpoint does not apply (it never arrived, or its
+// lease lapsed): the allocator answers with each one's current rate, whatever
+// its update threshold says, or with unknownFlow for a key it does not hold.
+struct RateRequest {
+  std::vector<std::uint64_t> flow_keys;
+  bool operator==(const RateRequest&) const = default;
+};
+
+using EndpointEvent =
+    std::variant<Hello, FlowletStart, FlowletEnd, Heartbeat, Resync, RateRequest>;
 
 struct EndpointMessage {
   std::uint64_t seq = 0;
@@ -111,6 +120,9 @@ struct AllocatorMessage {
   std::vector<RateUpdate> rates;
   std::uint32_t lease_refresh_us = 0;
   std::vector<ErrorReport> errors;
+  // A hello in the message answered was accepted (the endpoint is
+  // registered); a refused hello is answered with errors only.
+  bool hello_ack = false;
   bool operator==(const AllocatorMessage&) const = default;
 };
 

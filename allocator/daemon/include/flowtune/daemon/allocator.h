@@ -154,6 +154,7 @@ class Allocator {
   void on_start(Endpoint& e, const wire::FlowletStart& s, std::uint64_t now_us);
   void on_end(Endpoint& e, std::uint64_t key, std::uint64_t now_us);
   void on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& flows, std::uint64_t now_us);
+  void on_rate_request(Endpoint& e, const std::vector<std::uint64_t>& keys, std::uint64_t now_us);
   void refuse(std::string_view peer, Endpoint* e, Cause c, std::string detail,
               std::uint64_t flow_key, std::uint64_t now_us);
   bool admit_message(Endpoint* e, std::string_view peer, std::uint64_t now_us);

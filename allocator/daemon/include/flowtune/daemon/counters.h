@@ -55,6 +55,7 @@ struct Counters {
   std::uint64_t ends = 0;
   std::uint64_t heartbeats = 0;
   std::uint64_t resyncs = 0;
+  std::uint64_t rate_requests = 0;  // events asking again for rates an endpoint lacks
   std::uint64_t messages_out = 0;
   std::uint64_t bytes_out = 0;
   std::uint64_t send_failures = 0;  // peer gone or its queue full: message dropped
@@ -72,7 +73,7 @@ struct Counters {
   // allocator's share of an endpoint's control-loop latency.
   LatencyHistogram turn_ns;
 
-  std::uint64_t events() const { return hellos + starts + ends + heartbeats + resyncs; }
+  std::uint64_t events() const { return hellos + starts + ends + heartbeats + resyncs + rate_requests; }
   void count(Cause c) { ++errors[static_cast<std::size_t>(c)]; }
 };
 
