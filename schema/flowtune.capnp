@@ -55,10 +55,20 @@ struct EndpointEvent {
   }
 }
 
+# What the endpoint's live reported flows add up to once the message's events
+# are applied: their number and the sum of a 64-bit mix of their keys. Order
+# does not matter and it is kept incrementally on both sides, so the allocator
+# checks every message in O(1) and a lost start or end shows at once.
+struct StateDigest {
+  flows @0 :UInt32;
+  keySum @1 :UInt64;
+}
+
 struct EndpointMessage {
   version @0 :UInt16;
   seq @1 :UInt64;        # per-endpoint message counter, for diagnostics
   events @2 :List(EndpointEvent);
+  digest @3 :StateDigest;  # absent: not checked
 }
 
 struct RateUpdate {
@@ -76,6 +86,7 @@ enum ErrorCode {
   unknownHost @5;
   tooManyFlows @6;
   rateLimited @7;
+  stateMismatch @8;      # the message's digest differs from the allocator's view: resync
 }
 
 struct ErrorReport {
@@ -90,6 +101,13 @@ struct AllocatorMessage {
   rates @2 :List(RateUpdate);
   leaseRefreshUs @3 :UInt32;  # non-zero: every live rate of the endpoint lasts this long again
   errors @4 :List(ErrorReport);
+  # With a lease refresh: what the allocator last told the endpoint, as a
+  # digest of (flow key, rate) over its rated flows, and the seq of the
+  # endpoint's last message it had handled. An endpoint whose own digest
+  # differs, when ackSeq is its latest message (nothing in flight), lost an
+  # update: it asks for its rates again.
+  rateDigest @6 :StateDigest;
+  ackSeq @7 :UInt64;
   helloAck @5 :Bool;       # a hello in the message answered was accepted: the
                            # endpoint is registered (a refused one gets errors only)
 }

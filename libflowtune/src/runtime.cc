@@ -204,6 +204,7 @@ void Runtime::receive() {
     }
     for (const auto& e : m.errors) log(3, "allocator: " + e.text);
     session_.on_message(m, now_us());
+    for (const Notice& n : session_.take_notices()) log(n.level, n.text);
   }
 }
 

@@ -11,9 +11,29 @@ std::string format_ipv4(std::uint32_t ip) {
          std::to_string((ip >> 8) & 255) + "." + std::to_string(ip & 255);
 }
 
+std::uint64_t seed_of(const std::string& s) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a: distinct endpoints, distinct jitter
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  return h | 1;
+}
+
 }  // namespace
 
-Session::Session(SessionConfig config) : config_(std::move(config)), rtt_us_(config_.initial_rtt_us) {}
+const char* to_string(FlowletState s) {
+  switch (s) {
+    case FlowletState::kIdle: return "idle";
+    case FlowletState::kSending: return "sending";
+    case FlowletState::kWatching: return "watching";
+    case FlowletState::kEndAt: return "end-at";
+    case FlowletState::kEndDue: return "end-due";
+    case FlowletState::kDraining: return "draining";
+  }
+  return "?";
+}
+
+Session::Session(SessionConfig config)
+    : config_(std::move(config)), rng_(seed_of(config_.endpoint_id)),
+      rtt_us_(config_.initial_rtt_us) {}
 
 Session::Sock* Session::find(SocketRef s) {
   auto it = sockets_.find(s.packed());
@@ -25,10 +45,29 @@ std::uint64_t Session::rate_of(SocketRef s) const {
   return it == sockets_.end() ? 0 : it->second.rate;
 }
 
+FlowletState Session::state_of(SocketRef s) const {
+  auto it = sockets_.find(s.packed());
+  return it == sockets_.end() ? FlowletState::kIdle : it->second.state;
+}
+
+std::vector<FlowletView> Session::flowlets() const {
+  std::vector<FlowletView> v;
+  for (const auto& [packed, k] : sockets_) {
+    if (k.in_progress()) v.push_back({SocketRef::unpack(packed), k.key, k.rate});
+  }
+  return v;
+}
+
+// ---- sockets ----
+
 void Session::on_register(SocketRef s, const wire::FiveTuple& tuple, std::uint32_t mss,
                           std::uint64_t) {
   Sock& k = sockets_[s.packed()];
-  if (k.active) --active_count_;
+  if (k.in_progress()) --active_count_;
+  if (k.key != 0) {
+    by_key_.erase(k.key);
+    digest_.remove(k.key);
+  }
   k = Sock{};
   k.tuple = tuple;
   // Paced TCP releases at least two segments at a time (64 kB segments on
@@ -43,6 +82,235 @@ void Session::on_unregister(SocketRef s, std::uint64_t now_us) {
   sockets_.erase(s.packed());
 }
 
+void Session::on_begin(SocketRef s, std::uint64_t bytes, float weight, std::uint64_t coflow_id,
+                       std::uint64_t now_us) {
+  Sock* k = find(s);
+  if (k == nullptr) return;  // unregistered meanwhile
+  In in{Input::kBegin, bytes};
+  in.weight = weight;
+  in.coflow_id = coflow_id;
+  step(s, *k, in, now_us);
+}
+
+void Session::on_sent(SocketRef s, std::uint64_t bytes, std::uint64_t now_us) {
+  if (Sock* k = find(s)) step(s, *k, In{Input::kSent, bytes}, now_us);
+}
+
+void Session::on_wrote(SocketRef s, std::uint64_t bytes, std::uint64_t now_us) {
+  Sock* k = find(s);
+  if (k == nullptr) return;
+  const bool extends = k->in_progress();
+  on_begin(s, bytes, extends ? k->weight : 1.0f, extends ? k->coflow_id : 0, now_us);
+  if (extends) --stats_.flowlets_coalesced;  // one flowlet written piecewise, not a new begin
+  on_sent(s, bytes, now_us);
+}
+
+void Session::on_end(SocketRef s, std::uint64_t now_us) {
+  if (Sock* k = find(s)) step(s, *k, In{Input::kEnd}, now_us);
+}
+
+void Session::end_all(std::uint64_t now_us) {
+  for (auto& [packed, k] : sockets_) step(SocketRef::unpack(packed), k, In{Input::kEnd}, now_us);
+}
+
+void Session::on_unsent(SocketRef s, std::uint64_t unsent, std::uint64_t now_us, bool writing) {
+  Sock* k = find(s);
+  if (k == nullptr) return;
+  k->looking = false;
+  In in{Input::kLook, unsent};
+  in.writing = writing;
+  step(s, *k, in, now_us);
+}
+
+// ---- the flowlet state machine ----
+
+void Session::step(SocketRef ref, Sock& k, const In& in, std::uint64_t now_us) {
+  using S = FlowletState;
+  switch (in.kind) {
+    case Input::kBegin:
+      if (k.in_progress()) {
+        extend_flowlet(ref, k, in.bytes, now_us);
+      } else {
+        begin_flowlet(ref, k, in, now_us);
+      }
+      return;
+    case Input::kSent:
+      if (!k.in_progress()) return;
+      k.handed += in.bytes;
+      // Mice too: a flowlet lasts until the socket's queue drains, so a
+      // stream of small writes coalesces (and is reported once it is big
+      // enough). One look at a time: a writer streaming small writes must
+      // not cost the runtime a syscall per write.
+      if (k.state == S::kSending && k.handed >= k.declared) {
+        k.state = S::kWatching;
+        look_now(ref, k);
+      }
+      return;
+    case Input::kLook:
+      on_look(ref, k, in.bytes, in.writing, now_us);
+      return;
+    case Input::kTimer:
+      if (k.due_us == 0 || k.due_us > now_us) return;
+      k.due_us = 0;
+      if (k.state == S::kEndAt) k.state = S::kEndDue;  // one last look, then the end
+      if (k.state == S::kWatching || k.state == S::kEndDue || k.state == S::kDraining) {
+        look_now(ref, k);
+      }
+      return;
+    case Input::kRate:
+      // The rate may bring a pending advance end due sooner.
+      if (k.state == S::kWatching || k.state == S::kEndAt) {
+        k.state = S::kWatching;
+        look_now(ref, k);
+      }
+      return;
+    case Input::kEnd:
+      if (k.in_progress()) end_flowlet(ref, k, now_us);
+      return;
+  }
+}
+
+void Session::begin_flowlet(SocketRef ref, Sock& k, const In& in, std::uint64_t now_us) {
+  ++active_count_;
+  k.state = FlowletState::kSending;
+  k.declared = in.bytes;
+  k.handed = 0;
+  k.weight = in.weight;
+  k.coflow_id = in.coflow_id;
+  k.key = 0;
+  k.refused = false;
+  k.rated = false;
+  k.due_us = 0;
+  k.ask_at_us = 0;
+  if (in.bytes < config_.min_flowlet_bytes) {
+    ++stats_.mice;
+    // A cap still held for the previous flowlet's tail has no flow behind it now.
+    set_rate(ref, k, 0);
+    return;
+  }
+  // A reported flowlet keeps the tail's cap until its own rate arrives: a
+  // conservative start instead of an unpaced one.
+  report_start(ref, k, now_us);
+}
+
+void Session::extend_flowlet(SocketRef ref, Sock& k, std::uint64_t bytes, std::uint64_t now_us) {
+  // Back-to-back transfers on one socket: one flowlet (paper §6). The queue
+  // grows again, so a predicted end no longer holds; the handing-over of
+  // the new bytes brings the next look.
+  k.declared += bytes;
+  k.state = FlowletState::kSending;
+  k.due_us = 0;
+  ++stats_.flowlets_coalesced;
+  if (k.key == 0 && !k.refused && k.declared >= config_.min_flowlet_bytes) {
+    report_start(ref, k, now_us);
+  }
+}
+
+void Session::look_now(SocketRef ref, Sock& k) {
+  k.due_us = 0;
+  if (k.looking) return;  // the look on its way answers this too
+  k.looking = true;
+  drain_queries_.push_back(ref);
+}
+
+void Session::on_look(SocketRef ref, Sock& k, std::uint64_t unsent, bool writing,
+                      std::uint64_t now_us) {
+  using S = FlowletState;
+  switch (k.state) {
+    case S::kIdle:
+    case S::kSending:
+      return;  // bytes are still being handed over: their end brings a look
+    case S::kDraining:
+      // An ended flowlet's cap: lifted once its queue is empty.
+      if (unsent == 0 || k.rate == 0) {
+        set_rate(ref, k, 0);
+        k.state = S::kIdle;
+        k.due_us = 0;
+      } else {
+        k.due_us = now_us + std::max<std::uint64_t>(unsent * 1'000'000 / k.rate / 2, 100);
+      }
+      return;
+    case S::kEndDue:
+    case S::kWatching:
+    case S::kEndAt:
+      break;
+  }
+  if (writing) {
+    // A write call is still handing bytes over: its return reports them and
+    // brings the next look; this one only guards against a call that
+    // returns having taken nothing.
+    k.state = S::kWatching;
+    k.due_us = now_us + std::max<std::uint64_t>(rtt_us_, kWritingRecheckUs);
+    return;
+  }
+  if (k.state == S::kEndDue) {
+    ++stats_.ends_in_advance;
+    end_flowlet(ref, k, now_us);
+    return;
+  }
+  if (unsent == 0) {
+    end_flowlet(ref, k, now_us);  // a mouse ends silently
+    return;
+  }
+  k.state = S::kWatching;
+  if (k.key == 0 || k.rate == 0) {
+    // No rate to predict the drain from: look again after a round trip.
+    k.due_us = now_us + std::max<std::uint64_t>(rtt_us_, 200);
+    return;
+  }
+  const std::uint64_t drain_us = unsent * 1'000'000 / k.rate;
+  if (drain_us <= rtt_us_) {
+    // The last bytes leave within one control round trip: by the time the
+    // allocator acts on the end, the socket is idle (advance end).
+    ++stats_.ends_in_advance;
+    end_flowlet(ref, k, now_us);
+    return;
+  }
+  // The kernel releases a paced queue in bursts of at least two segments,
+  // one burst time apart, so the last steps of the queue are coarse.
+  const std::uint64_t half_burst_us = k.last_burst * 500'000 / k.rate;
+  if (unsent <= k.last_burst) {
+    // The last burst: trust the prediction, and end one RTT plus half a
+    // burst time early, since that burst may leave at any point of its slot.
+    const std::uint64_t lead = rtt_us_ + half_burst_us;
+    k.state = S::kEndAt;
+    k.due_us = std::max<std::uint64_t>(now_us + (drain_us > lead ? drain_us - lead : 0), 1);
+    return;
+  }
+  // Look again halfway to the predicted moment: the real rate differs from
+  // the cap a little (unpaced first segments, payload-only pacing), so the
+  // prediction is refined as the queue shrinks, in log2(drain / RTT) looks.
+  // Never wait more than half a burst's time, so the last burst is seen.
+  k.due_us =
+      now_us + std::max<std::uint64_t>(std::min((drain_us - rtt_us_) / 2, half_burst_us), 100);
+}
+
+void Session::end_flowlet(SocketRef ref, Sock& k, std::uint64_t now_us) {
+  if (k.key != 0) {
+    ++stats_.flowlets_ended;
+    queue_event(wire::FlowletEnd{k.key});
+    by_key_.erase(k.key);
+    digest_.remove(k.key);
+    k.key = 0;
+  }
+  --active_count_;
+  k.ask_at_us = 0;
+  ended_.push_back(ref);
+  // An end comes before the last bytes leave (advance end, or an application
+  // that ends after handing its bytes over): the cap stays until the queue
+  // has drained, so those bytes leave paced instead of in one burst (which
+  // many sockets ending together turn into drops).
+  if (k.rate == 0) {
+    k.state = FlowletState::kIdle;
+    k.due_us = 0;
+    return;
+  }
+  k.state = FlowletState::kDraining;
+  k.due_us = std::max<std::uint64_t>(now_us, 1);
+}
+
+// ---- reports and rates ----
+
 wire::FlowletStart Session::start_of(const Sock& k) const {
   wire::FlowletStart f;
   f.flow_key = k.key;
@@ -56,244 +324,245 @@ wire::FlowletStart Session::start_of(const Sock& k) const {
 void Session::report_start(SocketRef ref, Sock& k, std::uint64_t now_us) {
   k.key = next_key_++;
   by_key_[k.key] = ref.packed();
-  events_.emplace_back(start_of(k));
+  digest_.add(k.key);
+  queue_event(start_of(k));
   k.started_us = now_us;
+  k.ask_backoff_us = std::max<std::uint64_t>(10 * rtt_us_, kFirstAskUs);
+  k.ask_at_us = now_us + k.ask_backoff_us;
   ++stats_.flowlets_started;
 }
 
-void Session::report_end(SocketRef ref, Sock& k) {
-  if (k.key != 0) {
-    ++stats_.flowlets_ended;
-    events_.emplace_back(wire::FlowletEnd{k.key});
-    by_key_.erase(k.key);
-    k.key = 0;
-  }
-  if (k.active) --active_count_;
-  k.active = false;
-  k.end_at_us = 0;
-  k.end_due = false;
-  ended_.push_back(ref);
-  // An end comes before the last bytes leave (advance end, or an application
-  // that ends after handing its bytes over): the cap stays until the queue
-  // has drained, so those bytes leave paced instead of in one burst (which
-  // many sockets ending together turn into drops). A look at the queue at
-  // the next timer decides when to lift it.
-  k.drain_check_us = k.rate != 0 ? 1 : 0;
-}
-
 void Session::set_rate(SocketRef ref, Sock& k, std::uint64_t rate) {
+  if (rate == 0) k.rated = false;
   if (rate == k.rate) return;
   k.rate = rate;
   if (rate == 0) k.lease_until = 0;
   actions_.push_back({ref, rate});
 }
 
-void Session::on_begin(SocketRef s, std::uint64_t bytes, float weight, std::uint64_t coflow_id,
-                       std::uint64_t now_us) {
-  Sock* k = find(s);
-  if (k == nullptr) return;  // unregistered meanwhile
-  if (k->active) {
-    // Back-to-back transfers on one socket: one flowlet (paper §6). The
-    // queue grows again, so a predicted end no longer holds: look at the
-    // queue then instead. A look already scheduled stays (it re-measures).
-    k->declared += bytes;
-    k->end_due = false;
-    if (k->end_at_us != 0) {
-      k->drain_check_us = k->end_at_us;
-      k->end_at_us = 0;
-    }
-    ++stats_.flowlets_coalesced;
-  } else {
-    k->active = true;
-    ++active_count_;
-    k->declared = bytes;
-    k->handed = 0;
-    k->weight = weight;
-    k->coflow_id = coflow_id;
-    k->key = 0;
-    if (bytes < config_.min_flowlet_bytes) ++stats_.mice;
-  }
-  if (k->key == 0 && k->declared >= config_.min_flowlet_bytes) {
-    report_start(s, *k, now_us);
-  }
+void Session::refuse_flow(Sock& k) {
+  // The allocator holds no flow for it: no cap may stay, and it is not
+  // reported again (a later flowlet on the socket tries afresh).
+  by_key_.erase(k.key);
+  digest_.remove(k.key);
+  k.key = 0;
+  k.refused = true;
+  k.ask_at_us = 0;
+  ++stats_.flows_refused;
 }
 
-void Session::on_sent(SocketRef s, std::uint64_t bytes, std::uint64_t now_us) {
-  Sock* k = find(s);
-  if (k == nullptr || !k->active) return;
-  k->handed += bytes;
-  finish_if_handed(s, *k, now_us);
-}
-
-void Session::on_wrote(SocketRef s, std::uint64_t bytes, std::uint64_t now_us) {
-  Sock* k = find(s);
+void Session::on_rate(const wire::RateUpdate& r, std::uint64_t now_us) {
+  auto it = by_key_.find(r.flow_key);
+  if (it == by_key_.end()) return;  // ended meanwhile
+  const SocketRef ref = SocketRef::unpack(it->second);
+  Sock* k = find(ref);
   if (k == nullptr) return;
-  const bool extends = k->active;
-  on_begin(s, bytes, k->active ? k->weight : 1.0f, k->active ? k->coflow_id : 0, now_us);
-  if (extends) --stats_.flowlets_coalesced;  // one flowlet written piecewise, not a new begin
-  on_sent(s, bytes, now_us);
+  k->told = r.bytes_per_sec;
+  std::uint64_t rate = r.bytes_per_sec;
+  if (config_.max_rate_bytes_per_sec != 0) rate = std::min(rate, config_.max_rate_bytes_per_sec);
+  if (rate == 0) rate = 1;  // 0 would mean "no cap"; the allocator never sends it
+  k->lease_until = now_us + r.lease_us;
+  k->rated = true;
+  k->ask_at_us = 0;
+  if (k->started_us != 0) {
+    rtt_us_ = (7 * rtt_us_ + (now_us - k->started_us)) / 8;
+    k->started_us = 0;
+  }
+  set_rate(ref, *k, rate);
+  step(ref, *k, In{Input::kRate}, now_us);
 }
 
-void Session::finish_if_handed(SocketRef ref, Sock& k, std::uint64_t) {
-  if (!k.active || k.handed < k.declared) return;
-  // Mice too: a flowlet lasts until the socket's queue drains, so a stream
-  // of small writes coalesces (and is reported once it is big enough). One
-  // look at the queue at a time: a writer streaming small writes must not
-  // cost the runtime a syscall per write.
-  if (k.drain_check_us != 0 || k.query_pending) return;
-  k.query_pending = true;
-  drain_queries_.push_back(ref);
-}
-
-void Session::on_unsent(SocketRef s, std::uint64_t unsent, std::uint64_t now_us, bool writing) {
-  Sock* k = find(s);
-  if (k != nullptr) k->query_pending = false;
+void Session::on_error(const wire::ErrorReport& e, std::uint64_t now_us) {
+  ++stats_.allocator_errors;
+  using wire::ErrorCode;
+  if (link_ == LinkState::kHelloSent && e.flow_key == 0) return;  // judged with the whole reply
+  if (e.code == ErrorCode::kNotRegistered || e.code == ErrorCode::kRateLimited ||
+      e.code == ErrorCode::kStateMismatch) {
+    // The allocator does not know us, or dropped a message whole: what it
+    // holds may differ from what we have. Resend state (backing off, since
+    // the cause may last).
+    if (link_ != LinkState::kNew) resync_after(now_us, /*backoff=*/true);
+    return;
+  }
+  if (e.flow_key == 0) return;
+  const auto it = by_key_.find(e.flow_key);
+  if (it == by_key_.end()) return;  // about a flowlet that has ended: nothing to repair
+  Sock* k = find(SocketRef::unpack(it->second));
   if (k == nullptr) return;
-  if (!k->active) {
-    // An ended flowlet's cap: lifted once its queue is empty.
-    if (k->rate == 0) return;
-    if (unsent == 0) {
-      set_rate(s, *k, 0);
-    } else {
-      k->drain_check_us = now_us + std::max<std::uint64_t>(unsent * 1'000'000 / k->rate / 2, 100);
-    }
+  if (e.code == ErrorCode::kUnknownFlow) {
+    // A live flowlet the allocator does not hold (its start was lost).
+    if (link_ != LinkState::kNew) resync_after(now_us, /*backoff=*/true);
     return;
   }
-  if (k->handed < k->declared) return;
-  if (writing) {
-    // A write call is still handing bytes over: its return reports them and
-    // brings the next look; this one only guards against a call that
-    // returns having taken nothing.
-    k->end_due = false;
-    k->drain_check_us = now_us + std::max<std::uint64_t>(rtt_us_, kWritingRecheckUs);
-    return;
-  }
-  if (k->end_due) {
-    k->end_due = false;
-    ++stats_.ends_in_advance;
-    report_end(s, *k);
-    return;
-  }
-  if (unsent == 0) {
-    report_end(s, *k);  // a mouse ends silently
-    return;
-  }
-  if (k->key == 0 || k->rate == 0) {
-    // No rate to predict the drain from: look again after a round trip.
-    k->drain_check_us = now_us + std::max<std::uint64_t>(rtt_us_, 200);
-    return;
-  }
-  const std::uint64_t drain_us = unsent * 1'000'000 / k->rate;
-  if (drain_us <= rtt_us_) {
-    // The last bytes leave within one control round trip: by the time the
-    // allocator acts on the end, the socket is idle (advance end).
-    ++stats_.ends_in_advance;
-    report_end(s, *k);
-    return;
-  }
-  // The kernel releases a paced queue in bursts of at least two segments,
-  // one burst time apart, so the last steps of the queue are coarse.
-  const std::uint64_t half_burst_us = k->last_burst * 500'000 / k->rate;
-  if (unsent <= k->last_burst) {
-    // The last burst: trust the prediction, and end one RTT plus half a
-    // burst time early, since that burst may leave at any point of its slot.
-    const std::uint64_t lead = rtt_us_ + half_burst_us;
-    k->end_at_us = now_us + (drain_us > lead ? drain_us - lead : 0);
-    return;
-  }
-  // Look again halfway to the predicted moment: the real rate differs from
-  // the cap a little (unpaced first segments, payload-only pacing), so the
-  // prediction is refined as the queue shrinks, in log2(drain / RTT) looks.
-  // Never wait more than half a burst's time, so the last burst is seen.
-  k->drain_check_us =
-      now_us + std::max<std::uint64_t>(std::min((drain_us - rtt_us_) / 2, half_burst_us), 100);
-}
-
-void Session::on_end(SocketRef s, std::uint64_t) {
-  Sock* k = find(s);
-  if (k == nullptr || !k->active) return;
-  report_end(s, *k);
-}
-
-void Session::end_all(std::uint64_t) {
-  for (auto& [packed, k] : sockets_) {
-    if (k.active) report_end(SocketRef::unpack(packed), k);
-  }
+  refuse_flow(*k);
+  set_rate(SocketRef::unpack(it->second), *k, 0);
 }
 
 void Session::on_message(const wire::AllocatorMessage& m, std::uint64_t now_us) {
-  if (epoch_ != 0 && m.epoch != epoch_) need_resync_ = true;  // the allocator restarted
+  if (epoch_ != 0 && m.epoch != epoch_) {
+    // The allocator restarted: it holds nothing of ours.
+    epoch_ = m.epoch;
+    resync_after(now_us, /*backoff=*/false);
+    return;  // rates and errors of the old incarnation do not apply
+  }
   epoch_ = m.epoch;
   stats_.connected = true;
-  for (const wire::RateUpdate& r : m.rates) {
-    auto it = by_key_.find(r.flow_key);
-    if (it == by_key_.end()) continue;  // ended meanwhile
-    const SocketRef ref = SocketRef::unpack(it->second);
-    Sock* k = find(ref);
-    if (k == nullptr) continue;
-    std::uint64_t rate = r.bytes_per_sec;
-    if (config_.max_rate_bytes_per_sec != 0) rate = std::min(rate, config_.max_rate_bytes_per_sec);
-    k->lease_until = now_us + r.lease_us;
-    if (k->started_us != 0) {
-      rtt_us_ = (7 * rtt_us_ + (now_us - k->started_us)) / 8;
-      k->started_us = 0;
-    }
-    set_rate(ref, *k, rate);
-    // The rate may bring a pending advance end due sooner.
-    if (k->active && k->handed >= k->declared && !k->query_pending) {
-      k->query_pending = true;
-      drain_queries_.push_back(ref);
+  if (link_ == LinkState::kHelloSent) {
+    if (m.hello_ack) {
+      link_ = LinkState::kRegistered;
+      backoff_us_ = 0;
+      if (refusal_told_) notices_.push_back({2, "the allocator accepted this endpoint"});
+      refusal_told_ = false;
+    } else if (!m.errors.empty()) {
+      // Refused (unknown host, too many endpoints, or our hello was dropped):
+      // try again later, backing off, and tell the program once.
+      ++stats_.hellos_refused;
+      if (!refusal_told_) {
+        refusal_told_ = true;
+        notices_.push_back({1, "the allocator refused this endpoint (host \"" + config_.host +
+                                   "\"): " + m.errors.front().text +
+                                   "; retrying with backoff, sockets run unpaced meanwhile"});
+      }
+      resync_after(now_us, /*backoff=*/true);
     }
   }
+  for (const wire::RateUpdate& r : m.rates) on_rate(r, now_us);
   if (m.lease_refresh_us != 0) {
+    // Only flows the allocator holds: a refused or ended flowlet's cap must
+    // not live on because others do.
     for (auto& [packed, k] : sockets_) {
-      if (k.rate != 0) k.lease_until = now_us + m.lease_refresh_us;
+      if (k.rated && k.key != 0 && k.in_progress()) k.lease_until = now_us + m.lease_refresh_us;
     }
   }
-  for (const wire::ErrorReport& e : m.errors) {
-    ++stats_.allocator_errors;
-    if (e.code == wire::ErrorCode::kNotRegistered) need_resync_ = true;
+  for (const wire::ErrorReport& e : m.errors) on_error(e, now_us);
+  if (m.rate_digest && m.ack_seq == seq_ && link_ == LinkState::kRegistered) {
+    check_rates(*m.rate_digest, now_us);
   }
 }
 
+// The allocator's digest of the rates it told us, sent when nothing of ours
+// was in flight (its ack_seq is our last message): a difference means an
+// update was lost, so every reported flowlet asks for its rate again.
+void Session::check_rates(const wire::StateDigest& told, std::uint64_t now_us) {
+  wire::StateDigest have;
+  for (const auto& [packed, k] : sockets_) {
+    if (k.key != 0 && k.rated && k.in_progress()) have.add_rate(k.key, k.told);
+  }
+  if (have == told) return;
+  ++stats_.rate_mismatches;
+  for (auto& [packed, k] : sockets_) {
+    if (k.key != 0 && k.in_progress()) {
+      k.rated = false;  // until the answer comes; the cap stays meanwhile
+      k.ask_backoff_us = std::max<std::uint64_t>(10 * rtt_us_, kFirstAskUs);
+      k.ask_at_us = now_us;
+    }
+  }
+}
+
+// ---- registration and repair ----
+
+std::uint64_t Session::next_backoff(std::uint64_t b) {
+  return b == 0 ? kMinBackoffUs : std::min(2 * b, kMaxBackoffUs);
+}
+
+std::uint64_t Session::jittered(std::uint64_t backoff_us) {
+  rng_ ^= rng_ << 13;  // xorshift64: deterministic per endpoint id, no syscalls
+  rng_ ^= rng_ >> 7;
+  rng_ ^= rng_ << 17;
+  const std::uint64_t half = backoff_us / 2;
+  return half + (half == 0 ? 0 : rng_ % (half + 1));
+}
+
+void Session::resync_after(std::uint64_t now_us, bool backoff) {
+  if (link_ == LinkState::kNew && retry_at_us_ > now_us) return;  // one is already scheduled
+  link_ = LinkState::kNew;
+  events_.clear();  // the resync carries state: history is moot
+  if (backoff) {
+    backoff_us_ = next_backoff(backoff_us_);
+    retry_at_us_ = now_us + jittered(backoff_us_);
+  } else {
+    retry_at_us_ = 0;
+  }
+}
+
+void Session::on_send_failed(std::uint64_t now_us) {
+  link_ = LinkState::kNew;
+  events_.clear();
+  retry_at_us_ = now_us + kRetryUs;
+}
+
+void Session::on_overflow(std::uint64_t now_us) { resync_after(now_us, /*backoff=*/false); }
+
+void Session::queue_event(wire::EndpointEvent e) {
+  // Before the hello goes out, the resync that follows it carries the state.
+  if (link_ == LinkState::kNew) return;
+  events_.push_back(std::move(e));
+}
+
+std::size_t Session::items_of(const wire::EndpointEvent& e) {
+  if (const auto* r = std::get_if<wire::RateRequest>(&e)) return 1 + r->flow_keys.size();
+  if (const auto* r = std::get_if<wire::Resync>(&e)) return 1 + r->flows.size();
+  return 1;
+}
+
 void Session::on_timer(std::uint64_t now_us) {
+  std::vector<std::uint64_t> ask;
   for (auto& [packed, k] : sockets_) {
     const SocketRef ref = SocketRef::unpack(packed);
     if (k.rate != 0 && k.lease_until <= now_us) {
-      // The allocator went quiet: back to plain TCP until it speaks again.
+      // The allocator went quiet: back to plain TCP until it speaks again,
+      // and ask for the rate at once (it is sent when it answers).
       ++stats_.leases_lapsed;
       set_rate(ref, k, 0);
-    }
-    if (k.drain_check_us != 0 && k.drain_check_us <= now_us) {
-      k.drain_check_us = 0;
-      if (!k.query_pending) {
-        k.query_pending = true;
-        drain_queries_.push_back(ref);
+      if (k.state == FlowletState::kDraining) {
+        k.state = FlowletState::kIdle;
+        k.due_us = 0;
+      } else if (k.key != 0) {
+        k.ask_backoff_us = std::max<std::uint64_t>(10 * rtt_us_, kFirstAskUs);
+        k.ask_at_us = now_us;
       }
     }
-    if (k.end_at_us != 0 && k.end_at_us <= now_us && k.active) {
-      // Due: one last look, which ends it unless a write call is under way.
-      k.end_at_us = 0;
-      k.end_due = true;
-      if (!k.query_pending) {
-        k.query_pending = true;
-        drain_queries_.push_back(ref);
+    step(ref, k, In{Input::kTimer}, now_us);
+    if (k.ask_at_us != 0 && k.ask_at_us <= now_us) {
+      if (k.key != 0 && !k.rated && k.in_progress()) {
+        ask.push_back(k.key);
+        k.ask_at_us = now_us + k.ask_backoff_us;
+        k.ask_backoff_us = std::min(2 * k.ask_backoff_us, config_.heartbeat_us);
+      } else {
+        k.ask_at_us = 0;
       }
     }
   }
-  if (retry_at_us_ != 0 && now_us >= retry_at_us_) retry_at_us_ = 0;  // take_message resyncs
-  if (hello_sent_ && now_us >= last_sent_us_ + config_.heartbeat_us && events_.empty()) {
+  if (!ask.empty() && link_ != LinkState::kNew) {
+    stats_.rate_requests += ask.size();
+    for (std::size_t i = 0; i < ask.size(); i += kMaxAskKeys) {
+      const std::size_t n = std::min(kMaxAskKeys, ask.size() - i);
+      queue_event(wire::RateRequest{{ask.begin() + static_cast<std::ptrdiff_t>(i),
+                                     ask.begin() + static_cast<std::ptrdiff_t>(i + n)}});
+    }
+  }
+  if (link_ == LinkState::kHelloSent && now_us >= hello_at_us_ + config_.heartbeat_us) {
+    // No answer to the hello (it or its reply was lost): say it again.
+    resync_after(now_us, /*backoff=*/true);
+  }
+  if (link_ != LinkState::kNew && now_us >= last_sent_us_ + config_.heartbeat_us &&
+      events_.empty()) {
     events_.emplace_back(wire::Heartbeat{});
   }
 }
 
 std::uint64_t Session::next_timer_us() const {
-  std::uint64_t next = hello_sent_ ? last_sent_us_ + config_.heartbeat_us : UINT64_MAX;
-  if (retry_at_us_ != 0) next = std::min(next, retry_at_us_);
+  std::uint64_t next = UINT64_MAX;
+  if (link_ == LinkState::kNew) {
+    if (retry_at_us_ != 0) next = retry_at_us_;
+  } else {
+    next = last_sent_us_ + config_.heartbeat_us;
+    if (link_ == LinkState::kHelloSent) next = std::min(next, hello_at_us_ + config_.heartbeat_us);
+  }
   for (const auto& [packed, k] : sockets_) {
     if (k.rate != 0) next = std::min(next, k.lease_until);
-    if (k.drain_check_us != 0) next = std::min(next, k.drain_check_us);
-    if (k.end_at_us != 0) next = std::min(next, k.end_at_us);
+    if (k.due_us != 0) next = std::min(next, k.due_us);
+    if (k.ask_at_us != 0) next = std::min(next, k.ask_at_us);
   }
   return next;
 }
@@ -301,24 +570,33 @@ std::uint64_t Session::next_timer_us() const {
 std::optional<wire::EndpointMessage> Session::take_message(std::uint64_t now_us) {
   if (config_.host.empty()) return std::nullopt;  // no identity yet: nothing to say
   wire::EndpointMessage m;
-  if (!hello_sent_ || need_resync_) {
+  if (link_ == LinkState::kNew) {
+    if (retry_at_us_ > now_us) return std::nullopt;  // backing off
     // State, not history: the resync carries every live reported flowlet,
     // which covers any start or end still queued.
-    if (hello_sent_) ++stats_.resyncs;
+    if (said_hello_) ++stats_.resyncs;
     m.events.emplace_back(wire::Hello{config_.endpoint_id, config_.host});
     wire::Resync r;
-    for (const auto& [packed, k] : sockets_) {
-      if (k.active && k.key != 0 && r.flows.size() < wire::kMaxResyncFlows) {
+    for (auto& [packed, k] : sockets_) {
+      if (k.in_progress() && k.key != 0 && r.flows.size() < wire::kMaxResyncFlows) {
         r.flows.push_back(start_of(k));
+        // The allocator resends every resynced flow's rate; ask only if it does not.
+        if (!k.rated) k.ask_at_us = now_us + std::max<std::uint64_t>(10 * rtt_us_, kFirstAskUs);
       }
     }
     m.events.emplace_back(std::move(r));
     events_.clear();
-    hello_sent_ = true;
-    need_resync_ = false;
+    said_hello_ = true;
+    link_ = LinkState::kHelloSent;
+    hello_at_us_ = now_us;
+    retry_at_us_ = 0;
   } else if (!events_.empty()) {
-    // Split what does not fit one message; the rest goes next time.
-    const std::size_t n = std::min(events_.size(), wire::kMaxItemsPerMessage);
+    // Split what does not fit one message (the decoder counts each event
+    // and each entry of its lists); the rest goes next time.
+    std::size_t n = 0, items = 0;
+    while (n < events_.size() && items + items_of(events_[n]) <= wire::kMaxItemsPerMessage) {
+      items += items_of(events_[n++]);
+    }
     m.events.assign(std::make_move_iterator(events_.begin()),
                     std::make_move_iterator(events_.begin() + static_cast<std::ptrdiff_t>(n)));
     events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(n));
@@ -326,6 +604,7 @@ std::optional<wire::EndpointMessage> Session::take_message(std::uint64_t now_us)
     return std::nullopt;
   }
   m.seq = ++seq_;
+  m.digest = digest_;
   last_sent_us_ = now_us;
   return m;
 }
@@ -345,6 +624,12 @@ std::vector<SocketRef> Session::take_ended() {
 std::vector<SocketRef> Session::take_drain_queries() {
   std::vector<SocketRef> out;
   out.swap(drain_queries_);
+  return out;
+}
+
+std::vector<Notice> Session::take_notices() {
+  std::vector<Notice> out;
+  out.swap(notices_);
   return out;
 }
 

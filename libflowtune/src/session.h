@@ -7,12 +7,52 @@
 // extends it (coalescing); flowlets below min_flowlet_bytes are mice and are
 // never reported unless coalescing grows them past it. When every declared
 // byte has been handed to the kernel, the session asks the runtime for the
-// bytes the kernel has not yet sent and sends the end once they will drain
-// within one control round trip at the current rate (advance end).
+// bytes the kernel has not yet sent ("a look") and sends the end once they
+// will drain within one control round trip at the current rate (advance end).
 //
-// Robustness (§5.1): rates are leases and lapse to "no cap"; a reply with a
-// new epoch, or a notRegistered error, makes the session resend its whole
-// state (hello + resync), never a history of events.
+// A socket's flowlet is in exactly one FlowletState; every input goes through
+// one transition function, step(). Legal states and transitions:
+//
+//   kIdle      no flowlet, no cap of ours.
+//              Begin -> kSending (reported if >= min_flowlet_bytes, else a mouse)
+//   kSending   in progress, bytes declared but not all handed to the kernel.
+//              Begin: extend.  Sent (all handed) -> kWatching, look now.
+//              End -> kDraining (cap held) or kIdle (no cap).
+//   kWatching  in progress, all handed: look at the queue at `due_us`.
+//              Begin -> kSending.  Look: drained -> end (kDraining/kIdle);
+//              drains within an RTT -> end in advance; last burst -> kEndAt;
+//              else look again later.  Rate: look now.  End -> as kSending.
+//   kEndAt     the last burst is queued: the end is predicted for `due_us`.
+//              Timer -> kEndDue, look now.  Begin -> kSending.  Look/Rate: as
+//              kWatching (re-predict).  End -> as kSending.
+//   kEndDue    the predicted end is due: the look on its way ends it, unless
+//              a write call is under way (-> kWatching, recheck).
+//   kDraining  ended (end sent if reported); the cap stays until the queue is
+//              empty, so the last bytes leave paced. Look: empty -> kIdle,
+//              else look again.  Begin -> kSending (a new flowlet).
+//
+// A look is one outstanding ioctl at most (`looking`); its answer comes back
+// through on_unsent(). Orthogonal to the phase, a flowlet in progress is
+// *reported* (key != 0: the allocator holds it), a *mouse* (key == 0), or
+// *refused* (the allocator said it will not schedule it: it runs uncapped).
+//
+// Agreement with the allocator (docs/wire.md, "repair rules"): every loss
+// signal repairs, never silence.
+//   - New epoch, notRegistered, rateLimited (the allocator dropped a message
+//     whole), stateMismatch (every message carries a digest of the live
+//     reported flows; the allocator compares it with what it holds, so a
+//     lost start or end shows on the next message), unknownFlow for a live
+//     key, an event queue overflow in the runtime: resend state (hello +
+//     resync), with exponential backoff and jitter when it repeats.
+//   - A refused hello (no helloAck, errors): retried with backoff + jitter;
+//     the program is told once (take_notices()).
+//   - A refused flow (an error carrying a live flowlet's key): that socket's
+//     cap is removed and the flowlet runs unscheduled.
+//   - A reported flowlet without a rate applied (none arrived, or its lease
+//     lapsed while the allocator was silent): it asks again (rateRequest),
+//     with backoff, until a rate comes; the allocator answers with the
+//     current rate whatever its update threshold says.
+//   - Lease refreshes extend only caps of flowlets the allocator holds.
 #pragma once
 
 #include <cstdint>
@@ -50,7 +90,34 @@ struct SessionStats {
   std::uint64_t resyncs = 0;
   std::uint64_t allocator_errors = 0;
   std::uint64_t leases_lapsed = 0;
+  std::uint64_t rate_requests = 0;   // flows asked for again (no rate applied)
+  std::uint64_t flows_refused = 0;   // flowlets the allocator would not schedule
+  std::uint64_t hellos_refused = 0;  // hellos answered without an acknowledgement
+  std::uint64_t rate_mismatches = 0; // the allocator's rate digest differed: rates asked again
   bool connected = false;
+};
+
+// Something the program should be told (once, not per retry).
+struct Notice {
+  int level;  // as ft_config.log_level: 1 warnings, 2 information
+  std::string text;
+};
+
+// One live flowlet as the session sees it (tests, diagnostics).
+struct FlowletView {
+  SocketRef socket;
+  std::uint64_t key;   // 0: not reported (mouse or refused)
+  std::uint64_t rate;  // cap applied, bytes/s (0 = none)
+};
+
+enum class FlowletState : std::uint8_t { kIdle, kSending, kWatching, kEndAt, kEndDue, kDraining };
+const char* to_string(FlowletState s);
+
+// How the endpoint stands with the allocator.
+enum class LinkState : std::uint8_t {
+  kNew,         // hello + resync due (at retry_at, after a backoff)
+  kHelloSent,   // waiting for the helloAck
+  kRegistered,  // acknowledged in this epoch
 };
 
 class Session {
@@ -58,6 +125,17 @@ class Session {
   // Below this many unsent bytes (or two of the socket's segments, if more)
   // the drain is predicted, not observed (see on_unsent).
   static constexpr std::uint64_t kLastBurstBytes = 64 * 1024;
+  static constexpr std::uint64_t kRetryUs = 50'000;
+  // How soon to look again at a socket whose write call is in progress.
+  static constexpr std::uint64_t kWritingRecheckUs = 5'000;
+  // Backoff for repeated repairs (resync, hello, rate request): doubles from
+  // the first to the last, each wait jittered over its upper half.
+  static constexpr std::uint64_t kMinBackoffUs = 10'000;
+  static constexpr std::uint64_t kMaxBackoffUs = 10'000'000;
+  // A reported flowlet with no rate after this long (or 10 RTTs) asks again.
+  static constexpr std::uint64_t kFirstAskUs = 10'000;
+  // Flow keys per rateRequest event (a message holds kMaxItemsPerMessage items).
+  static constexpr std::size_t kMaxAskKeys = 1024;
 
   explicit Session(SessionConfig config);
 
@@ -76,19 +154,16 @@ class Session {
   void end_all(std::uint64_t now_us);
   void on_message(const wire::AllocatorMessage& m, std::uint64_t now_us);
   // A message could not be handed to the transport: resend state soon.
-  void on_send_failed(std::uint64_t now_us) {
-    need_resync_ = true;
-    retry_at_us_ = now_us + kRetryUs;
-  }
-  static constexpr std::uint64_t kRetryUs = 50'000;
-  // How soon to look again at a socket whose write call is in progress.
-  static constexpr std::uint64_t kWritingRecheckUs = 5'000;
-  // Answer to a drain query: bytes the kernel has not sent yet, and whether
-  // the application is inside a write call on the socket (its bytes are not
+  void on_send_failed(std::uint64_t now_us);
+  // Events were lost before they reached the session (the runtime's queue
+  // overflowed): the allocator's view may be wrong, so resend state.
+  void on_overflow(std::uint64_t now_us);
+  // Answer to a look: bytes the kernel has not sent yet, and whether the
+  // application is inside a write call on the socket (its bytes are not
   // counted yet, so the flowlet is not over).
   void on_unsent(SocketRef s, std::uint64_t unsent_bytes, std::uint64_t now_us,
                  bool writing = false);
-  // Heartbeats, lease expiry, drain checks due at now_us.
+  // Heartbeats, lease expiry, looks, predicted ends and rate requests due at now_us.
   void on_timer(std::uint64_t now_us);
   std::uint64_t next_timer_us() const;
 
@@ -98,10 +173,14 @@ class Session {
   std::vector<SocketRef> take_drain_queries();
   // Sockets whose flowlet the session ended since the last call.
   std::vector<SocketRef> take_ended();
+  std::vector<Notice> take_notices();
 
   const SessionStats& stats() const { return stats_; }
   // The cap in force on a socket (bytes/s, 0 = none).
   std::uint64_t rate_of(SocketRef s) const;
+  FlowletState state_of(SocketRef s) const;
+  LinkState link_state() const { return link_; }
+  std::vector<FlowletView> flowlets() const;  // flowlets in progress
   std::uint64_t rtt_us() const { return rtt_us_; }
   // Flowlets in progress (kept as they start and end: the runtime asks on
   // every wake-up).
@@ -111,44 +190,83 @@ class Session {
   struct Sock {
     wire::FiveTuple tuple;
     std::uint64_t last_burst = kLastBurstBytes;  // see on_unsent
+    FlowletState state = FlowletState::kIdle;
     std::uint64_t key = 0;        // reported flowlet's key; 0 = none reported
+    bool refused = false;         // the allocator will not schedule this flowlet
     std::uint64_t declared = 0;   // bytes declared by begins of this flowlet
     std::uint64_t handed = 0;     // bytes handed to the kernel
-    bool active = false;          // a flowlet (reported or mouse) is in progress
-    bool end_sent = false;        // reported flowlet ended (maybe in advance)
     float weight = 1;
     std::uint64_t coflow_id = 0;
     std::uint64_t rate = 0;          // cap applied, bytes/s
+    // The cap is this flowlet's own rate (not the previous flowlet's, kept
+    // for its tail, nor none): only then does a lease refresh extend it, and
+    // until then the flowlet asks for its rate.
+    bool rated = false;
+    std::uint64_t told = 0;  // the allocator's last rate for it (before our own cap)
     std::uint64_t lease_until = 0;   // when the cap lapses
     std::uint64_t started_us = 0;    // start sent (for the RTT estimate)
-    std::uint64_t drain_check_us = 0;  // 0: none scheduled
-    std::uint64_t end_at_us = 0;       // predicted: send the end then (0: none)
-    bool query_pending = false;        // a look at the queue is on its way
-    bool end_due = false;              // the predicted end is due: end at the next look
+    std::uint64_t due_us = 0;        // the state's deadline (look, predicted end); 0 = none
+    bool looking = false;            // a look at the queue is on its way
+    std::uint64_t ask_at_us = 0;     // ask for the rate then (0: not wanted)
+    std::uint64_t ask_backoff_us = 0;
+    bool in_progress() const {
+      return state != FlowletState::kIdle && state != FlowletState::kDraining;
+    }
   };
+
+  // The inputs of the flowlet state machine.
+  enum class Input : std::uint8_t { kBegin, kSent, kLook, kTimer, kRate, kEnd };
+  struct In {
+    Input kind;
+    std::uint64_t bytes = 0;   // kBegin, kSent; kLook: unsent bytes
+    bool writing = false;      // kLook
+    float weight = 1;          // kBegin
+    std::uint64_t coflow_id = 0;
+  };
+  void step(SocketRef ref, Sock& k, const In& in, std::uint64_t now_us);
+  void on_look(SocketRef ref, Sock& k, std::uint64_t unsent, bool writing, std::uint64_t now_us);
+  void begin_flowlet(SocketRef ref, Sock& k, const In& in, std::uint64_t now_us);
+  void extend_flowlet(SocketRef ref, Sock& k, std::uint64_t bytes, std::uint64_t now_us);
+  void look_now(SocketRef ref, Sock& k);
+  void end_flowlet(SocketRef ref, Sock& k, std::uint64_t now_us);
 
   Sock* find(SocketRef s);
   wire::FlowletStart start_of(const Sock& k) const;
   void report_start(SocketRef ref, Sock& k, std::uint64_t now_us);
-  void report_end(SocketRef ref, Sock& k);
   void set_rate(SocketRef ref, Sock& k, std::uint64_t rate);
-  void finish_if_handed(SocketRef ref, Sock& k, std::uint64_t now_us);
+  void refuse_flow(Sock& k);
+  void on_error(const wire::ErrorReport& e, std::uint64_t now_us);
+  void on_rate(const wire::RateUpdate& r, std::uint64_t now_us);
+  void check_rates(const wire::StateDigest& told, std::uint64_t now_us);
+
+  // Registration and repair.
+  void resync_after(std::uint64_t now_us, bool backoff);
+  std::uint64_t jittered(std::uint64_t backoff_us);
+  static std::uint64_t next_backoff(std::uint64_t b);
+  void queue_event(wire::EndpointEvent e);
+  static std::size_t items_of(const wire::EndpointEvent& e);
 
   SessionConfig config_;
   std::unordered_map<std::uint64_t, Sock> sockets_;           // by SocketRef::packed()
   std::unordered_map<std::uint64_t, std::uint64_t> by_key_;   // flow key -> SocketRef::packed()
+  wire::StateDigest digest_;  // of by_key_'s keys: sent with every message
   std::uint64_t next_key_ = 1;
   std::size_t active_count_ = 0;
   std::uint64_t epoch_ = 0;
-  bool hello_sent_ = false;
-  bool need_resync_ = false;
-  std::uint64_t retry_at_us_ = 0;  // a failed send is retried then (0: none)
+  LinkState link_ = LinkState::kNew;
+  bool said_hello_ = false;        // a hello went out once (resyncs are counted after)
+  std::uint64_t retry_at_us_ = 0;  // kNew: hello + resync not before then
+  std::uint64_t backoff_us_ = 0;   // last repair backoff (0: none in a row)
+  std::uint64_t hello_at_us_ = 0;  // when the last hello went out
+  bool refusal_told_ = false;      // the program heard of the current refusal
+  std::uint64_t rng_;
   std::uint64_t last_sent_us_ = 0;
   std::uint64_t rtt_us_;
   std::vector<wire::EndpointEvent> events_;
   std::vector<PacingAction> actions_;
   std::vector<SocketRef> drain_queries_;
   std::vector<SocketRef> ended_;
+  std::vector<Notice> notices_;
   std::uint64_t seq_ = 0;
   SessionStats stats_;
 };

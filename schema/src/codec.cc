@@ -258,6 +258,7 @@ const char* to_string(ErrorCode c) {
     case ErrorCode::kUnknownHost: return "unknown-host";
     case ErrorCode::kTooManyFlows: return "too-many-flows";
     case ErrorCode::kRateLimited: return "rate-limited";
+    case ErrorCode::kStateMismatch: return "state-mismatch";
   }
   return "?";
 }
@@ -275,6 +276,11 @@ std::vector<std::uint8_t> encode(const EndpointMessage& m) {
   auto root = b.initRoot<s::EndpointMessage>();
   root.setVersion(kProtocolVersion);
   root.setSeq(m.seq);
+  if (m.digest) {
+    auto d = root.initDigest();
+    d.setFlows(m.digest->flows);
+    d.setKeySum(m.digest->key_sum);
+  }
   auto events = root.initEvents(static_cast<unsigned>(m.events.size()));
   for (unsigned i = 0; i < m.events.size(); ++i) {
     auto e = events[i];
@@ -309,6 +315,12 @@ std::vector<std::uint8_t> encode(const AllocatorMessage& m) {
   root.setEpoch(m.epoch);
   root.setLeaseRefreshUs(m.lease_refresh_us);
   root.setHelloAck(m.hello_ack);
+  root.setAckSeq(m.ack_seq);
+  if (m.rate_digest) {
+    auto d = root.initRateDigest();
+    d.setFlows(m.rate_digest->flows);
+    d.setKeySum(m.rate_digest->key_sum);
+  }
   auto rates = root.initRates(static_cast<unsigned>(m.rates.size()));
   for (unsigned i = 0; i < m.rates.size(); ++i) {
     rates[i].setFlowKey(m.rates[i].flow_key);
@@ -334,6 +346,10 @@ DecodeStatus decode(std::span<const std::uint8_t> bytes, EndpointMessage* out) {
     budget.take(events.size(), Where{nullptr, "events"});
     budget.items = 0;  // counted again per event below
     m.seq = root.getSeq();
+    if (root.hasDigest()) {
+      auto d = root.getDigest();
+      m.digest = StateDigest{d.getFlows(), d.getKeySum()};
+    }
     m.events.reserve(events.size());
     for (unsigned i = 0; i < events.size(); ++i) {
       m.events.push_back(
@@ -353,6 +369,11 @@ DecodeStatus decode(std::span<const std::uint8_t> bytes, AllocatorMessage* out) 
     m.epoch = root.getEpoch();
     m.lease_refresh_us = root.getLeaseRefreshUs();
     m.hello_ack = root.getHelloAck();
+    m.ack_seq = root.getAckSeq();
+    if (root.hasRateDigest()) {
+      auto d = root.getRateDigest();
+      m.rate_digest = StateDigest{d.getFlows(), d.getKeySum()};
+    }
     auto rates = root.getRates();
     require(rates.size() <= kMaxItemsPerMessage, DecodeError::kBadValue, Where{nullptr, "rates"},
             [] { return std::string(": too many"); });
@@ -364,7 +385,7 @@ DecodeStatus decode(std::span<const std::uint8_t> bytes, AllocatorMessage* out) 
       auto e = errors[i];
       auto code = static_cast<std::uint16_t>(e.getCode());
       const Where where{nullptr, "errors", static_cast<long>(i)};
-      require(code <= static_cast<std::uint16_t>(ErrorCode::kRateLimited), DecodeError::kBadValue,
+      require(code <= static_cast<std::uint16_t>(ErrorCode::kStateMismatch), DecodeError::kBadValue,
               where, [&] { return ".code = " + std::to_string(code) + " unknown"; });
       m.errors.push_back({static_cast<ErrorCode>(code), text(e.getText(), Where{&where, "text"}),
                           e.getFlowKey()});

@@ -44,6 +44,7 @@ class SessionTest : public ::testing::Test {
     wire::AllocatorMessage m;
     m.epoch = epoch;
     m.rates = std::move(r);
+    m.hello_ack = true;  // harmless once registered
     return m;
   }
   std::unique_ptr<Session> s_;
@@ -180,7 +181,8 @@ TEST_F(SessionTest, EndIsSentInAdvanceWhenTheQueueDrainsWithinARoundTrip) {
   // is lifted once a look at the queue finds it empty.
   EXPECT_TRUE(s_->take_actions().empty());
   EXPECT_EQ(s_->rate_of(kSock), 10'000'000u);
-  EXPECT_EQ(s_->next_timer_us(), 1u);  // look at the queue at once
+  EXPECT_LE(s_->next_timer_us(), now_);  // look at the queue at once
+  EXPECT_EQ(s_->state_of(kSock), FlowletState::kDraining);
   s_->on_timer(now_);
   ASSERT_EQ(s_->take_drain_queries().size(), 1u);
   s_->on_unsent(kSock, 20'000, now_);  // 2 ms at 10 MB/s: look again in 1 ms
@@ -247,10 +249,16 @@ TEST_F(SessionTest, NewEpochOrNotRegisteredMakesItResendState) {
   ASSERT_EQ(of<wire::Resync>(ev).size(), 1u);
   EXPECT_EQ(of<wire::Resync>(ev)[0].flows.size(), 1u);
   EXPECT_EQ(s_->stats().resyncs, 1u);
-  // Same after a notRegistered error.
+  s_->on_message(rates({}, 10), now_);  // acknowledged
+  // Same after a notRegistered error, after a short backoff (it may repeat).
   wire::AllocatorMessage err = rates({}, 10);
+  err.hello_ack = false;
   err.errors.push_back({wire::ErrorCode::kNotRegistered, "who?", 0});
   s_->on_message(err, now_);
+  EXPECT_TRUE(said().empty());
+  EXPECT_LE(s_->next_timer_us(), now_ + Session::kMinBackoffUs);
+  now_ += Session::kMinBackoffUs;
+  s_->on_timer(now_);
   ev = said();
   EXPECT_EQ(of<wire::Resync>(ev).size(), 1u);
   EXPECT_EQ(s_->stats().resyncs, 2u);
@@ -285,12 +293,234 @@ TEST_F(SessionTest, HeartbeatsKeepTheEndpointAliveAndRatesAreCappedAtTheHostLink
   EXPECT_EQ(std::get<wire::Hello>(m->events[0]).host_id, "h0");
   const auto key = std::get<wire::Resync>(m->events[1]).flows[0].flow_key;
   s.on_message(rates({{key, 5000, 1'000'000}}), now_);
+  EXPECT_EQ(s.link_state(), LinkState::kRegistered);
   EXPECT_EQ(s.rate_of(kSock), 1000u);
   now_ += 150;
   s.on_timer(now_);
   m = s.take_message(now_);
   ASSERT_TRUE(m);
   EXPECT_TRUE(std::holds_alternative<wire::Heartbeat>(m->events.at(0)));
+}
+
+// ---- repair rules: every loss signal repairs (docs/wire.md) ----
+
+class RepairTest : public SessionTest {
+ protected:
+  // A registered session with one reported flowlet on kSock, rated.
+  std::uint64_t registered_with_rate(std::uint64_t rate = 50'000) {
+    s_->on_begin(kSock, 1'000'000, 1, 0, now_);
+    const std::uint64_t key = of<wire::Resync>(said()).at(0).flows.at(0).flow_key;
+    s_->on_message(rates({{key, rate, 1'000'000}}), now_);
+    (void)s_->take_actions();
+    EXPECT_EQ(s_->link_state(), LinkState::kRegistered);
+    return key;
+  }
+  wire::AllocatorMessage error(wire::ErrorCode c, std::uint64_t key) {
+    wire::AllocatorMessage m = rates({});
+    m.hello_ack = false;
+    m.errors.push_back({c, "refused", key});
+    return m;
+  }
+};
+
+TEST_F(RepairTest, ALapsedLeaseAsksForTheRateUntilTheAllocatorAnswers) {
+  const std::uint64_t key = registered_with_rate();
+  // Given: the allocator falls silent past the lease (refreshes stop).
+  now_ += 1'000'000;
+  s_->on_timer(now_);
+  auto act = s_->take_actions();
+  ASSERT_EQ(act.size(), 1u);
+  EXPECT_EQ(act[0].bytes_per_sec, 0u);  // fail-open: plain TCP meanwhile
+  // Expect: a rate request for the flow, at once, then again with backoff.
+  auto asks = of<wire::RateRequest>(said());
+  ASSERT_EQ(asks.size(), 1u);
+  EXPECT_EQ(asks[0].flow_keys, std::vector<std::uint64_t>{key});
+  std::uint64_t gaps[3];
+  for (std::uint64_t& gap : gaps) {
+    const std::uint64_t before = now_;
+    now_ = s_->next_timer_us();
+    s_->on_timer(now_);
+    while (of<wire::RateRequest>(said()).empty()) {
+      now_ = s_->next_timer_us();
+      s_->on_timer(now_);
+    }
+    gap = now_ - before;
+  }
+  EXPECT_LT(gaps[0], gaps[1]);
+  EXPECT_LT(gaps[1], gaps[2]);
+  // A lease refresh alone does not bring back a cap that lapsed.
+  wire::AllocatorMessage refresh = rates({});
+  refresh.lease_refresh_us = 1'000'000;
+  s_->on_message(refresh, now_);
+  EXPECT_EQ(s_->rate_of(kSock), 0u);
+  // When the allocator answers with the rate, the cap is back and asking stops.
+  s_->on_message(rates({{key, 50'000, 1'000'000}}), now_);
+  EXPECT_EQ(s_->rate_of(kSock), 50'000u);
+  now_ += 500'000;  // within the lease
+  s_->on_timer(now_);
+  EXPECT_TRUE(of<wire::RateRequest>(said()).empty());
+  EXPECT_GE(s_->stats().rate_requests, 4u);
+}
+
+TEST_F(RepairTest, AStartWhoseRateNeverComesIsAskedForAgain) {
+  s_->on_begin(kSock, 1'000'000, 1, 0, now_);
+  const std::uint64_t key = of<wire::Resync>(said()).at(0).flows.at(0).flow_key;
+  s_->on_message(rates({}), now_);  // acknowledged, but no rate (lost)
+  now_ += Session::kFirstAskUs;
+  s_->on_timer(now_);
+  const auto asks = of<wire::RateRequest>(said());
+  ASSERT_EQ(asks.size(), 1u);
+  EXPECT_EQ(asks[0].flow_keys.at(0), key);
+}
+
+TEST_F(RepairTest, ARateLimitedMessageIsRepairedByAResyncThatBacksOff) {
+  registered_with_rate();
+  s_->on_begin(kOther, 1'000'000, 1, 0, now_);
+  said();  // its start: dropped whole by the allocator's rate limit
+  s_->on_message(error(wire::ErrorCode::kRateLimited, 0), now_);
+  EXPECT_TRUE(said().empty());  // not at once: the limit may still hold
+  std::uint64_t last_gap = 0;
+  for (int i = 0; i < 4; ++i) {
+    const std::uint64_t before = now_;
+    std::vector<wire::EndpointEvent> ev;
+    for (int turns = 0; turns < 100 && of<wire::Resync>(ev).empty(); ++turns) {
+      now_ = s_->next_timer_us();
+      s_->on_timer(now_);
+      ev = said();
+    }
+    ASSERT_EQ(of<wire::Resync>(ev).size(), 1u);
+    EXPECT_EQ(of<wire::Resync>(ev)[0].flows.size(), 2u);  // both live flowlets
+    EXPECT_GE(now_ - before, last_gap / 2);              // doubling, jittered
+    last_gap = now_ - before;
+    s_->on_message(error(wire::ErrorCode::kRateLimited, 0), now_);  // limited again
+  }
+  EXPECT_GE(last_gap, 4 * Session::kMinBackoffUs);
+  EXPECT_EQ(s_->stats().resyncs, 4u);
+}
+
+TEST_F(RepairTest, ARefusedHelloBacksOffAndTheProgramIsToldOnce) {
+  s_->on_begin(kSock, 1'000'000, 1, 0, now_);
+  std::uint64_t hellos = 0;
+  const std::uint64_t t0 = now_;
+  // The allocator refuses every hello for 5 s (unknown host).
+  while (now_ < t0 + 5'000'000) {
+    const auto ev = said();
+    if (!of<wire::Hello>(ev).empty()) {
+      ++hellos;
+      s_->on_message(error(wire::ErrorCode::kUnknownHost, 0), now_);
+    }
+    s_->on_begin(kOther, 100'000, 1, 0, now_);  // the program keeps sending
+    s_->on_end(kOther, now_);
+    now_ = std::max(now_ + 1, std::min(s_->next_timer_us(), now_ + 1000));
+    s_->on_timer(now_);
+  }
+  // Expect: exponential backoff (10 ms doubling: ~10 tries in 5 s, not thousands).
+  EXPECT_GE(hellos, 5u);
+  EXPECT_LE(hellos, 14u);
+  const auto notices = s_->take_notices();
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_NE(notices[0].text.find("refused"), std::string::npos);
+  // When the allocator accepts, the backoff resets.
+  while (of<wire::Hello>(said()).empty()) {
+    now_ = s_->next_timer_us();
+    s_->on_timer(now_);
+  }
+  s_->on_message(rates({}), now_);
+  EXPECT_EQ(s_->link_state(), LinkState::kRegistered);
+  EXPECT_EQ(s_->take_notices().size(), 1u);  // "accepted"
+}
+
+TEST_F(RepairTest, ARefusedFlowLosesItsCapAndARefreshDoesNotRevive) {
+  const std::uint64_t key = registered_with_rate();
+  s_->on_begin(kOther, 1'000'000, 1, 0, now_);
+  const std::uint64_t other = of<wire::FlowletStart>(said()).at(0).flow_key;
+  s_->on_message(rates({{other, 70'000, 1'000'000}}), now_);
+  (void)s_->take_actions();
+  // When: after an allocator restart, the resync is answered with a refusal
+  // of kSock's flow (the new allocator has no room for it).
+  s_->on_message(rates({}, 10), now_);
+  const auto resync = of<wire::Resync>(said());
+  ASSERT_EQ(resync.size(), 1u);
+  ASSERT_EQ(resync[0].flows.size(), 2u);
+  wire::AllocatorMessage m = rates({}, 10);
+  m.errors.push_back({wire::ErrorCode::kTooManyFlows, "full", key});
+  s_->on_message(m, now_);
+  // Expect: its cap goes at once; the other flow keeps its own.
+  auto act = s_->take_actions();
+  ASSERT_EQ(act.size(), 1u);
+  EXPECT_EQ(act[0].socket, kSock);
+  EXPECT_EQ(act[0].bytes_per_sec, 0u);
+  EXPECT_EQ(s_->stats().flows_refused, 1u);
+  // A later rate for the refused key does not bring it back, and a later
+  // resync does not carry it.
+  s_->on_message(rates({{key, 50'000, 1'000'000}}), now_);
+  EXPECT_EQ(s_->rate_of(kSock), 0u);
+  EXPECT_EQ(s_->rate_of(kOther), 70'000u);
+  s_->on_message(rates({}, 11), now_);
+  const auto again = of<wire::Resync>(said());
+  ASSERT_EQ(again.size(), 1u);
+  ASSERT_EQ(again[0].flows.size(), 1u);
+  EXPECT_EQ(again[0].flows[0].flow_key, other);
+}
+
+TEST_F(RepairTest, AnUnknownLiveFlowMakesItResyncButAStaleOneDoesNot) {
+  const std::uint64_t key = registered_with_rate();
+  s_->on_end(kSock, now_);
+  said();
+  // An unknownFlow about an ended flowlet (a duplicate end): nothing to repair.
+  s_->on_message(error(wire::ErrorCode::kUnknownFlow, key), now_);
+  now_ += Session::kMaxBackoffUs;
+  s_->on_timer(now_);
+  EXPECT_TRUE(of<wire::Resync>(said()).empty());
+  // About a live flowlet (its start was lost): resend state.
+  s_->on_begin(kOther, 1'000'000, 1, 0, now_);
+  const std::uint64_t live = of<wire::FlowletStart>(said()).at(0).flow_key;
+  s_->on_message(error(wire::ErrorCode::kUnknownFlow, live), now_);
+  now_ = s_->next_timer_us();
+  s_->on_timer(now_);
+  const auto resync = of<wire::Resync>(said());
+  ASSERT_EQ(resync.size(), 1u);
+  EXPECT_EQ(resync[0].flows.at(0).flow_key, live);
+}
+
+TEST_F(RepairTest, AQueueOverflowResendsStateAtOnce) {
+  registered_with_rate();
+  s_->on_overflow(now_);
+  const auto ev = said();
+  EXPECT_EQ(of<wire::Hello>(ev).size(), 1u);
+  EXPECT_EQ(of<wire::Resync>(ev).size(), 1u);
+}
+
+TEST_F(RepairTest, ManyRateRequestsAreSplitWithinTheWireLimits) {
+  SessionConfig c;
+  c.endpoint_id = "ep";
+  c.host = "h";
+  c.min_flowlet_bytes = 1;
+  Session s(c);
+  const int n = 20'000;
+  for (int i = 0; i < n; ++i) {
+    const SocketRef r{100 + i, 1};
+    s.on_register(r, tuple(static_cast<std::uint16_t>(i)), 0, now_);
+    s.on_begin(r, 10, 1, 0, now_);
+  }
+  while (s.take_message(now_)) {
+  }
+  s.on_message(rates({}), now_);  // registered; no rates at all
+  now_ += Session::kFirstAskUs;
+  s.on_timer(now_);
+  std::size_t keys = 0;
+  while (auto m = s.take_message(now_)) {
+    std::size_t items = 0;
+    for (const auto& e : m->events) {
+      items += 1;
+      if (const auto* q = std::get_if<wire::RateRequest>(&e)) {
+        items += q->flow_keys.size();
+        keys += q->flow_keys.size();
+      }
+    }
+    EXPECT_LE(items, wire::kMaxItemsPerMessage);
+  }
+  EXPECT_EQ(keys, static_cast<std::size_t>(n));
 }
 
 }  // namespace

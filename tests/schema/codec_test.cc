@@ -41,6 +41,7 @@ EndpointMessage every_event() {
   m.events.push_back(Heartbeat{});
   m.events.push_back(Resync{{start(5), by_host}});
   m.events.push_back(RateRequest{{5, 2, 0xffffffffffffULL}});
+  m.digest = StateDigest{3, 0x1234567890abcdefULL};
   return m;
 }
 
@@ -66,6 +67,8 @@ TEST(Codec, AllocatorMessageRoundTrips) {
   in.errors = {{ErrorCode::kUnknownFlow, "flow 9 is not live", 9},
                {ErrorCode::kRateLimited, "slow down", 0}};
   in.hello_ack = true;
+  in.rate_digest = StateDigest{2, 77};
+  in.ack_seq = 12345;
   AllocatorMessage out;
   DecodeStatus st = decode_bytes(encode(in), &out);
   ASSERT_TRUE(st.ok()) << st.detail;
@@ -182,8 +185,13 @@ TEST(Codec, CorruptedBytesNeverCrashAndNeverDecodeToGarbage) {
   // Valid encodings with 1-3 random bytes overwritten: most stay decodable
   // with different values, some become malformed; none may crash.
   std::mt19937_64 rng(1);
-  const std::vector<std::uint8_t> valid[] = {encode(every_event()), encode(AllocatorMessage{
-      7, {{1, 2, 3}}, 9, {{ErrorCode::kBadValue, "x", 1}}})};
+  AllocatorMessage reply;
+  reply.epoch = 7;
+  reply.rates = {{1, 2, 3}};
+  reply.lease_refresh_us = 9;
+  reply.errors = {{ErrorCode::kBadValue, "x", 1}};
+  reply.rate_digest = StateDigest{1, 5};
+  const std::vector<std::uint8_t> valid[] = {encode(every_event()), encode(reply)};
   int ok = 0;
   for (int i = 0; i < 20000; ++i) {
     std::vector<std::uint8_t> b = valid[i % 2];

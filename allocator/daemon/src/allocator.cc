@@ -90,6 +90,7 @@ void Allocator::on_message(std::string_view peer, std::span<const std::uint8_t> 
     return;
   }
 
+  const std::uint64_t flow_refusals = flow_refusals_;
   for (const wire::EndpointEvent& ev : m.events) {
     if (const auto* h = std::get_if<wire::Hello>(&ev)) {
       ++counters_.hellos;
@@ -121,7 +122,17 @@ void Allocator::on_message(std::string_view peer, std::span<const std::uint8_t> 
   }
   if (e != nullptr) {
     e->last_heard_us = now_us;
+    e->last_seq = m.seq;
     ++e->messages;
+    // A lost start or end shows here. Skipped when this message had a flow
+    // refused: the endpoint learns of that from the same reply.
+    if (m.digest && *m.digest != e->digest && flow_refusals_ == flow_refusals) {
+      refuse(peer, e, Cause::kStateMismatch,
+             "state mismatch: the endpoint has " + std::to_string(m.digest->flows) +
+                 " live flows, the allocator holds " + std::to_string(e->digest.flows) +
+                 " (or other keys); resync",
+             0, now_us);
+    }
   }
 }
 
@@ -154,6 +165,7 @@ void Allocator::on_send_failed(std::string_view peer) {
 void Allocator::refuse(std::string_view peer, Endpoint* e, Cause c, std::string detail,
                        std::uint64_t flow_key, std::uint64_t now_us) {
   counters_.count(c);
+  if (flow_key != 0) ++flow_refusals_;
   if (log_ != nullptr) log_->refusal(c, now_us, peer, detail);
   wire::AllocatorMessage* out = nullptr;
   if (e != nullptr) {
@@ -250,6 +262,14 @@ void Allocator::on_timer(std::uint64_t now_us) {
     wire::AllocatorMessage& out = pending(*e);
     out.lease_refresh_us = config_.lease_us;
     ++counters_.lease_refreshes;
+    // What we told it, so it can tell a lost update (one pass over its
+    // flows per refresh interval).
+    wire::StateDigest told;
+    for (const auto& [key, id] : e->flows) {
+      if (sent_[id] != 0) told.add_rate(key, sent_[id]);
+    }
+    out.rate_digest = told;
+    out.ack_seq = e->last_seq;
     if (e->resend_rates) {
       // An update may have been lost: tell the endpoint every rate again.
       e->resend_rates = false;
@@ -303,6 +323,11 @@ void split_into(std::string_view peer, wire::AllocatorMessage&& m, std::uint64_t
                       m.rates.begin() + static_cast<std::ptrdiff_t>(r + n));
     r += n;
     first = false;
+    if (r == m.rates.size()) {
+      // Compared after every rate has been applied: with the last part.
+      part.rate_digest = m.rate_digest;
+      part.ack_seq = m.ack_seq;
+    }
     out->push_back({std::string(peer), std::move(part)});
   }
 }

@@ -262,6 +262,7 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
   f.started_us = now_us;
   sent_[id] = 0;
   e.flows[s.flow_key] = id;
+  e.digest.add(s.flow_key);
   flows_changed_ = true;
   settle_iterations_ = 0;
 }
@@ -269,6 +270,7 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
 void Allocator::remove_flow(Endpoint& e, alloc::FlowId id) {
   Flow& f = flows_[id];
   e.flows.erase(f.key);
+  e.digest.remove(f.key);
   engine_->remove_flow(id);
   f.endpoint = Flow::kNone;
   flows_changed_ = true;

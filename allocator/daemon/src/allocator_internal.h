@@ -15,6 +15,8 @@ struct Allocator::Endpoint {
   std::string id;    // from hello: unique per process incarnation
   alloc::HostId host = 0;
   std::unordered_map<std::uint64_t, alloc::FlowId> flows;  // flow key -> engine id
+  wire::StateDigest digest;  // of `flows`' keys, kept as they come and go
+  std::uint64_t last_seq = 0;  // seq of its last message handled
   std::uint64_t last_heard_us = 0;
   // Token bucket of messages (AllocatorConfig::max_messages_per_sec).
   double tokens = 0;

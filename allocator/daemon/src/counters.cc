@@ -17,6 +17,7 @@ const char* to_string(Cause c) {
     case Cause::kTooManyFlows: return "too_many_flows";
     case Cause::kTooManyEndpoints: return "too_many_endpoints";
     case Cause::kRateLimited: return "rate_limited";
+    case Cause::kStateMismatch: return "state_mismatch";
     case Cause::kBadFrames: return "bad_frames";
     case Cause::kCount: break;
   }
@@ -45,6 +46,7 @@ wire::ErrorCode error_code_of(Cause c) {
     case Cause::kTooManyFlows:
     case Cause::kTooManyEndpoints: return wire::ErrorCode::kTooManyFlows;
     case Cause::kRateLimited: return wire::ErrorCode::kRateLimited;
+    case Cause::kStateMismatch: return wire::ErrorCode::kStateMismatch;
     default: return wire::ErrorCode::kMalformed;
   }
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -83,9 +84,40 @@ struct RateRequest {
 using EndpointEvent =
     std::variant<Hello, FlowletStart, FlowletEnd, Heartbeat, Resync, RateRequest>;
 
+// The endpoint's live reported flows after a message's events: how many, and
+// the sum of digest_mix(key) over them (wrapping). Both sides keep it
+// incrementally with the same function, so a lost start or end shows as a
+// mismatch on the next message.
+struct StateDigest {
+  std::uint32_t flows = 0;
+  std::uint64_t key_sum = 0;
+  void add(std::uint64_t key) {
+    ++flows;
+    key_sum += digest_mix(key);
+  }
+  void remove(std::uint64_t key) {
+    --flows;
+    key_sum -= digest_mix(key);
+  }
+  // A rated flow: its key and the bytes/s it was told, so a lost update shows.
+  void add_rate(std::uint64_t key, std::uint64_t bytes_per_sec) {
+    ++flows;
+    key_sum += digest_mix(key ^ digest_mix(bytes_per_sec + 0x9e3779b97f4a7c15ULL));
+  }
+  static std::uint64_t digest_mix(std::uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+  bool operator==(const StateDigest&) const = default;
+};
+
 struct EndpointMessage {
   std::uint64_t seq = 0;
   std::vector<EndpointEvent> events;
+  std::optional<StateDigest> digest;  // absent: not checked
   bool operator==(const EndpointMessage&) const = default;
 };
 
@@ -105,6 +137,7 @@ enum class ErrorCode : std::uint16_t {
   kUnknownHost,
   kTooManyFlows,
   kRateLimited,
+  kStateMismatch,
 };
 const char* to_string(ErrorCode c);
 
@@ -123,6 +156,11 @@ struct AllocatorMessage {
   // A hello in the message answered was accepted (the endpoint is
   // registered); a refused hello is answered with errors only.
   bool hello_ack = false;
+  // With a lease refresh: a digest of (key, rate) over the flows the
+  // allocator has rated for this endpoint (StateDigest::add_rate), and the
+  // seq of the endpoint's last message handled before it.
+  std::optional<StateDigest> rate_digest;
+  std::uint64_t ack_seq = 0;
   bool operator==(const AllocatorMessage&) const = default;
 };
 

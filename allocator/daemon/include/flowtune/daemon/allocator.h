@@ -198,6 +198,7 @@ class Allocator {
   double stranger_tokens_ = 0;
   std::uint64_t stranger_tokens_at_us_ = 0;
 
+  std::uint64_t flow_refusals_ = 0;  // refusals naming a flow key, ever
   bool flows_changed_ = false;
   std::uint64_t settle_iterations_ = 0;
   std::uint64_t next_timer_us_ = UINT64_MAX;

@@ -25,6 +25,7 @@ enum class Cause : std::uint8_t {
   kTooManyEndpoints,
   kRateLimited,
   kBadFrames,  // a ZeroMQ message with an unexpected number of frames
+  kStateMismatch,  // an endpoint's digest disagreed with its flows here: it resyncs
   kCount
 };
 inline constexpr std::size_t kNumCauses = static_cast<std::size_t>(Cause::kCount);
