@@ -523,5 +523,109 @@ TEST_F(RepairTest, ManyRateRequestsAreSplitWithinTheWireLimits) {
   EXPECT_EQ(keys, static_cast<std::size_t>(n));
 }
 
+// ---- the flowlet state machine, transition by transition ----
+
+class StateTest : public SessionTest {
+ protected:
+  // Drives kSock (rated at 1 MB/s) into `want` and checks it got there.
+  std::uint64_t into(FlowletState want) {
+    using S = FlowletState;
+    s_->on_begin(kSock, 1'000'000, 1, 0, now_);
+    const std::uint64_t key = of<wire::Resync>(said()).at(0).flows.at(0).flow_key;
+    s_->on_message(rates({{key, 1'000'000, 10'000'000}}), now_);
+    (void)s_->take_actions();
+    EXPECT_EQ(s_->state_of(kSock), S::kSending);
+    if (want == S::kSending) return key;
+    s_->on_sent(kSock, 1'000'000, now_);
+    EXPECT_EQ(s_->state_of(kSock), S::kWatching);
+    EXPECT_EQ(s_->take_drain_queries().size(), 1u);
+    if (want == S::kWatching) return key;
+    if (want == S::kDraining) {
+      s_->on_end(kSock, now_);
+      EXPECT_EQ(s_->state_of(kSock), S::kDraining);
+      return key;
+    }
+    s_->on_unsent(kSock, 60'000, now_);  // the last burst: 60 ms at 1 MB/s
+    EXPECT_EQ(s_->state_of(kSock), S::kEndAt);
+    if (want == S::kEndAt) return key;
+    now_ = s_->next_timer_us();
+    s_->on_timer(now_);
+    EXPECT_EQ(s_->state_of(kSock), S::kEndDue);
+    EXPECT_EQ(s_->take_drain_queries().size(), 1u);
+    return key;
+  }
+};
+
+TEST_F(StateTest, EveryStateReturnsToSendingOnABegin) {
+  for (FlowletState from : {FlowletState::kSending, FlowletState::kWatching, FlowletState::kEndAt,
+                            FlowletState::kEndDue, FlowletState::kDraining}) {
+    SetUp();
+    s_ = std::make_unique<Session>(SessionConfig{"ep", "", 1000, 0, 1'000'000, 500});
+    s_->on_register(kSock, tuple(1), 1448, now_);
+    into(from);
+    s_->on_begin(kSock, 5000, 1, 0, now_);
+    EXPECT_EQ(s_->state_of(kSock), FlowletState::kSending) << to_string(from);
+    EXPECT_EQ(s_->active_flowlets(), 1u) << to_string(from);
+  }
+}
+
+TEST_F(StateTest, EndDueEndsUnlessAWriteIsUnderWay) {
+  const std::uint64_t key = into(FlowletState::kEndDue);
+  s_->on_unsent(kSock, 30'000, now_, /*writing=*/true);
+  EXPECT_EQ(s_->state_of(kSock), FlowletState::kWatching);
+  now_ = s_->next_timer_us();
+  s_->on_timer(now_);
+  ASSERT_EQ(s_->take_drain_queries().size(), 1u);
+  s_->on_unsent(kSock, 100, now_);  // drains within the RTT: the end, in advance
+  EXPECT_EQ(s_->state_of(kSock), FlowletState::kDraining);
+  const auto ends = of<wire::FlowletEnd>(said());
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_EQ(ends[0].flow_key, key);
+  EXPECT_EQ(s_->active_flowlets(), 0u);
+}
+
+TEST_F(StateTest, DrainingLiftsTheCapOnlyWhenTheQueueIsEmpty) {
+  into(FlowletState::kDraining);
+  EXPECT_EQ(s_->rate_of(kSock), 1'000'000u);
+  // The look taken while watching answers for the drain too.
+  s_->on_timer(now_);
+  EXPECT_TRUE(s_->take_drain_queries().empty());
+  s_->on_unsent(kSock, 10'000, now_);
+  EXPECT_EQ(s_->state_of(kSock), FlowletState::kDraining);
+  EXPECT_TRUE(s_->take_actions().empty());
+  now_ = s_->next_timer_us();
+  s_->on_timer(now_);
+  ASSERT_EQ(s_->take_drain_queries().size(), 1u);
+  s_->on_unsent(kSock, 0, now_);
+  EXPECT_EQ(s_->state_of(kSock), FlowletState::kIdle);
+  const auto act = s_->take_actions();
+  ASSERT_EQ(act.size(), 1u);
+  EXPECT_EQ(act[0].bytes_per_sec, 0u);
+}
+
+TEST_F(StateTest, ALapsedLeaseWhileDrainingIsIdle) {
+  into(FlowletState::kDraining);
+  now_ += 10'000'001;
+  s_->on_timer(now_);
+  EXPECT_EQ(s_->state_of(kSock), FlowletState::kIdle);
+  EXPECT_EQ(s_->rate_of(kSock), 0u);
+}
+
+TEST_F(StateTest, AMouseAfterATailDropsTheTailsCap) {
+  into(FlowletState::kDraining);
+  s_->on_begin(kSock, 10, 1, 0, now_);  // below min_flowlet_bytes: unscheduled
+  EXPECT_EQ(s_->state_of(kSock), FlowletState::kSending);
+  EXPECT_EQ(s_->rate_of(kSock), 0u);
+}
+
+TEST_F(StateTest, ALookInFlightIsNeverDoubled) {
+  into(FlowletState::kWatching);
+  // A rate arrives while the first look is on its way: no second look.
+  s_->on_message(rates({}), now_);
+  s_->on_begin(kSock, 10, 1, 0, now_);
+  s_->on_sent(kSock, 10, now_);
+  EXPECT_TRUE(s_->take_drain_queries().empty());
+}
+
 }  // namespace
 }  // namespace flowtune::client
