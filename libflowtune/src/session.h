@@ -61,6 +61,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "flowtune/flowtune.h"
 #include "flowtune/wire/messages.h"
 #include "pacing.h"
 
@@ -81,21 +82,17 @@ struct PacingAction {
   std::uint64_t bytes_per_sec;  // 0 = remove the cap
 };
 
+// The session's share of FT_STATS_COUNTERS (flowtune.h), generated from it.
+#define FT_SESSION_FIELD_session(name) std::uint64_t name = 0;
+#define FT_SESSION_FIELD_runtime(name)
+#define FT_SESSION_FIELD_(name, owner, what) FT_SESSION_FIELD_##owner(name)
 struct SessionStats {
-  std::uint64_t flowlets_started = 0;
-  std::uint64_t flowlets_ended = 0;
-  std::uint64_t flowlets_coalesced = 0;
-  std::uint64_t mice = 0;
-  std::uint64_t ends_in_advance = 0;
-  std::uint64_t resyncs = 0;
-  std::uint64_t allocator_errors = 0;
-  std::uint64_t leases_lapsed = 0;
-  std::uint64_t rate_requests = 0;   // flows asked for again (no rate applied)
-  std::uint64_t flows_refused = 0;   // flowlets the allocator would not schedule
-  std::uint64_t hellos_refused = 0;  // hellos answered without an acknowledgement
-  std::uint64_t rate_mismatches = 0; // the allocator's rate digest differed: rates asked again
+  FT_STATS_COUNTERS(FT_SESSION_FIELD_)
   bool connected = false;
 };
+#undef FT_SESSION_FIELD_
+#undef FT_SESSION_FIELD_session
+#undef FT_SESSION_FIELD_runtime
 
 // Something the program should be told (once, not per retry).
 struct Notice {

@@ -83,20 +83,34 @@ typedef struct ft_flowlet_opts {
   uint64_t coflow_id; /* 0 = none */
 } ft_flowlet_opts;
 
+/* The client's counters, one list: X(name, owner, what it counts). The
+ * owner is `session` (the protocol state machine) or `runtime` (the thread
+ * that applies rates); the library generates every internal copy from this
+ * list, so a counter cannot be added to one and forgotten in another. */
+#define FT_STATS_COUNTERS(X)                                                     \
+  X(flowlets_started, session, "reported to the allocator")                      \
+  X(flowlets_ended, session, "their ends, sent")                                 \
+  X(flowlets_coalesced, session, "begins merged into a live flowlet")            \
+  X(mice, session, "begins below min_flowlet_bytes")                             \
+  X(ends_in_advance, session, "ends sent before the socket drained")             \
+  X(rates_applied, runtime, "setsockopt(SO_MAX_PACING_RATE) calls")              \
+  X(rates_cleared, runtime, "pacing removed (lease lapsed, end, close)")         \
+  X(pacing_failures, runtime, "setsockopt refused")                              \
+  X(resyncs, session, "full-state resends (reconnect, new epoch, repairs)")      \
+  X(allocator_errors, session, "error reports received")                         \
+  X(queue_overflows, runtime, "events the queue refused (repaired by resync)")   \
+  X(leases_lapsed, session, "caps removed because the allocator fell silent")    \
+  X(rate_requests, session, "flows asked for again (no rate applied)")           \
+  X(rate_mismatches, session, "the allocator's rate digest differed from ours")  \
+  X(flows_refused, session, "flowlets the allocator would not schedule")         \
+  X(hellos_refused, session, "hellos answered without an acknowledgement")
+
 /* What the client has done so far (for tests and operators). */
 typedef struct ft_stats {
-  uint64_t flowlets_started;    /* reported to the allocator */
-  uint64_t flowlets_ended;      /* their ends, sent */
-  uint64_t flowlets_coalesced;  /* begins merged into a live flowlet */
-  uint64_t mice;                /* begins below min_flowlet_bytes */
-  uint64_t ends_in_advance;     /* ends sent before the socket drained */
-  uint64_t rates_applied;       /* setsockopt(SO_MAX_PACING_RATE) calls */
-  uint64_t rates_cleared;       /* pacing removed (lease lapsed, end, close) */
-  uint64_t pacing_failures;     /* setsockopt refused */
-  uint64_t resyncs;             /* full-state resends (reconnect, new epoch) */
-  uint64_t allocator_errors;    /* error reports received */
-  uint64_t queue_overflows;     /* events dropped: queue full (state resynced) */
-  int connected;                /* 1 once the allocator answered this epoch */
+#define FT_STATS_FIELD_(name, owner, what) uint64_t name;
+  FT_STATS_COUNTERS(FT_STATS_FIELD_)
+#undef FT_STATS_FIELD_
+  int connected; /* 1 once the allocator answered this epoch */
 } ft_stats;
 
 /* Fills *cfg with defaults, then the FLOWTUNE_* environment variables. */
