@@ -200,7 +200,8 @@ void print_endpoints(const json& j) {
 void print_flows(const json& j) {
   std::cout << std::left << std::setw(24) << "ENDPOINT" << std::setw(10) << "KEY" << std::setw(12)
             << "SRC" << std::setw(12) << "DST" << std::right << std::setw(8) << "WEIGHT"
-            << std::setw(10) << "RATE" << std::setw(10) << "SENT" << "  PATH\n";
+            << std::setw(10) << "RATE" << std::setw(10) << "SENT" << std::setw(8) << "HOLDERS"
+            << "  PATH\n";
   for (const json& f : j["flows"]) {
     std::string path;
     for (const json& l : f["path"]) path += (path.empty() ? "" : ",") + l.get<std::string>();
@@ -208,7 +209,8 @@ void print_flows(const json& j) {
               << f["key"].get<std::uint64_t>() << std::setw(12) << f["src"].get<std::string>() << std::setw(12)
               << f["dst"].get<std::string>() << std::right << std::setw(8) << std::setprecision(2)
               << f["weight"].get<double>() << std::setw(10) << rate(f["rate_bps"].get<double>())
-              << std::setw(10) << rate(f["sent_rate_bps"].get<double>()) << "  " << path << "\n";
+              << std::setw(10) << rate(f["sent_rate_bps"].get<double>()) << std::setw(8)
+              << f.value("holders", 1u) << "  " << path << "\n";
   }
   const auto shown = j["flows"].size();
   if (shown < j["total"].get<std::size_t>()) {

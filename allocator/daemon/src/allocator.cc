@@ -216,12 +216,36 @@ void Allocator::queue_moved_rates() {
         continue;
       }
       sent_[id] = rate;
-      const Flow& f = flows_[id];
-      pending(*endpoints_[f.endpoint]).rates.push_back({f.key, rate, config_.lease_us});
-      ++counters_.rate_updates;
+      tell_holders(id, rate);
     }
   }
 }
+
+void Allocator::tell_holders(alloc::FlowId id, std::uint64_t rate) {
+  const Flow& f = flows_[id];
+  pending(*endpoints_[f.endpoint]).rates.push_back({f.key, rate, config_.lease_us});
+  ++counters_.rate_updates;
+  if (f.co_holders == 0) return;  // the common case: one holder, no side table
+  for (const Holder& h : co_holders_.at(id)) {
+    pending(*endpoints_[h.endpoint]).rates.push_back({h.key, rate, config_.lease_us});
+    ++counters_.rate_updates;
+  }
+}
+
+void Allocator::retell(Endpoint& e, std::uint64_t key, alloc::FlowId id) {
+  const std::uint64_t rate = to_bytes_per_sec(engine_->rate_bps(id));
+  if (rate != sent_[id] && flows_[id].co_holders > 0) {
+    // The others hold the old rate: what was told must stay one number.
+    sent_[id] = rate;
+    tell_holders(id, rate);
+    return;
+  }
+  sent_[id] = rate;
+  pending(e).rates.push_back({key, rate, config_.lease_us});
+  ++counters_.rate_updates;
+}
+
+std::uint32_t Allocator::holders(alloc::FlowId id) const { return 1 + flows_[id].co_holders; }
 
 // ---- timers ----
 
@@ -254,11 +278,8 @@ void Allocator::on_timer(std::uint64_t now_us) {
       // An update may have been lost: tell the endpoint every rate again.
       e->resend_rates = false;
       for (const auto& [key, id] : e->flows) {
-        Flow& f = flows_[id];
         if (sent_[id] == 0) continue;  // the next iteration sends it
-        sent_[id] = to_bytes_per_sec(engine_->rate_bps(id));
-        out.rates.push_back({f.key, sent_[id], config_.lease_us});
-        ++counters_.rate_updates;
+        retell(*e, key, id);
       }
     }
   }
@@ -354,7 +375,7 @@ std::vector<FlowView> Allocator::flows(std::uint64_t now_us, std::size_t limit) 
     v.push_back({endpoints_[f.endpoint]->id, f.key, f.src, f.dst, f.path, f.weight, f.bytes,
                  f.coflow_id, engine_->rate_bps(id),
                  static_cast<double>(sent_[id]) * 8.0,
-                 now_us > f.started_us ? now_us - f.started_us : 0});
+                 now_us > f.started_us ? now_us - f.started_us : 0, holders(id)});
   }
   return v;
 }

@@ -518,6 +518,232 @@ TEST_F(AllocatorTest, IdleAllocatorHasNothingToDo) {
   EXPECT_LT(alloc_->counters().iterations, 100u);
 }
 
+// ---- one socket, one flow (issue #12) ----
+
+// A start for a socket: from 10.0.0.1 (not in the topology: the endpoint's own
+// host is the source) to 10.0.9.9 (added in a spare slot).
+wire::FlowletStart socket_start(std::uint64_t key, std::uint16_t src_port = 40000,
+                                std::uint64_t bytes = 1000) {
+  wire::FlowletStart s;
+  s.flow_key = key;
+  s.endpoints = wire::FiveTuple{0x0a000001u, 0x0a000909u, src_port, 5201, 6};
+  s.bytes = bytes;
+  return s;
+}
+
+class SharedSocketTest : public AllocatorTest {
+ protected:
+  void SetUp() override {
+    AllocatorConfig c = config();
+    c.unknown_hosts = UnknownHosts::kAdd;
+    make(c, 8, 4);
+  }
+  // Every rate told to (peer, key) in `out`, in order.
+  static std::vector<std::uint64_t> told(const std::vector<Outgoing>& out, std::string_view peer,
+                                         std::uint64_t key) {
+    std::vector<std::uint64_t> r;
+    for (const auto& o : out) {
+      if (o.peer != peer) continue;
+      for (const auto& u : o.message.rates) {
+        if (u.flow_key == key) r.push_back(u.bytes_per_sec);
+      }
+    }
+    return r;
+  }
+};
+
+TEST_F(SharedSocketTest, ForkedWritersOfOneSocketHoldOneFlowAtTheFullShare) {
+  // Given: three endpoints on h0 (forked children sharing one socket), one of
+  // them reporting it under two keys.
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h0");
+  hello("c", "ep-c", "h0");
+  // When: each starts a flowlet on the same 5-tuple.
+  send("a", {socket_start(1)});
+  send("b", {socket_start(7)});
+  send("c", {socket_start(3), socket_start(4)});
+  const auto out = settle();
+  // Expect: one engine flow, alone on h0's uplink, and every holder told its
+  // whole share (not a quarter of it each).
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  EXPECT_EQ(alloc_->counters().flows_joined, 3u);
+  const auto rates = last_rates(out);
+  for (const auto& k : std::vector<std::pair<std::string, std::uint64_t>>{
+           {"a", 1}, {"b", 7}, {"c", 3}, {"c", 4}}) {
+    ASSERT_TRUE(rates.contains(k)) << k.first << " " << k.second;
+    EXPECT_NEAR(static_cast<double>(rates.at(k)), share(1), share(1) * 1e-3);
+  }
+  const auto view = alloc_->flows(now_, 10);
+  ASSERT_EQ(view.size(), 1u);
+  EXPECT_EQ(view[0].holders, 4u);
+  EXPECT_EQ(view[0].bytes, 4000u);  // the holders' reports, summed
+  EXPECT_EQ(view[0].weight, 1.0);
+}
+
+TEST_F(SharedSocketTest, AJoinerOfARatedFlowIsToldItsRateAtOnce) {
+  hello("a", "ep-a", "h0");
+  send("a", {socket_start(1)});
+  const auto first = last_rates(settle());
+  hello("b", "ep-b", "h0");
+  alloc_->take_outbox();
+  // When: b joins a flow that is rated and settled (no iteration is due).
+  send("b", {socket_start(2)});
+  EXPECT_FALSE(alloc_->busy());
+  // Expect: b is told what a holds, now.
+  EXPECT_EQ(told(alloc_->take_outbox(), "b", 2), std::vector<std::uint64_t>{first.at({"a", 1})});
+}
+
+TEST_F(SharedSocketTest, TheFlowLastsUntilItsLastHolderEndsInAnyOrder) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h0");
+  hello("c", "ep-c", "h0");
+  hello("d", "ep-d", "h0");
+  send("a", {socket_start(1)});
+  send("b", {socket_start(2)});
+  send("c", {socket_start(3)});
+  settle();
+  // The first holder (the one the flow record names) ends first, then a joiner.
+  send("a", {wire::FlowletEnd{1}});
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  send("c", {wire::FlowletEnd{3}});
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  EXPECT_EQ(alloc_->flows(now_, 10).at(0).holders, 1u);
+  // The remaining holder still gets the flow's rates: a competitor on h0's
+  // uplink halves them.
+  send("d", {start_of(9, 0, 2)});
+  const auto rates = last_rates(settle());
+  EXPECT_NEAR(static_cast<double>(rates.at({"b", 2})), share(2), share(2) * 0.01);
+  EXPECT_FALSE(rates.contains({"a", 1}));
+  EXPECT_FALSE(rates.contains({"c", 3}));
+  send("b", {wire::FlowletEnd{2}});
+  EXPECT_EQ(alloc_->num_flows(), 1u);  // d's flow only
+  EXPECT_TRUE(errors_to(alloc_->take_outbox(), "b").empty());
+  // A later start on the same socket is a fresh flow.
+  send("a", {socket_start(5)});
+  EXPECT_EQ(alloc_->num_flows(), 2u);
+  EXPECT_EQ(alloc_->flows(now_, 10).size(), 2u);
+}
+
+TEST_F(SharedSocketTest, EveryHolderIsToldWhenTheRateMoves) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h0");
+  hello("d", "ep-d", "h0");
+  send("a", {socket_start(1)});
+  send("b", {socket_start(2)});
+  settle();
+  send("d", {start_of(9, 0, 2)});
+  const auto out = settle();
+  const auto a = told(out, "a", 1);
+  const auto b = told(out, "b", 2);
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(a, b);  // the same updates, in the same order
+  EXPECT_NEAR(static_cast<double>(a.back()), share(2), share(2) * 0.01);
+}
+
+TEST_F(SharedSocketTest, AHolderThatTimesOutLeavesTheFlowToTheOthers) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h0");
+  send("a", {socket_start(1)});
+  send("b", {socket_start(2)});
+  settle();
+  // a goes silent; b heartbeats.
+  for (int i = 0; i < 4; ++i) {
+    now_ += 1'000'000;
+    send("b", {wire::Heartbeat{}});
+    alloc_->on_timer(now_);
+  }
+  EXPECT_EQ(alloc_->num_endpoints(), 1u);
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  EXPECT_EQ(alloc_->flows(now_, 10).at(0).holders, 1u);
+  EXPECT_EQ(alloc_->flows(now_, 10).at(0).endpoint_id, "ep-b");
+  send("b", {wire::FlowletEnd{2}});
+  EXPECT_EQ(alloc_->num_flows(), 0u);
+}
+
+TEST_F(SharedSocketTest, AResyncWithoutTheSocketDropsOnlyThatHolder) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h0");
+  send("a", {socket_start(1)});
+  send("b", {socket_start(2)});
+  settle();
+  // When: b resyncs with nothing; then a resyncs with the socket unchanged.
+  send("b", {wire::Resync{}});
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  send("a", {wire::Resync{{socket_start(1)}}});
+  const auto out = settle();
+  // Expect: a still holds it alone, and is told its rate again.
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  EXPECT_EQ(alloc_->flows(now_, 10).at(0).holders, 1u);
+  EXPECT_FALSE(told(out, "a", 1).empty());
+  send("a", {wire::FlowletEnd{1}});
+  EXPECT_EQ(alloc_->num_flows(), 0u);
+}
+
+TEST_F(SharedSocketTest, ADroppedEndpointReleasesItsHoldsOnly) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h0");
+  send("a", {socket_start(1)});
+  send("b", {socket_start(2)});
+  // a's connection now speaks for another process: the old endpoint is dropped.
+  hello("a", "ep-a2", "h0");
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  EXPECT_EQ(alloc_->flows(now_, 10).at(0).holders, 1u);
+}
+
+TEST_F(SharedSocketTest, DifferentSocketsStaySeparate) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h0");
+  hello("c", "ep-c", "h1");
+  send("a", {socket_start(1, 40000)});
+  send("b", {socket_start(2, 40001)});  // another source port
+  send("c", {socket_start(3, 40000)});  // the same tuple from another host
+  const auto rates = last_rates(settle());
+  EXPECT_EQ(alloc_->num_flows(), 3u);
+  EXPECT_EQ(alloc_->counters().flows_joined, 0u);
+  // h0's uplink carries a and b; the three meet on the destination's downlink,
+  // so each gets a third.
+  for (const auto& k : std::vector<std::pair<std::string, std::uint64_t>>{
+           {"a", 1}, {"b", 2}, {"c", 3}}) {
+    EXPECT_NEAR(static_cast<double>(rates.at(k)), share(3), share(3) * 0.01);
+  }
+}
+
+TEST_F(SharedSocketTest, HostPairFlowsAreNeverMerged) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h0");
+  send("a", {start_of(1, 0, 1)});
+  send("b", {start_of(1, 0, 1)});
+  const auto rates = last_rates(settle());
+  EXPECT_EQ(alloc_->num_flows(), 2u);
+  EXPECT_NEAR(static_cast<double>(rates.at({"a", 1})), share(2), share(2) * 0.01);
+}
+
+TEST_F(SharedSocketTest, ARateRequestThatFindsTheRateMovedTellsEveryHolder) {
+  AllocatorConfig c = config();
+  c.unknown_hosts = UnknownHosts::kAdd;
+  c.threshold = 0.2;  // wide: the competitor's arrival can stay within it
+  make(c, 8, 4);
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h0");
+  hello("d", "ep-d", "h0");
+  send("a", {socket_start(1)});
+  send("b", {socket_start(2)});
+  settle();
+  // A competitor with a small weight moves the shared flow's rate by less
+  // than the threshold: nobody is told.
+  send("d", {start_of(9, 0, 2, 0.1f)});
+  const auto quiet = settle();
+  EXPECT_TRUE(told(quiet, "a", 1).empty());
+  const std::uint64_t now_rate =
+      static_cast<std::uint64_t>(alloc_->flows(now_, 10).at(0).rate_bps / 8);
+  // When: b asks for its rate again.
+  send("b", {wire::RateRequest{{2}}});
+  const auto out = alloc_->take_outbox();
+  // Expect: both holders are told the current rate (a must not keep the old one).
+  EXPECT_EQ(told(out, "b", 2), std::vector<std::uint64_t>{now_rate});
+  EXPECT_EQ(told(out, "a", 1), std::vector<std::uint64_t>{now_rate});
+}
+
 TEST(AllocatorConfig, OutOfRangeValuesAreRejected) {
   AllocatorConfig c;
   c.threshold = 0.7;
