@@ -744,6 +744,72 @@ TEST_F(SharedSocketTest, ARateRequestThatFindsTheRateMovedTellsEveryHolder) {
   EXPECT_EQ(told(out, "a", 1), std::vector<std::uint64_t>{now_rate});
 }
 
+// ---- rate requests and hello acknowledgements ----
+
+TEST_F(AllocatorTest, RateRequestIsAnsweredWithTheCurrentRateWhateverTheThreshold) {
+  hello("p", "ep", "h0");
+  send("p", {start_of(7, 0, 1)});
+  const auto first = last_rates(settle()).at({"p", 7});
+  // Given: nothing moved, so no update is owed.
+  ASSERT_TRUE(alloc_->take_outbox().empty());
+  // When: the endpoint says it does not apply key 7's rate.
+  send("p", {wire::RateRequest{{7}}});
+  const auto out = alloc_->take_outbox();
+  // Expect: its current rate, with a lease.
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].message.rates.size(), 1u);
+  EXPECT_EQ(out[0].message.rates[0].flow_key, 7u);
+  EXPECT_EQ(out[0].message.rates[0].bytes_per_sec, first);
+  EXPECT_EQ(out[0].message.rates[0].bytes_per_sec,
+            static_cast<std::uint64_t>(alloc_->flows(now_, 1).at(0).rate_bps / 8));
+  EXPECT_EQ(out[0].message.rates[0].lease_us, 1'000'000u);
+  EXPECT_EQ(alloc_->counters().rate_requests, 1u);
+}
+
+TEST_F(AllocatorTest, RateRequestForAnUnknownKeyIsAnUnknownFlowErrorNamingIt) {
+  hello("p", "ep", "h0");
+  send("p", {start_of(7, 0, 1)});
+  settle();
+  send("p", {wire::RateRequest{{7, 55}}});
+  const auto out = alloc_->take_outbox();
+  const auto errs = errors_to(out, "p");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].code, ErrorCode::kUnknownFlow);
+  EXPECT_EQ(errs[0].flow_key, 55u);
+  EXPECT_EQ(last_rates(out).size(), 1u);  // 7 is answered all the same
+}
+
+TEST_F(AllocatorTest, RateRequestForAFlowNotYetRatedWaitsForTheNextIteration) {
+  hello("p", "ep", "h0");
+  alloc_->take_outbox();
+  send("p", {start_of(7, 0, 1), wire::RateRequest{{7}}});
+  // Expect: nothing now (there is no rate to tell), no error either.
+  EXPECT_TRUE(alloc_->take_outbox().empty());
+  // The next iteration sends it.
+  alloc_->iterate(now_);
+  EXPECT_TRUE(last_rates(alloc_->take_outbox()).contains({"p", 7}));
+}
+
+TEST_F(AllocatorTest, RefusedHelloGetsErrorsOnlyAndAcceptedHelloAnAck) {
+  hello("p", "ep", "nowhere");
+  auto out = alloc_->take_outbox();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_FALSE(out[0].message.hello_ack);
+  EXPECT_EQ(out[0].message.errors.size(), 1u);
+  hello("p", "ep", "h0");
+  out = alloc_->take_outbox();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].message.hello_ack);
+  EXPECT_TRUE(out[0].message.errors.empty());
+  EXPECT_EQ(out[0].message.epoch, 42u);
+  // A known endpoint's repeated hello (a reconnection) is acknowledged too.
+  hello("p2", "ep", "h0");
+  out = alloc_->take_outbox();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].peer, "p2");
+  EXPECT_TRUE(out[0].message.hello_ack);
+}
+
 TEST(AllocatorConfig, OutOfRangeValuesAreRejected) {
   AllocatorConfig c;
   c.threshold = 0.7;
