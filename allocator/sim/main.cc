@@ -77,6 +77,8 @@ run options (defaults: the paper's §5.3 network and web workload):
   --algorithm, --norm, --gamma, --step   as for solve (ned, fnorm, 0.4, 0.002)
   --threshold T              notify rates that moved by more than T; links are
                              allocated to (1 - T) of capacity (0.01)
+  --headroom H               also leave H of every link unscheduled, as the
+                             allocator's --headroom (0)
   --seed N                   workload seed (1); a seed gives the same run
   --sample-every N           measure links every N iterations, 0 = never (10)
   --oracle-every N           compare with the optimum every N iterations, 0 = never (0)
@@ -292,6 +294,8 @@ int cmd_run(int argc, char** argv) {
       c.gradient_step = parse_double(a, args.value());
     } else if (a == "--threshold") {
       c.threshold = parse_double(a, args.value());
+    } else if (a == "--headroom") {
+      c.headroom = parse_double(a, args.value());
     } else if (a == "--seed") {
       c.seed = parse_count(a, args.value());
     } else if (a == "--sample-every") {

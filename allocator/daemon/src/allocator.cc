@@ -15,8 +15,8 @@ void validate(const AllocatorConfig& c) {
     if (!ok) throw ConfigError(what);
   };
   require(c.threads >= 1 && c.threads <= 256, "threads must be 1-256");
-  require(c.threshold >= 0 && c.threshold <= 0.5, "threshold must be in [0, 0.5]");
-  require(c.headroom >= 0 && c.headroom <= 0.9, "headroom must be in [0, 0.9]");
+  require(rules::valid_threshold(c.threshold), "threshold must be in [0, 0.5]");
+  require(rules::valid_headroom(c.headroom), "headroom must be in [0, 0.9]");
   require(c.lease_us >= 1000, "lease must be at least 1 ms");
   require(c.lease_refresh_us >= 1000 && c.lease_refresh_us < c.lease_us,
           "lease refresh must be at least 1 ms and shorter than the lease");
@@ -43,7 +43,7 @@ alloc::EngineConfig engine_config(const AllocatorConfig& c) {
 
 std::vector<double> scheduled_capacities(const Network& n, const AllocatorConfig& c) {
   std::vector<double> caps = n.topology().capacities_bps();
-  const double scale = (1.0 - c.threshold) * (1.0 - c.headroom);
+  const double scale = rules::capacity_scale(c.threshold, c.headroom);
   for (double& cap : caps) cap *= scale;
   return caps;
 }
@@ -206,12 +206,10 @@ void Allocator::queue_moved_rates() {
     const auto r = engine_->block_rates(b);
     for (std::size_t s = 0; s < r.size; ++s) {
       const alloc::FlowId id = r.ids[s];
-      const double bytes = r.rates[s] * to_bytes;
-      const std::uint64_t rate = bytes < 1.0 ? 1 : static_cast<std::uint64_t>(bytes);
-      const std::uint64_t sent = sent_[id];
-      if (rate == sent) continue;
-      if (sent != 0 && std::abs(static_cast<double>(rate) - static_cast<double>(sent)) <=
-                           threshold * static_cast<double>(sent)) {
+      const std::uint64_t rate = rules::round_bytes_per_sec(r.rates[s] * to_bytes);
+      const rules::Update u = rules::update_decision(rate, sent_[id], threshold);
+      if (u == rules::Update::kSame) continue;
+      if (u == rules::Update::kSuppressed) {
         ++counters_.rate_updates_suppressed;
         continue;
       }

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "allocator_internal.h"
+#include "flowtune/common/assert.h"
 
 namespace flowtune::daemon {
 

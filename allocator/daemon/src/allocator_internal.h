@@ -60,12 +60,7 @@ struct Allocator::Flow {
   bool live() const { return endpoint != kNone; }
 };
 
-// Bytes/s as the endpoint applies it (SO_MAX_PACING_RATE): rounded down, so
-// rounding never adds to a link, and never 0 (which would stop the socket).
-inline std::uint64_t to_bytes_per_sec(double bps) {
-  const double b = bps / 8.0;
-  return b < 1.0 ? 1 : static_cast<std::uint64_t>(b);
-}
+using rules::to_bytes_per_sec;
 
 // Refills a token bucket of `rate` per second (burst rate/10, at least 1) and
 // takes one token; false when empty. Time never runs backwards for it.

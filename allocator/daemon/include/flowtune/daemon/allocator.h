@@ -28,6 +28,7 @@
 
 #include "flowtune/alloc/engine.h"
 #include "flowtune/alloc/parallel.h"
+#include "flowtune/common/rules.h"
 #include "flowtune/daemon/counters.h"
 #include "flowtune/daemon/log.h"
 #include "flowtune/daemon/network.h"
@@ -42,14 +43,15 @@ struct AllocatorConfig {
   unsigned threads = 1;        // > 1: TBB-parallel iterations
   // Updates go out only when a rate moved by more than this fraction (paper
   // §5.3.2), and every link is scaled by (1 - threshold) so the stale rates it
-  // leaves at endpoints cannot add up past capacity.
-  double threshold = 0.01;
+  // leaves at endpoints cannot add up past capacity (flowtune/common/rules.h,
+  // shared with the simulator).
+  double threshold = rules::kThreshold;
   // A further fraction of every link kept for unscheduled mice and external
   // traffic (paper §6).
-  double headroom = 0.0;
-  std::uint32_t lease_us = 1'000'000;
-  std::uint64_t lease_refresh_us = 300'000;  // how often live leases are renewed
-  std::uint64_t endpoint_timeout_us = 3'000'000;
+  double headroom = rules::kHeadroom;
+  std::uint32_t lease_us = rules::kLeaseUs;
+  std::uint64_t lease_refresh_us = rules::kLeaseRefreshUs;  // how often live leases are renewed
+  std::uint64_t endpoint_timeout_us = rules::kEndpointTimeoutUs;
   // Iterations after the last flow change before giving up on convergence (a
   // flow set whose prices keep oscillating must not burn a core forever).
   std::uint64_t max_settle_iterations = 2000;
