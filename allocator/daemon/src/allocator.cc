@@ -61,7 +61,7 @@ Allocator::Allocator(Network network, const AllocatorConfig& config, std::uint64
     throw ConfigError(std::string("engine: ") + e.what());
   }
   if (config_.threads > 1) driver_ = std::make_unique<alloc::ParallelDriver>(config_.threads);
-  stranger_tokens_ = std::max(1.0, config_.max_messages_per_sec / 10);
+  strangers_ = TokenBucket(config_.max_messages_per_sec, 0);
 }
 
 Allocator::~Allocator() = default;
@@ -136,9 +136,7 @@ void Allocator::on_bad_frames(std::string_view peer, std::size_t frames, std::ui
 
 bool Allocator::admit_message(Endpoint* e, std::string_view peer, std::uint64_t now_us) {
   const double rate = config_.max_messages_per_sec;
-  const bool ok = e != nullptr ? take_token(rate, &e->tokens, &e->tokens_at_us, now_us)
-                               : take_token(rate, &stranger_tokens_, &stranger_tokens_at_us_, now_us);
-  if (ok) return true;
+  if ((e != nullptr ? e->tokens : strangers_).take(now_us)) return true;
   refuse(peer, e, Cause::kRateLimited,
          "message dropped: over " + std::to_string(static_cast<std::uint64_t>(rate)) +
              " messages/s; slow down and resync",
@@ -281,7 +279,7 @@ void Allocator::on_timer(std::uint64_t now_us) {
       }
     }
   }
-  next_timer_us_ = endpoints_.size() == free_endpoints_.size()
+  next_timer_us_ = endpoint_ids_.live() == 0
                        ? UINT64_MAX
                        : now_us + config_.lease_refresh_us;
 }

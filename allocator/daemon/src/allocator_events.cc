@@ -71,22 +71,15 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
            0, now_us);
     return;
   }
-  EndpointIdx idx;
-  if (!free_endpoints_.empty()) {
-    idx = free_endpoints_.back();
-    free_endpoints_.pop_back();
-  } else {
-    idx = static_cast<EndpointIdx>(endpoints_.size());
-    endpoints_.emplace_back();
-  }
+  const EndpointIdx idx = endpoint_ids_.acquire();
+  if (idx == endpoints_.size()) endpoints_.emplace_back();
   auto e = std::make_unique<Endpoint>();
   e->idx = idx;
   e->peer = peer_s;
   e->id = h.endpoint_id;
   e->host = *host;
   e->last_heard_us = now_us;
-  e->tokens = std::max(1.0, config_.max_messages_per_sec / 10);
-  e->tokens_at_us = now_us;
+  e->tokens = TokenBucket(config_.max_messages_per_sec, now_us);
   endpoints_[idx] = std::move(e);
   by_peer_[peer_s] = idx;
   by_endpoint_id_[h.endpoint_id] = idx;
@@ -356,7 +349,7 @@ void Allocator::drop_endpoint(EndpointIdx idx) {
   by_peer_.erase(e.peer);
   by_endpoint_id_.erase(e.id);
   endpoints_[idx].reset();
-  free_endpoints_.push_back(idx);
+  endpoint_ids_.release(idx);
 }
 
 }  // namespace flowtune::daemon

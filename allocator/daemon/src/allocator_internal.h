@@ -19,9 +19,8 @@ struct Allocator::Endpoint {
   // one engine flow: see Allocator::Flow.
   std::unordered_map<std::uint64_t, alloc::FlowId> flows;
   std::uint64_t last_heard_us = 0;
-  // Token bucket of messages (AllocatorConfig::max_messages_per_sec).
-  double tokens = 0;
-  std::uint64_t tokens_at_us = 0;
+  // Messages it may send (AllocatorConfig::max_messages_per_sec).
+  TokenBucket tokens;
   std::uint64_t messages = 0;
   std::uint64_t errors = 0;
   wire::AllocatorMessage out;  // owed to the endpoint
@@ -61,20 +60,5 @@ struct Allocator::Flow {
 };
 
 using rules::to_bytes_per_sec;
-
-// Refills a token bucket of `rate` per second (burst rate/10, at least 1) and
-// takes one token; false when empty. Time never runs backwards for it.
-inline bool take_token(double rate, double* tokens, std::uint64_t* at_us, std::uint64_t now_us) {
-  if (rate == 0) return true;
-  const double burst = rate / 10 > 1 ? rate / 10 : 1;
-  if (now_us > *at_us) {
-    const double refill = static_cast<double>(now_us - *at_us) * 1e-6 * rate;
-    *tokens = *tokens + refill < burst ? *tokens + refill : burst;
-    *at_us = now_us;
-  }
-  if (*tokens < 1) return false;
-  *tokens -= 1;
-  return true;
-}
 
 }  // namespace flowtune::daemon

@@ -28,7 +28,9 @@
 
 #include "flowtune/alloc/engine.h"
 #include "flowtune/alloc/parallel.h"
+#include "flowtune/common/id_free_list.h"
 #include "flowtune/common/rules.h"
+#include "flowtune/common/token_bucket.h"
 #include "flowtune/daemon/counters.h"
 #include "flowtune/daemon/log.h"
 #include "flowtune/daemon/network.h"
@@ -226,7 +228,7 @@ class Allocator {
   std::unique_ptr<alloc::ParallelDriver> driver_;
 
   std::vector<std::unique_ptr<Endpoint>> endpoints_;  // by EndpointIdx; null = free
-  std::vector<EndpointIdx> free_endpoints_;
+  IdFreeList<EndpointIdx> endpoint_ids_;
   std::unordered_map<std::string, EndpointIdx> by_peer_;
   std::unordered_map<std::string, EndpointIdx> by_endpoint_id_;
   std::vector<Flow> flows_;  // by engine FlowId
@@ -244,8 +246,7 @@ class Allocator {
   std::vector<EndpointIdx> dirty_;  // endpoints with a pending message
 
   // Token bucket shared by peers that are not registered endpoints.
-  double stranger_tokens_ = 0;
-  std::uint64_t stranger_tokens_at_us_ = 0;
+  TokenBucket strangers_;
 
   bool flows_changed_ = false;
   std::uint64_t settle_iterations_ = 0;
