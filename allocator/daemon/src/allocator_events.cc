@@ -295,6 +295,8 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
   Flow& f = flows_[id];
   f.endpoint = e.idx;
   f.key = s.flow_key;
+  f.co_holders = 0;
+  f.has_socket = false;  // hold() indexes socket flows
   f.src = src;
   f.dst = dst;
   f.path = spec.path;
