@@ -690,6 +690,24 @@ TEST_F(SharedSocketTest, ADroppedEndpointReleasesItsHoldsOnly) {
   EXPECT_EQ(alloc_->flows(now_, 10).at(0).holders, 1u);
 }
 
+TEST_F(SharedSocketTest, AFailedSendToAJoinerResendsUnderTheJoinersKey) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h0");
+  send("a", {socket_start(1)});
+  send("b", {socket_start(2)});
+  const auto first = last_rates(settle());
+  // Given: a message to b (a holder beyond the first) was lost.
+  alloc_->on_send_failed("b");
+  now_ += 300'000;
+  alloc_->on_timer(now_);
+  const auto out = alloc_->take_outbox();
+  // Expect: b's refresh repeats the rate under b's key, and a, whose rate did
+  // not move, hears only its lease refresh.
+  EXPECT_EQ(told(out, "b", 2), std::vector<std::uint64_t>{first.at({"b", 2})});
+  EXPECT_TRUE(told(out, "b", 1).empty());
+  EXPECT_TRUE(told(out, "a", 1).empty());
+}
+
 TEST_F(SharedSocketTest, DifferentSocketsStaySeparate) {
   hello("a", "ep-a", "h0");
   hello("b", "ep-b", "h0");
