@@ -205,9 +205,9 @@ void Allocator::queue_moved_rates() {
     for (std::size_t s = 0; s < r.size; ++s) {
       const alloc::FlowId id = r.ids[s];
       const std::uint64_t rate = rules::round_bytes_per_sec(r.rates[s] * to_bytes);
-      const rules::Update u = rules::update_decision(rate, sent_[id], threshold);
-      if (u == rules::Update::kSame) continue;
-      if (u == rules::Update::kSuppressed) {
+      const std::uint64_t sent = sent_[id];
+      if (rate == sent) [[likely]] continue;  // settled flows: the common case
+      if (rules::update_decision(rate, sent, threshold) == rules::Update::kSuppressed) {
         ++counters_.rate_updates_suppressed;
         continue;
       }
