@@ -89,6 +89,15 @@ class AllocatorTest : public ::testing::Test {
     return e;
   }
   std::uint64_t errors(Cause c) const { return alloc_->counters().errors[static_cast<int>(c)]; }
+  // Four seconds of lease ticks in which only peer b heartbeats: every other
+  // endpoint passes its 3 s timeout.
+  void only_b_heartbeats_past_the_timeout() {
+    for (int i = 0; i < 4; ++i) {
+      now_ += 1'000'000;
+      send("b", {wire::Heartbeat{}});
+      alloc_->on_timer(now_);
+    }
+  }
 
   std::vector<std::string> lines_;
   Log log_{[this](std::string_view l) { lines_.emplace_back(l); }, LogLevel::kDebug, 1'000'000};
@@ -408,12 +417,7 @@ TEST_F(AllocatorTest, SilentEndpointLosesItsFlowsAndOthersGetTheCapacity) {
   send("a", {start_of(1, 0, 2)});
   send("b", {start_of(1, 1, 2)});
   settle();
-  // b heartbeats; a goes silent.
-  for (int i = 0; i < 4; ++i) {
-    now_ += 1'000'000;
-    send("b", {wire::Heartbeat{}});
-    alloc_->on_timer(now_);
-  }
+  only_b_heartbeats_past_the_timeout();
   EXPECT_EQ(alloc_->num_endpoints(), 1u);
   EXPECT_EQ(alloc_->counters().endpoints_timed_out, 1u);
   EXPECT_EQ(alloc_->counters().flows_expired, 1u);
@@ -538,6 +542,13 @@ class SharedSocketTest : public AllocatorTest {
     c.unknown_hosts = UnknownHosts::kAdd;
     make(c, 8, 4);
   }
+  // Given: endpoints a (key 1) and b (key 2) on h0 write one socket.
+  void two_writers() {
+    hello("a", "ep-a", "h0");
+    hello("b", "ep-b", "h0");
+    send("a", {socket_start(1)});
+    send("b", {socket_start(2)});
+  }
   // Every rate told to (peer, key) in `out`, in order.
   static std::vector<std::uint64_t> told(const std::vector<Outgoing>& out, std::string_view peer,
                                          std::uint64_t key) {
@@ -625,11 +636,8 @@ TEST_F(SharedSocketTest, TheFlowLastsUntilItsLastHolderEndsInAnyOrder) {
 }
 
 TEST_F(SharedSocketTest, EveryHolderIsToldWhenTheRateMoves) {
-  hello("a", "ep-a", "h0");
-  hello("b", "ep-b", "h0");
+  two_writers();
   hello("d", "ep-d", "h0");
-  send("a", {socket_start(1)});
-  send("b", {socket_start(2)});
   settle();
   send("d", {start_of(9, 0, 2)});
   const auto out = settle();
@@ -641,17 +649,9 @@ TEST_F(SharedSocketTest, EveryHolderIsToldWhenTheRateMoves) {
 }
 
 TEST_F(SharedSocketTest, AHolderThatTimesOutLeavesTheFlowToTheOthers) {
-  hello("a", "ep-a", "h0");
-  hello("b", "ep-b", "h0");
-  send("a", {socket_start(1)});
-  send("b", {socket_start(2)});
+  two_writers();
   settle();
-  // a goes silent; b heartbeats.
-  for (int i = 0; i < 4; ++i) {
-    now_ += 1'000'000;
-    send("b", {wire::Heartbeat{}});
-    alloc_->on_timer(now_);
-  }
+  only_b_heartbeats_past_the_timeout();
   EXPECT_EQ(alloc_->num_endpoints(), 1u);
   EXPECT_EQ(alloc_->num_flows(), 1u);
   EXPECT_EQ(alloc_->flows(now_, 10).at(0).holders, 1u);
@@ -661,10 +661,7 @@ TEST_F(SharedSocketTest, AHolderThatTimesOutLeavesTheFlowToTheOthers) {
 }
 
 TEST_F(SharedSocketTest, AResyncWithoutTheSocketDropsOnlyThatHolder) {
-  hello("a", "ep-a", "h0");
-  hello("b", "ep-b", "h0");
-  send("a", {socket_start(1)});
-  send("b", {socket_start(2)});
+  two_writers();
   settle();
   // When: b resyncs with nothing; then a resyncs with the socket unchanged.
   send("b", {wire::Resync{}});
@@ -680,10 +677,7 @@ TEST_F(SharedSocketTest, AResyncWithoutTheSocketDropsOnlyThatHolder) {
 }
 
 TEST_F(SharedSocketTest, ADroppedEndpointReleasesItsHoldsOnly) {
-  hello("a", "ep-a", "h0");
-  hello("b", "ep-b", "h0");
-  send("a", {socket_start(1)});
-  send("b", {socket_start(2)});
+  two_writers();
   // a's connection now speaks for another process: the old endpoint is dropped.
   hello("a", "ep-a2", "h0");
   EXPECT_EQ(alloc_->num_flows(), 1u);
@@ -691,10 +685,7 @@ TEST_F(SharedSocketTest, ADroppedEndpointReleasesItsHoldsOnly) {
 }
 
 TEST_F(SharedSocketTest, AFailedSendToAJoinerResendsUnderTheJoinersKey) {
-  hello("a", "ep-a", "h0");
-  hello("b", "ep-b", "h0");
-  send("a", {socket_start(1)});
-  send("b", {socket_start(2)});
+  two_writers();
   const auto first = last_rates(settle());
   // Given: a message to b (a holder beyond the first) was lost.
   alloc_->on_send_failed("b");
@@ -741,11 +732,8 @@ TEST_F(SharedSocketTest, ARateRequestThatFindsTheRateMovedTellsEveryHolder) {
   c.unknown_hosts = UnknownHosts::kAdd;
   c.threshold = 0.2;  // wide: the competitor's arrival can stay within it
   make(c, 8, 4);
-  hello("a", "ep-a", "h0");
-  hello("b", "ep-b", "h0");
+  two_writers();
   hello("d", "ep-d", "h0");
-  send("a", {socket_start(1)});
-  send("b", {socket_start(2)});
   settle();
   // A competitor with a small weight moves the shared flow's rate by less
   // than the threshold: nobody is told.
