@@ -16,11 +16,13 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "flowtune/common/cli.h"
+
 namespace {
 
 using nlohmann::json;
 
-constexpr int kExitUsage = 2;
+constexpr int kExitUsage = flowtune::cli::kExitUsage;
 constexpr int kExitUnreachable = 1;
 constexpr const char* kControlTag = "flowtune-ctl";  // as flowtune/daemon/server.h
 
@@ -56,53 +58,33 @@ struct Options {
   double watch_s = 0;
 };
 
-[[noreturn]] void usage_error(const std::string& msg) {
-  std::cerr << "flowtune-ctl: " << msg << "\n(run 'flowtune-ctl --help' for usage)\n";
-  std::exit(kExitUsage);
-}
-
-unsigned long long integer(std::string_view flag, const char* v) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long n = std::strtoull(v, &end, 10);
-  if (errno != 0 || end == v || *end != '\0' || v[0] == '-') {
-    usage_error(std::string(flag) + " expects a non-negative integer, got '" + v + "'");
-  }
-  return n;
-}
-
 Options parse(int argc, char** argv) {
   Options o;
   const char* env = std::getenv("FLOWTUNE_ALLOCATOR");
   o.allocator = env != nullptr && *env != '\0' ? env : "tcp://127.0.0.1:5555";
   bool have_command = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (a == "-h" || a == "--help") {
-      std::cout << kUsage;
-      std::exit(0);
-    }
-    if (a == "--json") {
+  flowtune::cli::Args args("flowtune-ctl", kUsage, argc, argv);
+  while (args.next()) {
+    if (args.is("--json")) {
       o.json = true;
-    } else if (a == "--allocator" || a == "--limit" || a == "--timeout-ms" || a == "--watch") {
-      if (i + 1 >= argc) usage_error(std::string(a) + " needs a value");
-      const char* v = argv[++i];
-      if (a == "--allocator") o.allocator = v;
-      if (a == "--limit") o.limit = integer(a, v);
-      if (a == "--timeout-ms") o.timeout_ms = static_cast<long>(std::min(integer(a, v), 3'600'000ull));
-      if (a == "--watch") {
-        char* end = nullptr;
-        o.watch_s = std::strtod(v, &end);
-        if (end == v || *end != '\0' || !(o.watch_s > 0)) usage_error("--watch expects seconds > 0");
-      }
-    } else if (!a.empty() && a[0] != '-' && !have_command) {
+    } else if (args.is("--allocator")) {
+      o.allocator = args.value();
+    } else if (args.is("--limit")) {
+      o.limit = args.count();
+    } else if (args.is("--timeout-ms")) {
+      o.timeout_ms = static_cast<long>(std::min<std::uint64_t>(args.count(), 3'600'000));
+    } else if (args.is("--watch")) {
+      o.watch_s = args.number();
+      if (!(o.watch_s > 0)) args.fail("--watch expects seconds > 0");
+    } else if (!args.arg().empty() && args.arg()[0] != '-' && !have_command) {
+      const std::string_view a = args.arg();
       if (a != "status" && a != "endpoints" && a != "flows" && a != "links" && a != "all") {
-        usage_error("unknown command: " + std::string(a));
+        args.fail("unknown command: " + std::string(a));
       }
       o.command = a;
       have_command = true;
     } else {
-      usage_error("unknown option: " + std::string(a));
+      args.unknown();
     }
   }
   return o;
@@ -200,7 +182,8 @@ void print_endpoints(const json& j) {
 void print_flows(const json& j) {
   std::cout << std::left << std::setw(24) << "ENDPOINT" << std::setw(10) << "KEY" << std::setw(12)
             << "SRC" << std::setw(12) << "DST" << std::right << std::setw(8) << "WEIGHT"
-            << std::setw(10) << "RATE" << std::setw(10) << "SENT" << "  PATH\n";
+            << std::setw(10) << "RATE" << std::setw(10) << "SENT" << std::setw(8) << "HOLDERS"
+            << "  PATH\n";
   for (const json& f : j["flows"]) {
     std::string path;
     for (const json& l : f["path"]) path += (path.empty() ? "" : ",") + l.get<std::string>();
@@ -208,7 +191,8 @@ void print_flows(const json& j) {
               << f["key"].get<std::uint64_t>() << std::setw(12) << f["src"].get<std::string>() << std::setw(12)
               << f["dst"].get<std::string>() << std::right << std::setw(8) << std::setprecision(2)
               << f["weight"].get<double>() << std::setw(10) << rate(f["rate_bps"].get<double>())
-              << std::setw(10) << rate(f["sent_rate_bps"].get<double>()) << "  " << path << "\n";
+              << std::setw(10) << rate(f["sent_rate_bps"].get<double>()) << std::setw(8)
+              << f.value("holders", 1u) << "  " << path << "\n";
   }
   const auto shown = j["flows"].size();
   if (shown < j["total"].get<std::size_t>()) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "flowtune/common/cli.h"
 #include "flowtune/daemon/allocator.h"
 #include "flowtune/daemon/server.h"
 
@@ -89,79 +90,44 @@ struct Options {
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
-  std::cerr << "flowtune-allocator: " << msg << "\n(run 'flowtune-allocator --help' for usage)\n";
-  std::exit(kExitConfig);
-}
-
-double number(std::string_view flag, const char* v) {
-  char* end = nullptr;
-  errno = 0;
-  const double d = std::strtod(v, &end);
-  if (errno != 0 || end == v || *end != '\0' || !std::isfinite(d)) {
-    usage_error(std::string(flag) + " expects a number, got '" + v + "'");
-  }
-  return d;
-}
-
-std::uint64_t count(std::string_view flag, const char* v, std::uint64_t max) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long n = std::strtoull(v, &end, 10);
-  if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || n > max) {
-    usage_error(std::string(flag) + " expects an integer 0-" + std::to_string(max) + ", got '" +
-                v + "'");
-  }
-  return n;
+  flowtune::cli::Args::usage_error("flowtune-allocator", msg);
 }
 
 Options parse(int argc, char** argv) {
+  using flowtune::alloc::Normalizer;
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (a == "-h" || a == "--help") {
-      std::cout << kUsage;
-      std::exit(0);
-    }
-    if (a == "--check-config") {
-      o.check_config = true;
-      continue;
-    }
-    if (i + 1 >= argc) usage_error("unknown option or missing value: " + std::string(a));
-    const char* v = argv[++i];
-    if (a == "--listen") o.listen = v;
-    else if (a == "--topology") o.topology_file = v;
-    else if (a == "--host-gbps") o.host_gbps = number(a, v);
-    else if (a == "--hosts") o.hosts = static_cast<std::uint32_t>(count(a, v, 1u << 24));
-    else if (a == "--spare-hosts") o.spare_hosts = static_cast<std::uint32_t>(count(a, v, 1u << 24));
-    else if (a == "--unknown-hosts") o.unknown_hosts = v;
-    else if (a == "--threads") o.alloc.threads = static_cast<unsigned>(count(a, v, 256));
-    else if (a == "--gamma") o.alloc.engine.gamma = number(a, v);
-    else if (a == "--norm") {
-      const std::string_view n = v;
-      if (n == "fnorm") o.alloc.engine.normalizer = flowtune::alloc::Normalizer::kFNorm;
-      else if (n == "unorm") o.alloc.engine.normalizer = flowtune::alloc::Normalizer::kUNorm;
-      else if (n == "none") o.alloc.engine.normalizer = flowtune::alloc::Normalizer::kNone;
-      else usage_error("--norm expects fnorm, unorm or none, got '" + std::string(n) + "'");
-    } else if (a == "--threshold") o.alloc.threshold = number(a, v);
-    else if (a == "--headroom") o.alloc.headroom = number(a, v);
-    else if (a == "--max-settle-iterations") o.alloc.max_settle_iterations = count(a, v, UINT64_MAX);
-    else if (a == "--lease-ms") o.alloc.lease_us = static_cast<std::uint32_t>(count(a, v, 3'600'000) * 1000);
-    else if (a == "--lease-refresh-ms") o.alloc.lease_refresh_us = count(a, v, 3'600'000) * 1000;
-    else if (a == "--endpoint-timeout-ms") o.alloc.endpoint_timeout_us = count(a, v, 86'400'000) * 1000;
-    else if (a == "--max-flows-per-endpoint") o.alloc.max_flows_per_endpoint = static_cast<std::uint32_t>(count(a, v, 1u << 30));
-    else if (a == "--max-endpoints") o.alloc.max_endpoints = static_cast<std::uint32_t>(count(a, v, 1u << 24));
-    else if (a == "--max-flows") o.alloc.max_flows = static_cast<std::uint32_t>(count(a, v, 1u << 30));
-    else if (a == "--max-msg-rate") o.alloc.max_messages_per_sec = number(a, v);
-    else if (a == "--log-level") {
-      const std::string_view l = v;
-      if (l == "error") o.log_level = LogLevel::kError;
-      else if (l == "warn") o.log_level = LogLevel::kWarn;
-      else if (l == "info") o.log_level = LogLevel::kInfo;
-      else if (l == "debug") o.log_level = LogLevel::kDebug;
-      else usage_error("--log-level expects error, warn, info or debug, got '" + std::string(l) + "'");
-    } else if (a == "--log-interval-s") o.log_interval_s = number(a, v);
-    else if (a == "--busy-poll-us") o.busy_poll_us = count(a, v, 10'000'000);
-    else usage_error("unknown option: " + std::string(a));
+  flowtune::cli::Args args("flowtune-allocator", kUsage, argc, argv);
+  while (args.next()) {
+    if (args.is("--check-config")) o.check_config = true;
+    else if (args.is("--listen")) o.listen = args.value();
+    else if (args.is("--topology")) o.topology_file = args.value();
+    else if (args.is("--host-gbps")) o.host_gbps = args.number();
+    else if (args.is("--hosts")) o.hosts = static_cast<std::uint32_t>(args.count(1u << 24));
+    else if (args.is("--spare-hosts")) o.spare_hosts = static_cast<std::uint32_t>(args.count(1u << 24));
+    else if (args.is("--unknown-hosts")) o.unknown_hosts = args.value();
+    else if (args.is("--threads")) o.alloc.threads = static_cast<unsigned>(args.count(256));
+    else if (args.is("--gamma")) o.alloc.engine.gamma = args.number();
+    else if (args.is("--norm")) {
+      o.alloc.engine.normalizer = args.choice<Normalizer>(
+          {{"fnorm", Normalizer::kFNorm}, {"unorm", Normalizer::kUNorm}, {"none", Normalizer::kNone}});
+    } else if (args.is("--threshold")) o.alloc.threshold = args.number();
+    else if (args.is("--headroom")) o.alloc.headroom = args.number();
+    else if (args.is("--max-settle-iterations")) o.alloc.max_settle_iterations = args.count();
+    else if (args.is("--lease-ms")) o.alloc.lease_us = static_cast<std::uint32_t>(args.count(3'600'000) * 1000);
+    else if (args.is("--lease-refresh-ms")) o.alloc.lease_refresh_us = args.count(3'600'000) * 1000;
+    else if (args.is("--endpoint-timeout-ms")) o.alloc.endpoint_timeout_us = args.count(86'400'000) * 1000;
+    else if (args.is("--max-flows-per-endpoint")) o.alloc.max_flows_per_endpoint = static_cast<std::uint32_t>(args.count(1u << 30));
+    else if (args.is("--max-endpoints")) o.alloc.max_endpoints = static_cast<std::uint32_t>(args.count(1u << 24));
+    else if (args.is("--max-flows")) o.alloc.max_flows = static_cast<std::uint32_t>(args.count(1u << 30));
+    else if (args.is("--max-msg-rate")) o.alloc.max_messages_per_sec = args.number();
+    else if (args.is("--log-level")) {
+      o.log_level = args.choice<LogLevel>({{"error", LogLevel::kError},
+                                           {"warn", LogLevel::kWarn},
+                                           {"info", LogLevel::kInfo},
+                                           {"debug", LogLevel::kDebug}});
+    } else if (args.is("--log-interval-s")) o.log_interval_s = args.number();
+    else if (args.is("--busy-poll-us")) o.busy_poll_us = args.count(10'000'000);
+    else args.unknown();
   }
   if (o.unknown_hosts.empty()) o.unknown_hosts = o.topology_file.empty() ? "add" : "reject";
   if (o.unknown_hosts == "add") o.alloc.unknown_hosts = UnknownHosts::kAdd;

@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "figures.h"
+#include "flowtune/common/cli.h"
 #include "simulator.h"
 #include "solve.h"
 #include "workload.h"
@@ -31,7 +32,7 @@ using flowtune::sim::InputError;
 using flowtune::sim::SolveOptions;
 using nlohmann::json;
 
-constexpr int kExitBadInput = 2;
+constexpr int kExitBadInput = flowtune::cli::kExitUsage;
 
 constexpr const char* kUsage = R"(usage: flowtune-sim <command> [options]
 
@@ -77,6 +78,8 @@ run options (defaults: the paper's §5.3 network and web workload):
   --algorithm, --norm, --gamma, --step   as for solve (ned, fnorm, 0.4, 0.002)
   --threshold T              notify rates that moved by more than T; links are
                              allocated to (1 - T) of capacity (0.01)
+  --headroom H               also leave H of every link unscheduled, as the
+                             allocator's --headroom (0)
   --seed N                   workload seed (1); a seed gives the same run
   --sample-every N           measure links every N iterations, 0 = never (10)
   --oracle-every N           compare with the optimum every N iterations, 0 = never (0)
@@ -98,53 +101,12 @@ exit status: 0 done (solve: converged or not), 1 failed, 2 bad usage or bad inpu
 )";
 
 [[noreturn]] void usage_error(const std::string& msg) {
-  std::cerr << "flowtune-sim: " << msg << "\n(run 'flowtune-sim --help' for usage)\n";
-  std::exit(kExitBadInput);
+  flowtune::cli::Args::usage_error("flowtune-sim", msg);
 }
 
-// Walks a command's arguments; value() takes the one after a flag.
-class Args {
- public:
-  Args(int argc, char** argv) : argc_(argc), argv_(argv) {}
-  // Advances to the next argument; -h / --help anywhere prints the usage.
-  bool next() {
-    if (++i_ >= argc_) return false;
-    if (flag() == "-h" || flag() == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    return true;
-  }
-  std::string_view flag() const { return argv_[i_]; }
-  const char* value() {
-    if (i_ + 1 >= argc_) usage_error(std::string(flag()) + " needs a value");
-    return argv_[++i_];
-  }
-
- private:
-  int argc_;
-  char** argv_;
-  int i_ = -1;
-};
-
-double parse_double(std::string_view flag, const char* v) {
-  char* end = nullptr;
-  errno = 0;
-  double d = std::strtod(v, &end);
-  if (errno != 0 || end == v || *end != '\0') {
-    usage_error(std::string(flag) + " expects a number, got '" + v + "'");
-  }
-  return d;
-}
-
-std::uint64_t parse_count(std::string_view flag, const char* v) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long n = std::strtoull(v, &end, 10);
-  if (errno != 0 || end == v || *end != '\0' || v[0] == '-') {
-    usage_error(std::string(flag) + " expects a non-negative integer, got '" + v + "'");
-  }
-  return n;
+// Walks a command's arguments (after the command name).
+flowtune::cli::Args command_args(int argc, char** argv) {
+  return flowtune::cli::Args("flowtune-sim", kUsage, argc, argv, 0);
 }
 
 flowtune::alloc::Algorithm parse_algorithm(std::string_view v) {
@@ -198,30 +160,30 @@ int cmd_solve(int argc, char** argv) {
   SolveOptions opt;
   std::string file;
   bool table = false;
-  for (Args args(argc, argv); args.next();) {
-    std::string_view a = args.flag();
+  for (auto args = command_args(argc, argv); args.next();) {
+    std::string_view a = args.arg();
     if (a == "--algorithm") {
       opt.engine.algorithm = parse_algorithm(args.value());
     } else if (a == "--norm") {
       opt.engine.normalizer = parse_norm(args.value());
     } else if (a == "--iterations") {
-      opt.iterations = parse_count(a, args.value());
+      opt.iterations = args.count();
     } else if (a == "--max-iterations") {
-      opt.max_iterations = parse_count(a, args.value());
+      opt.max_iterations = args.count();
     } else if (a == "--tolerance") {
-      opt.engine.tolerance = parse_double(a, args.value());
+      opt.engine.tolerance = args.number();
     } else if (a == "--gamma") {
-      opt.engine.gamma = parse_double(a, args.value());
+      opt.engine.gamma = args.number();
     } else if (a == "--step") {
-      opt.engine.gradient_step = parse_double(a, args.value());
+      opt.engine.gradient_step = args.number();
     } else if (a == "--alpha") {
-      opt.engine.alpha = parse_double(a, args.value());
+      opt.engine.alpha = args.number();
     } else if (a == "--threads") {
-      opt.threads = static_cast<unsigned>(parse_count(a, args.value()));
+      opt.threads = static_cast<unsigned>(args.count());
     } else if (a == "--table") {
       table = true;
-    } else if (a.size() > 1 && a[0] == '-') {
-      usage_error("unknown option '" + std::string(a) + "'");
+    } else if (args.is_option()) {
+      args.unknown();
     } else if (file.empty()) {
       file = a;
     } else {
@@ -245,10 +207,8 @@ int cmd_solve(int argc, char** argv) {
 
 bool stderr_is_tty() { return ::isatty(STDERR_FILENO) == 1; }
 
-std::uint32_t parse_u32(std::string_view flag, const char* v) {
-  std::uint64_t n = parse_count(flag, v);
-  if (n > 0xffffffffull) usage_error(std::string(flag) + " is too large");
-  return static_cast<std::uint32_t>(n);
+std::uint32_t parse_u32(flowtune::cli::Args& args) {
+  return static_cast<std::uint32_t>(args.count(0xffffffffull));
 }
 
 void write_text(const std::string& path, const std::string& text) {
@@ -262,42 +222,44 @@ int cmd_run(int argc, char** argv) {
   flowtune::sim::SimConfig c;
   std::string out_file;
   bool progress = stderr_is_tty();
-  for (Args args(argc, argv); args.next();) {
-    std::string_view a = args.flag();
+  for (auto args = command_args(argc, argv); args.next();) {
+    std::string_view a = args.arg();
     if (a == "--racks") {
-      c.topology.racks = parse_u32(a, args.value());
+      c.topology.racks = parse_u32(args);
     } else if (a == "--hosts-per-rack") {
-      c.topology.hosts_per_rack = parse_u32(a, args.value());
+      c.topology.hosts_per_rack = parse_u32(args);
     } else if (a == "--spines") {
-      c.topology.spines = parse_u32(a, args.value());
+      c.topology.spines = parse_u32(args);
     } else if (a == "--host-gbps") {
-      c.topology.host_link_bps = parse_double(a, args.value()) * 1e9;
+      c.topology.host_link_bps = args.number() * 1e9;
     } else if (a == "--workload") {
       c.workload = args.value();
     } else if (a == "--load") {
-      c.load = parse_double(a, args.value());
+      c.load = args.number();
     } else if (a == "--warmup-ms") {
-      c.warmup_s = parse_double(a, args.value()) / 1e3;
+      c.warmup_s = args.number() / 1e3;
     } else if (a == "--duration-ms") {
-      c.duration_s = parse_double(a, args.value()) / 1e3;
+      c.duration_s = args.number() / 1e3;
     } else if (a == "--iteration-us") {
-      c.iteration_s = parse_double(a, args.value()) / 1e6;
+      c.iteration_s = args.number() / 1e6;
     } else if (a == "--algorithm") {
       c.algorithm = parse_algorithm(args.value());
     } else if (a == "--norm") {
       c.normalizer = parse_norm(args.value());
     } else if (a == "--gamma") {
-      c.gamma = parse_double(a, args.value());
+      c.gamma = args.number();
     } else if (a == "--step") {
-      c.gradient_step = parse_double(a, args.value());
+      c.gradient_step = args.number();
     } else if (a == "--threshold") {
-      c.threshold = parse_double(a, args.value());
+      c.threshold = args.number();
+    } else if (a == "--headroom") {
+      c.headroom = args.number();
     } else if (a == "--seed") {
-      c.seed = parse_count(a, args.value());
+      c.seed = args.count();
     } else if (a == "--sample-every") {
-      c.sample_every = parse_u32(a, args.value());
+      c.sample_every = parse_u32(args);
     } else if (a == "--oracle-every") {
-      c.oracle_every = parse_u32(a, args.value());
+      c.oracle_every = parse_u32(args);
     } else if (a == "--out") {
       out_file = args.value();
     } else if (a == "--progress") {
@@ -305,7 +267,7 @@ int cmd_run(int argc, char** argv) {
     } else if (a == "--no-progress") {
       progress = false;
     } else {
-      usage_error("unknown option '" + std::string(a) + "' for run");
+      args.unknown("run");
     }
   }
   try {
@@ -382,24 +344,24 @@ int cmd_figure(int argc, char** argv) {
   opt.progress = stderr_is_tty();
   std::string name, dir = "sim-results";
   bool draw = true;
-  for (Args args(argc, argv); args.next();) {
-    std::string_view a = args.flag();
+  for (auto args = command_args(argc, argv); args.next();) {
+    std::string_view a = args.arg();
     if (a == "--quick") {
       opt.quick = true;
     } else if (a == "--out") {
       dir = args.value();
     } else if (a == "--jobs") {
-      opt.jobs = parse_u32(a, args.value());
+      opt.jobs = parse_u32(args);
     } else if (a == "--seed") {
-      opt.seed = parse_count(a, args.value());
+      opt.seed = args.count();
     } else if (a == "--no-plot") {
       draw = false;
     } else if (a == "--progress") {
       opt.progress = true;
     } else if (a == "--no-progress") {
       opt.progress = false;
-    } else if (a.size() > 1 && a[0] == '-') {
-      usage_error("unknown option '" + std::string(a) + "' for figure");
+    } else if (args.is_option()) {
+      args.unknown("figure");
     } else if (name.empty()) {
       name = a;
     } else {

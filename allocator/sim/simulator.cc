@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <variant>
 
+#include "flowtune/common/rules.h"
 #include "flowtune/wire/codec.h"
 #include "workload.h"
 
@@ -26,7 +27,8 @@ void validate(const SimConfig& c) {
        "duration must be positive and warm-up + duration at most 100 simulated seconds");
   need(c.iteration_s >= 1e-7 && c.iteration_s <= 0.1, "iteration interval must be in [0.1 µs, 100 ms]");
   need((c.warmup_s + c.duration_s) / c.iteration_s <= 1e9, "more than 1e9 iterations");
-  need(c.threshold >= 0 && c.threshold < 0.5, "threshold must be in [0, 0.5)");
+  need(rules::valid_threshold(c.threshold), "threshold must be in [0, 0.5]");
+  need(rules::valid_headroom(c.headroom), "headroom must be in [0, 0.9]");
   need(c.gamma > 0 && c.gradient_step > 0, "gamma and the gradient step must be positive");
   need(c.oracle_tolerance > 0 && c.oracle_max_iterations > 0, "oracle tolerance and iterations must be positive");
   need(c.mss_bytes >= 64, "MSS must be at least 64 bytes");
@@ -76,9 +78,8 @@ class ControlCounter {
     touch(to_, h).events.emplace_back(s);
   }
   void end(HostId h, std::uint64_t key) { touch(to_, h).events.emplace_back(wire::FlowletEnd{key}); }
-  void rate(HostId h, std::uint64_t key, double bps) {
-    touch(from_, h).rates.push_back(
-        {key, static_cast<std::uint64_t>(bps / 8), /*lease_us=*/1'000'000});
+  void rate(HostId h, std::uint64_t key, std::uint64_t bytes_per_sec) {
+    touch(from_, h).rates.push_back({key, bytes_per_sec, rules::kLeaseUs});
   }
 
   std::uint64_t paper_bytes_to() const { return paper_to_; }
@@ -108,7 +109,7 @@ class ControlCounter {
       auto& m = from_.pending[h];
       if (count) {
         m.epoch = 1;
-        m.lease_refresh_us = 300'000;
+        m.lease_refresh_us = rules::kLeaseUs;
         add(wire::encode(m).size(), &r->payload_bytes_from_allocator, &r->bytes_from_allocator);
         ++r->messages_from_allocator;
         r->rate_updates += m.rates.size();
@@ -139,8 +140,7 @@ class ControlCounter {
   }
   std::size_t packets(std::size_t bytes) const { return (bytes + mss_ - 1) / mss_; }
   void add(std::size_t encoded, std::uint64_t* payload, std::uint64_t* wire_bytes) const {
-    // A ZeroMQ frame: flags + 1-byte length, or 8 bytes for long frames.
-    std::size_t framed = encoded + (encoded < 256 ? 2 : 9);
+    const std::size_t framed = rules::zmq_frame_bytes(encoded);
     *payload += encoded;
     *wire_bytes += framed + packets(framed) * overhead_;
   }
@@ -157,7 +157,8 @@ struct Flowlet {
   double remaining_bytes = 0;
   double size_bytes = 0;
   double arrival_s = 0;
-  double notified_bps = 0;  // 0 = not told yet
+  std::uint64_t told_bytes_per_sec = 0;  // 0 = not told yet
+  double notified_bps = 0;                // told_bytes_per_sec * 8
   std::uint64_t key = 0;
   alloc::Path path;
   HostId src = 0;
@@ -214,7 +215,9 @@ alloc::EngineConfig Simulation::engine_config(const SimConfig& c) {
   return e;
 }
 
-std::vector<double> scaled(std::vector<double> caps, double factor) {
+// The daemon's scheduled capacities (rules::capacity_scale).
+std::vector<double> scaled(std::vector<double> caps, const SimConfig& c) {
+  const double factor = rules::capacity_scale(c.threshold, c.headroom);
   for (double& x : caps) x *= factor;
   return caps;
 }
@@ -225,7 +228,7 @@ Simulation::Simulation(const SimConfig& c)
       sizes_(load_workload(c.workload)),
       rng_(c.seed),
       arrivals_(c.load, topo_.num_hosts(), c.topology.host_link_bps, sizes_.mean()),
-      engine_(scaled(topo_.capacities_bps(), 1 - c.threshold), topo_.num_sites(), engine_config(c)),
+      engine_(scaled(topo_.capacities_bps(), c), topo_.num_sites(), engine_config(c)),
       control_(topo_.num_hosts(), c),
       next_key_(topo_.num_hosts(), 0),
       next_arrival_s_(0) {
@@ -233,7 +236,7 @@ Simulation::Simulation(const SimConfig& c)
     alloc::EngineConfig o;  // NED, run to convergence, unnormalized
     o.normalizer = alloc::Normalizer::kNone;
     o.tolerance = c.oracle_tolerance;
-    oracle_ = std::make_unique<Engine>(scaled(topo_.capacities_bps(), 1 - c.threshold),
+    oracle_ = std::make_unique<Engine>(scaled(topo_.capacities_bps(), c),
                                        topo_.num_sites(), o);
   }
   next_arrival_s_ = arrivals_.next(rng_);
@@ -284,17 +287,22 @@ void Simulation::finish(FlowId id, double when) {
   active_.pop_back();
 }
 
-// The daemon's rule: a new flow always hears its rate, a known one when the
-// rate moved by more than the threshold.
+// The daemon's rule (rules::update_decision on rates rounded as endpoints
+// apply them): a new flow always hears its rate, a known one when the rate
+// moved by more than the threshold.
 void Simulation::step_updates(bool measuring) {
+  const double to_bytes = Engine::kRateUnitBps / 8.0;
   for (std::size_t b = 0; b < engine_.num_blocks(); ++b) {
     auto br = engine_.block_rates(b);
     for (std::size_t i = 0; i < br.size; ++i) {
       Flowlet& f = flows_[br.ids[i]];
-      double bps = static_cast<double>(br.rates[i]) * Engine::kRateUnitBps;
-      if (f.notified_bps == 0 || std::abs(bps - f.notified_bps) > c_.threshold * f.notified_bps) {
-        f.notified_bps = bps;
-        control_.rate(f.src, f.key, bps);
+      const std::uint64_t rate =
+          rules::round_bytes_per_sec(static_cast<double>(br.rates[i]) * to_bytes);
+      if (rules::update_decision(rate, f.told_bytes_per_sec, c_.threshold) ==
+          rules::Update::kSend) {
+        f.told_bytes_per_sec = rate;
+        f.notified_bps = static_cast<double>(rate) * 8;
+        control_.rate(f.src, f.key, rate);
       }
     }
   }
@@ -451,6 +459,7 @@ nlohmann::json to_json(const SimConfig& c) {
           {"gamma", c.gamma},
           {"gradient_step", c.gradient_step},
           {"threshold", c.threshold},
+          {"headroom", c.headroom},
           {"seed", c.seed},
           {"sample_every", c.sample_every},
           {"oracle_every", c.oracle_every},

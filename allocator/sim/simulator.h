@@ -26,6 +26,7 @@
 
 #include "flowtune/alloc/engine.h"
 #include "flowtune/alloc/topology.h"
+#include "flowtune/common/rules.h"
 
 namespace flowtune::sim {
 
@@ -44,7 +45,12 @@ struct SimConfig {
   double gradient_step = 0.002;
   // Notify an endpoint when its rate moves by more than this fraction; the
   // engine allocates (1 - threshold) of every link so lagging rates fit (§5.3.2).
-  double threshold = 0.01;
+  // The rule, its rounding and this scaling are the daemon's
+  // (flowtune/common/rules.h).
+  double threshold = rules::kThreshold;
+  // A further fraction of every link left unscheduled, as the daemon's
+  // --headroom (paper §6): (1 - threshold)(1 - headroom) is scheduled.
+  double headroom = rules::kHeadroom;
   std::uint64_t seed = 1;
   // Link measurements every N steps; 0 = none.
   std::uint32_t sample_every = 10;

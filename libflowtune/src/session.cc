@@ -2,14 +2,11 @@
 
 #include <algorithm>
 
+#include "flowtune/common/ipv4.h"
+
 namespace flowtune::client {
 
 namespace {
-
-std::string format_ipv4(std::uint32_t ip) {
-  return std::to_string(ip >> 24) + "." + std::to_string((ip >> 16) & 255) + "." +
-         std::to_string((ip >> 8) & 255) + "." + std::to_string(ip & 255);
-}
 
 std::uint64_t seed_of(const std::string& s) {
   std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a: distinct endpoints, distinct jitter

@@ -218,14 +218,8 @@ FlowId BasicEngine<Real>::add_flow(const FlowSpec& f) {
   k.x.push_back(0);
   k.xn.push_back(0);
 
-  FlowId id;
-  if (!free_ids_.empty()) {
-    id = free_ids_.back();
-    free_ids_.pop_back();
-  } else {
-    id = static_cast<FlowId>(slots_.size());
-    slots_.push_back({});
-  }
+  const FlowId id = ids_.acquire();
+  if (id == slots_.size()) slots_.push_back({});
   k.id.push_back(id);
   slots_[id] = {b, static_cast<std::uint32_t>(k.size() - 1)};
   ++live_flows_;
@@ -256,7 +250,7 @@ void BasicEngine<Real>::remove_flow(FlowId id) {
   if (s.index != last) slots_[k.id[last]].index = s.index;
   move_last(k.id);
   slots_[id].index = kFreeSlot;
-  free_ids_.push_back(id);
+  ids_.release(id);
   --live_flows_;
 }
 

@@ -11,12 +11,9 @@ bool cpu_has_avx512() {
          __builtin_cpu_supports("avx512dq");
 }
 
-template <typename Real>
-const Kernels<Real>* avx512_kernels_table() {
-  return &avx512::kTable<Real>;
-}
-
-template const Kernels<float>* avx512_kernels_table();
-template const Kernels<double>* avx512_kernels_table();
+// Plain functions, not template instantiations: those would be weak symbols,
+// and this object defines none (see kernels_impl.h).
+const Kernels<float>* avx512_kernels_table_float() { return &avx512::kTable<float>; }
+const Kernels<double>* avx512_kernels_table_double() { return &avx512::kTable<double>; }
 
 }  // namespace flowtune::alloc::detail

@@ -2,6 +2,8 @@
 #define FT_KERNEL_NAME "generic"
 #include "kernels_impl.h"
 
+#include <type_traits>
+
 namespace flowtune::alloc::detail {
 
 template <typename Real>
@@ -11,11 +13,16 @@ const Kernels<Real>& generic_kernels() {
 
 #if defined(FT_HAVE_AVX512_KERNELS)
 bool cpu_has_avx512();
-template <typename Real>
-const Kernels<Real>* avx512_kernels_table();
+const Kernels<float>* avx512_kernels_table_float();
+const Kernels<double>* avx512_kernels_table_double();
 template <typename Real>
 const Kernels<Real>* avx512_kernels() {
-  return cpu_has_avx512() ? avx512_kernels_table<Real>() : nullptr;
+  if (!cpu_has_avx512()) return nullptr;
+  if constexpr (std::is_same_v<Real, float>) {
+    return avx512_kernels_table_float();
+  } else {
+    return avx512_kernels_table_double();
+  }
 }
 #else
 template <typename Real>

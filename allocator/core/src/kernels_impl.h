@@ -4,8 +4,20 @@
 // accumulate stays scalar because its scatters conflict (many flows share a
 // link) and one load/add/store of a (y, h) pair per hop is cheaper than
 // conflict detection.
-#include <algorithm>
-
+//
+// One definition rule: this header is compiled twice, with and without
+// -mavx512f, and the two copies must never be merged by the linker. Any
+// inline function or template instantiation with external linkage is a weak
+// symbol; if both objects emitted one under the same name (std::max<float>
+// called from both, say, in a build that does not inline it), the linker
+// would keep either copy, and the baseline engine could run AVX-512 code on a
+// CPU without it. So everything below is in an anonymous namespace inside the
+// ISA-named one (internal linkage: no symbol the other object can match),
+// and the kernels call no inline library templates: max_of/min_of replace
+// std::max/std::min, and <algorithm> is not included. The SSE2 intrinsics
+// are always_inline and emit no symbol. The test kernel_symbols_test checks
+// with nm that the AVX-512 object defines no weak symbol at all and shares
+// none with the baseline one.
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -13,6 +25,16 @@
 #include "kernels.h"
 
 namespace flowtune::alloc::detail::FT_KERNEL_NS {
+namespace {
+
+template <typename Real>
+inline Real max_of(Real a, Real b) {
+  return a < b ? b : a;  // std::max's semantics: a when they compare equal
+}
+template <typename Real>
+inline Real min_of(Real a, Real b) {
+  return b < a ? b : a;  // std::min's semantics
+}
 
 // Flows are processed in chunks so the slopes d_s between the vectorized rate
 // loop and the scalar scatter loop live in an L1-resident stack buffer.
@@ -30,7 +52,7 @@ inline void rates_chunk(const FlowArrays<Real>& f, std::size_t begin, std::size_
   Real* __restrict x = f.x;
   for (std::size_t s = begin; s < end; ++s) {
     Real P = (price[p0[s]] + price[p1[s]]) + (price[p2[s]] + price[p3[s]]);
-    P = std::max(P, fl[s]);
+    P = max_of(P, fl[s]);
     Real inv = Real{1} / P;
     Real xs = w[s] * inv;
     x[s] = xs;
@@ -88,7 +110,7 @@ void rate_pass_log(const FlowArrays<Real>& f, const Real* __restrict price,
                    LinkAcc<Real>* __restrict acc) {
   alignas(64) Real d[kChunk];
   for (std::size_t begin = 0; begin < f.n; begin += kChunk) {
-    std::size_t end = std::min(f.n, begin + kChunk);
+    const std::size_t end = min_of(f.n, begin + kChunk);
     rates_chunk(f, begin, end, price, d);
     accumulate_range(f, begin, end, d, acc);
   }
@@ -110,10 +132,10 @@ void fnorm(const FlowArrays<Real>& f, const Real* __restrict ratio) {
   const Real* __restrict cap = f.cap;
   Real* __restrict xn = f.xn;
   for (std::size_t s = 0; s < f.n; ++s) {
-    Real m = std::max(std::max(ratio[p0[s]], ratio[p1[s]]), std::max(ratio[p2[s]], ratio[p3[s]]));
+    Real m = max_of(max_of(ratio[p0[s]], ratio[p1[s]]), max_of(ratio[p2[s]], ratio[p3[s]]));
     // m >= x_s / c_l > 0 whenever x_s > 0; the guard only matters for x_s == 0.
     Real scaled = m > Real{0} ? x[s] / m : x[s];
-    xn[s] = std::min(scaled, cap[s]);
+    xn[s] = min_of(scaled, cap[s]);
   }
 }
 
@@ -121,4 +143,5 @@ template <typename Real>
 const Kernels<Real> kTable = {&rate_pass_log<Real>, &accumulate<Real>, &fnorm<Real>,
                               FT_KERNEL_NAME};
 
+}  // namespace
 }  // namespace flowtune::alloc::detail::FT_KERNEL_NS

@@ -15,8 +15,8 @@ void validate(const AllocatorConfig& c) {
     if (!ok) throw ConfigError(what);
   };
   require(c.threads >= 1 && c.threads <= 256, "threads must be 1-256");
-  require(c.threshold >= 0 && c.threshold <= 0.5, "threshold must be in [0, 0.5]");
-  require(c.headroom >= 0 && c.headroom <= 0.9, "headroom must be in [0, 0.9]");
+  require(rules::valid_threshold(c.threshold), "threshold must be in [0, 0.5]");
+  require(rules::valid_headroom(c.headroom), "headroom must be in [0, 0.9]");
   require(c.lease_us >= 1000, "lease must be at least 1 ms");
   require(c.lease_refresh_us >= 1000 && c.lease_refresh_us < c.lease_us,
           "lease refresh must be at least 1 ms and shorter than the lease");
@@ -43,7 +43,7 @@ alloc::EngineConfig engine_config(const AllocatorConfig& c) {
 
 std::vector<double> scheduled_capacities(const Network& n, const AllocatorConfig& c) {
   std::vector<double> caps = n.topology().capacities_bps();
-  const double scale = (1.0 - c.threshold) * (1.0 - c.headroom);
+  const double scale = rules::capacity_scale(c.threshold, c.headroom);
   for (double& cap : caps) cap *= scale;
   return caps;
 }
@@ -61,7 +61,7 @@ Allocator::Allocator(Network network, const AllocatorConfig& config, std::uint64
     throw ConfigError(std::string("engine: ") + e.what());
   }
   if (config_.threads > 1) driver_ = std::make_unique<alloc::ParallelDriver>(config_.threads);
-  stranger_tokens_ = std::max(1.0, config_.max_messages_per_sec / 10);
+  strangers_ = TokenBucket(config_.max_messages_per_sec, 0);
 }
 
 Allocator::~Allocator() = default;
@@ -147,9 +147,7 @@ void Allocator::on_bad_frames(std::string_view peer, std::size_t frames, std::ui
 
 bool Allocator::admit_message(Endpoint* e, std::string_view peer, std::uint64_t now_us) {
   const double rate = config_.max_messages_per_sec;
-  const bool ok = e != nullptr ? take_token(rate, &e->tokens, &e->tokens_at_us, now_us)
-                               : take_token(rate, &stranger_tokens_, &stranger_tokens_at_us_, now_us);
-  if (ok) return true;
+  if ((e != nullptr ? e->tokens : strangers_).take(now_us)) return true;
   refuse(peer, e, Cause::kRateLimited,
          "message dropped: over " + std::to_string(static_cast<std::uint64_t>(rate)) +
              " messages/s; slow down and resync",
@@ -218,22 +216,44 @@ void Allocator::queue_moved_rates() {
     const auto r = engine_->block_rates(b);
     for (std::size_t s = 0; s < r.size; ++s) {
       const alloc::FlowId id = r.ids[s];
-      const double bytes = r.rates[s] * to_bytes;
-      const std::uint64_t rate = bytes < 1.0 ? 1 : static_cast<std::uint64_t>(bytes);
+      const std::uint64_t rate = rules::round_bytes_per_sec(r.rates[s] * to_bytes);
       const std::uint64_t sent = sent_[id];
-      if (rate == sent) continue;
-      if (sent != 0 && std::abs(static_cast<double>(rate) - static_cast<double>(sent)) <=
-                           threshold * static_cast<double>(sent)) {
+      if (rate == sent) [[likely]] continue;  // settled flows: the common case
+      if (rules::update_decision(rate, sent, threshold) == rules::Update::kSuppressed) {
         ++counters_.rate_updates_suppressed;
         continue;
       }
       sent_[id] = rate;
-      const Flow& f = flows_[id];
-      pending(*endpoints_[f.endpoint]).rates.push_back({f.key, rate, config_.lease_us});
-      ++counters_.rate_updates;
+      tell_holders(id, rate);
     }
   }
 }
+
+void Allocator::tell_holders(alloc::FlowId id, std::uint64_t rate) {
+  const Flow& f = flows_[id];
+  pending(*endpoints_[f.endpoint]).rates.push_back({f.key, rate, config_.lease_us});
+  ++counters_.rate_updates;
+  if (f.co_holders == 0) return;  // the common case: one holder, no side table
+  for (const Holder& h : co_holders_.at(id)) {
+    pending(*endpoints_[h.endpoint]).rates.push_back({h.key, rate, config_.lease_us});
+    ++counters_.rate_updates;
+  }
+}
+
+void Allocator::retell(Endpoint& e, std::uint64_t key, alloc::FlowId id) {
+  const std::uint64_t rate = to_bytes_per_sec(engine_->rate_bps(id));
+  if (rate != sent_[id] && flows_[id].co_holders > 0) {
+    // The others hold the old rate: what was told must stay one number.
+    sent_[id] = rate;
+    tell_holders(id, rate);
+    return;
+  }
+  sent_[id] = rate;
+  pending(e).rates.push_back({key, rate, config_.lease_us});
+  ++counters_.rate_updates;
+}
+
+std::uint32_t Allocator::holders(alloc::FlowId id) const { return 1 + flows_[id].co_holders; }
 
 // ---- timers ----
 
@@ -262,27 +282,24 @@ void Allocator::on_timer(std::uint64_t now_us) {
     wire::AllocatorMessage& out = pending(*e);
     out.lease_refresh_us = config_.lease_us;
     ++counters_.lease_refreshes;
-    // What we told it, so it can tell a lost update (one pass over its
-    // flows per refresh interval).
+    if (e->resend_rates) {
+      // An update may have been lost: tell the endpoint every rate again.
+      e->resend_rates = false;
+      for (const auto& [key, id] : e->flows) {
+        if (sent_[id] == 0) continue;  // the next iteration sends it
+        retell(*e, key, id);
+      }
+    }
+    // What we told it (after any resend above), so it can tell a lost
+    // update: one pass over its flows per refresh interval.
     wire::StateDigest told;
     for (const auto& [key, id] : e->flows) {
       if (sent_[id] != 0) told.add_rate(key, sent_[id]);
     }
     out.rate_digest = told;
     out.ack_seq = e->last_seq;
-    if (e->resend_rates) {
-      // An update may have been lost: tell the endpoint every rate again.
-      e->resend_rates = false;
-      for (const auto& [key, id] : e->flows) {
-        Flow& f = flows_[id];
-        if (sent_[id] == 0) continue;  // the next iteration sends it
-        sent_[id] = to_bytes_per_sec(engine_->rate_bps(id));
-        out.rates.push_back({f.key, sent_[id], config_.lease_us});
-        ++counters_.rate_updates;
-      }
-    }
   }
-  next_timer_us_ = endpoints_.size() == free_endpoints_.size()
+  next_timer_us_ = endpoint_ids_.live() == 0
                        ? UINT64_MAX
                        : now_us + config_.lease_refresh_us;
 }
@@ -379,7 +396,7 @@ std::vector<FlowView> Allocator::flows(std::uint64_t now_us, std::size_t limit) 
     v.push_back({endpoints_[f.endpoint]->id, f.key, f.src, f.dst, f.path, f.weight, f.bytes,
                  f.coflow_id, engine_->rate_bps(id),
                  static_cast<double>(sent_[id]) * 8.0,
-                 now_us > f.started_us ? now_us - f.started_us : 0});
+                 now_us > f.started_us ? now_us - f.started_us : 0, holders(id)});
   }
   return v;
 }

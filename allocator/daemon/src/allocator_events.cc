@@ -2,9 +2,11 @@
 // handler is idempotent where the protocol allows repeats: a repeated start
 // replaces the flow, a resync replaces the endpoint's whole state, so a lost
 // or duplicated message never leaves the allocator wrong for long (§5.1).
+#include <algorithm>
 #include <unordered_set>
 
 #include "allocator_internal.h"
+#include "flowtune/common/assert.h"
 
 namespace flowtune::daemon {
 
@@ -69,22 +71,15 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
            0, now_us);
     return;
   }
-  EndpointIdx idx;
-  if (!free_endpoints_.empty()) {
-    idx = free_endpoints_.back();
-    free_endpoints_.pop_back();
-  } else {
-    idx = static_cast<EndpointIdx>(endpoints_.size());
-    endpoints_.emplace_back();
-  }
+  const EndpointIdx idx = endpoint_ids_.acquire();
+  if (idx == endpoints_.size()) endpoints_.emplace_back();
   auto e = std::make_unique<Endpoint>();
   e->idx = idx;
   e->peer = peer_s;
   e->id = h.endpoint_id;
   e->host = *host;
   e->last_heard_us = now_us;
-  e->tokens = std::max(1.0, config_.max_messages_per_sec / 10);
-  e->tokens_at_us = now_us;
+  e->tokens = TokenBucket(config_.max_messages_per_sec, now_us);
   endpoints_[idx] = std::move(e);
   by_peer_[peer_s] = idx;
   by_endpoint_id_[h.endpoint_id] = idx;
@@ -151,7 +146,8 @@ void Allocator::on_start(Endpoint& e, const wire::FlowletStart& s, std::uint64_t
            s.flow_key, now_us);
     return;
   }
-  if (existing == e.flows.end() && engine_->num_flows() >= config_.max_flows) {
+  if (existing == e.flows.end() && engine_->num_flows() >= config_.max_flows &&
+      !joins_live_socket(e, s)) {
     refuse(e.peer, &e, Cause::kTooManyFlows,
            "start: the allocator is at its limit of " + std::to_string(config_.max_flows) +
                " flows",
@@ -166,18 +162,18 @@ void Allocator::on_start(Endpoint& e, const wire::FlowletStart& s, std::uint64_t
     return;
   }
   // A repeated start (a retransmission, or the next flowlet on the same key)
-  // replaces the flow.
-  if (existing != e.flows.end()) remove_flow(e, existing->second);
-  add_flow(e, s, spec, src, dst, now_us);
+  // replaces the hold: a sole holder's flow is replaced, a shared one is
+  // rejoined.
+  if (existing != e.flows.end()) release(e, s.flow_key);
+  hold(e, s, spec, src, dst, now_us);
 }
 
 void Allocator::on_end(Endpoint& e, std::uint64_t key, std::uint64_t now_us) {
-  const auto it = e.flows.find(key);
-  if (it == e.flows.end()) {
+  if (!e.flows.contains(key)) {
     refuse(e.peer, &e, Cause::kUnknownFlow, "end: no live flow with this key", key, now_us);
     return;
   }
-  remove_flow(e, it->second);
+  release(e, key);
 }
 
 void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& list,
@@ -192,33 +188,42 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
     std::string why;
     if (Cause c = resolve(e, s, &spec, &src, &dst, &why); c != Cause::kCount) {
       refuse(e.peer, &e, c, "resync: " + why, s.flow_key, now_us);
-      if (existing != e.flows.end()) remove_flow(e, existing->second);
+      if (existing != e.flows.end()) release(e, s.flow_key);
       continue;
     }
     if (existing != e.flows.end()) {
-      Flow& f = flows_[existing->second];
-      if (same_path(f.path, spec.path) && f.weight == s.weight) {
+      const alloc::FlowId id = existing->second;
+      Flow& f = flows_[id];
+      const auto* t = std::get_if<wire::FiveTuple>(&s.endpoints);
+      const bool same_socket = t != nullptr ? f.has_socket && f.socket == SocketId{src, *t}
+                                            : !f.has_socket;
+      // A shared flow keeps its first holder's weight whatever a joiner says.
+      if (same_socket && same_path(f.path, spec.path) &&
+          (f.weight == s.weight || f.co_holders > 0)) {
         // Unchanged: keep its prices' history, but tell the endpoint its rate
-        // again (it may have lost it with the connection).
-        f.bytes = s.bytes;
-        f.coflow_id = s.coflow_id;
-        sent_[existing->second] = 0;
+        // again (it may have lost it with the connection). The next iteration
+        // tells every holder.
+        if (f.co_holders == 0) {
+          f.bytes = s.bytes;
+          f.coflow_id = s.coflow_id;
+        }
+        sent_[id] = 0;
         flows_changed_ = true;
         continue;
       }
-      remove_flow(e, existing->second);
+      release(e, s.flow_key);
     } else if (e.flows.size() >= config_.max_flows_per_endpoint ||
-               engine_->num_flows() >= config_.max_flows) {
+               (engine_->num_flows() >= config_.max_flows && !joins_live_socket(e, s))) {
       refuse(e.peer, &e, Cause::kTooManyFlows, "resync: too many live flows", s.flow_key, now_us);
       continue;
     }
-    add_flow(e, s, spec, src, dst, now_us);
+    hold(e, s, spec, src, dst, now_us);
   }
-  std::vector<alloc::FlowId> gone;
+  std::vector<std::uint64_t> gone;
   for (const auto& [key, id] : e.flows) {
-    if (!keep.contains(key)) gone.push_back(id);
+    if (!keep.contains(key)) gone.push_back(key);
   }
-  for (alloc::FlowId id : gone) remove_flow(e, id);
+  for (std::uint64_t key : gone) release(e, key);
 }
 
 // The endpoint does not apply these flows' rates (an update was lost, or its
@@ -235,10 +240,48 @@ void Allocator::on_rate_request(Endpoint& e, const std::vector<std::uint64_t>& k
              now_us);
       continue;
     }
-    const alloc::FlowId id = it->second;
-    if (sent_[id] == 0) continue;  // not rated yet: the next iteration sends it
-    sent_[id] = to_bytes_per_sec(engine_->rate_bps(id));
-    pending(e).rates.push_back({key, sent_[id], config_.lease_us});
+    if (sent_[it->second] == 0) continue;  // not rated yet: the next iteration sends it
+    retell(e, key, it->second);
+  }
+}
+
+bool Allocator::joins_live_socket(const Endpoint& e, const wire::FlowletStart& s) const {
+  const auto* t = std::get_if<wire::FiveTuple>(&s.endpoints);
+  if (t == nullptr) return false;
+  const alloc::HostId src = network_.find_host_by_ip(t->src_ip).value_or(e.host);
+  return by_socket_.contains(SocketId{src, *t});
+}
+
+void Allocator::hold(Endpoint& e, const wire::FlowletStart& s, const alloc::FlowSpec& spec,
+                     alloc::HostId src, alloc::HostId dst, std::uint64_t now_us) {
+  const auto* t = std::get_if<wire::FiveTuple>(&s.endpoints);
+  if (t == nullptr) {
+    add_flow(e, s, spec, src, dst, now_us);  // a host pair names no socket: never shared
+    return;
+  }
+  const SocketId sock{src, *t};
+  const auto it = by_socket_.find(sock);
+  if (it == by_socket_.end()) {
+    add_flow(e, s, spec, src, dst, now_us);
+    Flow& f = flows_[e.flows.at(s.flow_key)];
+    f.has_socket = true;
+    f.socket = sock;
+    by_socket_.emplace(sock, e.flows.at(s.flow_key));
+    return;
+  }
+  // Another process writing to the same socket: one flow, one more holder.
+  const alloc::FlowId id = it->second;
+  Flow& f = flows_[id];
+  co_holders_[id].push_back({e.idx, s.flow_key});
+  ++f.co_holders;
+  f.bytes += s.bytes;
+  e.flows[s.flow_key] = id;
+  e.digest.add(s.flow_key);
+  ++counters_.flows_joined;
+  // It is rated already: the joiner gets what the others were told. Otherwise
+  // the next iteration tells every holder.
+  if (sent_[id] != 0) {
+    pending(e).rates.push_back({s.flow_key, sent_[id], config_.lease_us});
     ++counters_.rate_updates;
   }
 }
@@ -253,6 +296,8 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
   Flow& f = flows_[id];
   f.endpoint = e.idx;
   f.key = s.flow_key;
+  f.co_holders = 0;
+  f.has_socket = false;  // hold() indexes socket flows
   f.src = src;
   f.dst = dst;
   f.path = spec.path;
@@ -267,30 +312,49 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
   settle_iterations_ = 0;
 }
 
-void Allocator::remove_flow(Endpoint& e, alloc::FlowId id) {
+void Allocator::release(Endpoint& e, std::uint64_t key) {
+  const auto it = e.flows.find(key);
+  const alloc::FlowId id = it->second;
+  e.flows.erase(it);
+  e.digest.remove(key);
+  detach(e.idx, key, id);
+}
+
+// Removes one holder of flow `id` (the caller updates the endpoint's table).
+void Allocator::detach(EndpointIdx endpoint, std::uint64_t key, alloc::FlowId id) {
   Flow& f = flows_[id];
-  e.flows.erase(f.key);
-  e.digest.remove(f.key);
-  engine_->remove_flow(id);
-  f.endpoint = Flow::kNone;
-  flows_changed_ = true;
-  settle_iterations_ = 0;
+  if (f.co_holders == 0) {
+    engine_->remove_flow(id);
+    if (f.has_socket) by_socket_.erase(f.socket);
+    f.has_socket = false;
+    f.endpoint = Flow::kNone;
+    flows_changed_ = true;
+    settle_iterations_ = 0;
+    return;
+  }
+  const auto side = co_holders_.find(id);
+  std::vector<Holder>& others = side->second;
+  if (f.endpoint == endpoint && f.key == key) {
+    // The first holder leaves: the last joiner takes its place.
+    f.endpoint = others.back().endpoint;
+    f.key = others.back().key;
+    others.pop_back();
+  } else {
+    const auto h = std::find(others.begin(), others.end(), Holder{endpoint, key});
+    FT_ASSERT(h != others.end(), id, key);
+    *h = others.back();
+    others.pop_back();
+  }
+  if (--f.co_holders == 0) co_holders_.erase(side);
 }
 
 void Allocator::drop_endpoint(EndpointIdx idx) {
   Endpoint& e = *endpoints_[idx];
-  for (const auto& [key, id] : e.flows) {
-    engine_->remove_flow(id);
-    flows_[id].endpoint = Flow::kNone;
-  }
-  if (!e.flows.empty()) {
-    flows_changed_ = true;
-    settle_iterations_ = 0;
-  }
+  for (const auto& [key, id] : e.flows) detach(idx, key, id);
   by_peer_.erase(e.peer);
   by_endpoint_id_.erase(e.id);
   endpoints_[idx].reset();
-  free_endpoints_.push_back(idx);
+  endpoint_ids_.release(idx);
 }
 
 }  // namespace flowtune::daemon

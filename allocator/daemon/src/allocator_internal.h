@@ -3,6 +3,7 @@
 // protocol event does to the flow table).
 #pragma once
 
+#include <cstddef>
 #include <limits>
 
 #include "flowtune/daemon/allocator.h"
@@ -14,13 +15,14 @@ struct Allocator::Endpoint {
   std::string peer;  // routing id of its current connection
   std::string id;    // from hello: unique per process incarnation
   alloc::HostId host = 0;
-  std::unordered_map<std::uint64_t, alloc::FlowId> flows;  // flow key -> engine id
+  // Flow key -> engine id. Several keys (here or at other endpoints) may hold
+  // one engine flow: see Allocator::Flow.
+  std::unordered_map<std::uint64_t, alloc::FlowId> flows;
   wire::StateDigest digest;  // of `flows`' keys, kept as they come and go
   std::uint64_t last_seq = 0;  // seq of its last message handled
   std::uint64_t last_heard_us = 0;
-  // Token bucket of messages (AllocatorConfig::max_messages_per_sec).
-  double tokens = 0;
-  std::uint64_t tokens_at_us = 0;
+  // Messages it may send (AllocatorConfig::max_messages_per_sec).
+  TokenBucket tokens;
   std::uint64_t messages = 0;
   std::uint64_t errors = 0;
   wire::AllocatorMessage out;  // owed to the endpoint
@@ -29,10 +31,26 @@ struct Allocator::Endpoint {
   bool resend_rates = false;
 };
 
+// One socket is one flow, whatever processes write to it: forked children
+// that inherit a socket each open their own endpoint and each report its
+// flowlets under the same 5-tuple. A flow started with a FiveTuple is
+// identified by (source host, 5-tuple); a second holder (another endpoint, or
+// the same endpoint under another key) joins the engine flow instead of adding
+// one, and is told the same rates. The first holder lives in the Flow record
+// (the update check touches nothing else for an unshared flow); the others, by
+// engine id, in Allocator::co_holders_. The engine flow goes when its last
+// holder does.
+//
+// A shared flow keeps the weight of the holder that started it (a joiner
+// writes to the same socket and cannot re-weight it), and its bytes are the
+// sum of the holders' reports (informational: the engine does not use them).
 struct Allocator::Flow {
   static constexpr EndpointIdx kNone = std::numeric_limits<EndpointIdx>::max();
-  EndpointIdx endpoint = kNone;  // kNone: the engine id is free
-  std::uint64_t key = 0;
+  EndpointIdx endpoint = kNone;  // first holder; kNone: the engine id is free
+  std::uint64_t key = 0;         // the first holder's key
+  std::uint32_t co_holders = 0;  // holders beyond the first (Allocator::co_holders_)
+  bool has_socket = false;       // started with a FiveTuple: shareable, indexed by socket
+  SocketId socket;
   alloc::HostId src = 0;
   alloc::HostId dst = 0;
   alloc::Path path;
@@ -43,26 +61,6 @@ struct Allocator::Flow {
   bool live() const { return endpoint != kNone; }
 };
 
-// Bytes/s as the endpoint applies it (SO_MAX_PACING_RATE): rounded down, so
-// rounding never adds to a link, and never 0 (which would stop the socket).
-inline std::uint64_t to_bytes_per_sec(double bps) {
-  const double b = bps / 8.0;
-  return b < 1.0 ? 1 : static_cast<std::uint64_t>(b);
-}
-
-// Refills a token bucket of `rate` per second (burst rate/10, at least 1) and
-// takes one token; false when empty. Time never runs backwards for it.
-inline bool take_token(double rate, double* tokens, std::uint64_t* at_us, std::uint64_t now_us) {
-  if (rate == 0) return true;
-  const double burst = rate / 10 > 1 ? rate / 10 : 1;
-  if (now_us > *at_us) {
-    const double refill = static_cast<double>(now_us - *at_us) * 1e-6 * rate;
-    *tokens = *tokens + refill < burst ? *tokens + refill : burst;
-    *at_us = now_us;
-  }
-  if (*tokens < 1) return false;
-  *tokens -= 1;
-  return true;
-}
+using rules::to_bytes_per_sec;
 
 }  // namespace flowtune::daemon

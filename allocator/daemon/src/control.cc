@@ -50,6 +50,7 @@ json counters_json(const Counters& c) {
           {"lease_refreshes", c.lease_refreshes},
           {"endpoints_timed_out", c.endpoints_timed_out},
           {"flows_expired", c.flows_expired},
+          {"flows_joined", c.flows_joined},
           {"iterations", c.iterations},
           {"control_requests", c.control_requests},
           {"errors", errors},
@@ -114,7 +115,8 @@ json flows_json(const Allocator& a, std::uint64_t now_us, std::size_t limit) {
                     {"coflow", f.coflow_id},
                     {"rate_bps", f.rate_bps},
                     {"sent_rate_bps", f.sent_rate_bps},
-                    {"age_ms", static_cast<double>(f.age_us) * 1e-3}});
+                    {"age_ms", static_cast<double>(f.age_us) * 1e-3},
+                    {"holders", f.holders}});
   }
   return {{"flows", list}, {"total", a.num_flows()}};
 }

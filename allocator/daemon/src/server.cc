@@ -24,9 +24,6 @@ namespace {
 constexpr int kMaxDrainPerTurn = 4096;
 constexpr std::int64_t kMinDrainNs = 200'000;
 constexpr int kMaxFramesPerMessage = 8;
-// flowtune-ctl requests are answered at most this often (per second, with a
-// burst of a tenth): a state dump is O(flows) and must not stall the loop.
-constexpr double kControlRequestsPerSec = 200;
 
 // recv of the rest of a multipart message, which ZeroMQ delivers whole:
 // only a signal can interrupt it, and then it is retried.
@@ -157,7 +154,7 @@ bool Server::receive_one(std::uint64_t now) {
   if (count == 2 && frames[0].to_string_view() == kControlTag) {
     ++allocator_.counters().control_requests;
     std::string reply;
-    if (take_token(kControlRequestsPerSec, &control_tokens_, &control_tokens_at_us_, now)) {
+    if (control_tokens_.take(now)) {
       reply = control_reply(allocator_, {bound_, now}, frames[1].to_string_view(), now);
     } else {
       allocator_.counters().count(Cause::kRateLimited);

@@ -3,7 +3,8 @@
 // messages built from input bytes so deep states are reachable, iterations,
 // time jumps, bad frame counts). After every operation:
 //   - nothing crashed, leaked or tripped a sanitizer;
-//   - the flow count equals the sum of the endpoints' flows;
+//   - the flow count equals the flows listed, and the endpoints' holds equal
+//     the holders listed (one socket written by several endpoints is one flow);
 //   - every emitted message survives the real codec;
 //   - after an iteration, the rates endpoints hold (last sent) fit every
 //     link's real capacity (threshold slack included; F-NORM).
@@ -61,7 +62,7 @@ std::vector<std::uint8_t> structured(Reader& r) {
   wire::EndpointMessage m;
   const int n = 1 + r.byte() % 4;
   for (int i = 0; i < n && !r.done(); ++i) {
-    switch (r.byte() % 5) {
+    switch (r.byte() % 6) {
       case 0:
         if (i == 0) {
           m.events.emplace_back(wire::Hello{"ep" + std::to_string(r.byte() % 4),
@@ -78,15 +79,23 @@ std::vector<std::uint8_t> structured(Reader& r) {
         m.events.emplace_back(std::move(rs));
         break;
       }
+      case 5: m.events.emplace_back(wire::RateRequest{{r.byte() % 16u, r.byte() % 16u}}); break;
     }
   }
   return wire::encode(m);
 }
 
 void check(daemon::Allocator& a, bool after_iteration) {
-  std::size_t sum = 0;
-  for (const auto& e : a.endpoints(0)) sum += e.flows;
-  if (sum != a.num_flows()) fail("endpoint flow counts disagree with the engine");
+  std::size_t holds = 0;
+  for (const auto& e : a.endpoints(0)) holds += e.flows;
+  std::size_t holders = 0, listed = 0;
+  for (const auto& f : a.flows(0, SIZE_MAX)) {
+    if (f.holders < 1) fail("a listed flow has no holder");
+    holders += f.holders;
+    ++listed;
+  }
+  if (listed != a.num_flows()) fail("listed flows disagree with the engine");
+  if (holds != holders) fail("endpoint flow counts disagree with the flows' holders");
   for (const auto& o : a.take_outbox()) {
     wire::AllocatorMessage back;
     if (!wire::decode(wire::encode(o.message), &back).ok()) fail("emitted message does not decode");

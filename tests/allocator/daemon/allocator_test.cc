@@ -89,6 +89,15 @@ class AllocatorTest : public ::testing::Test {
     return e;
   }
   std::uint64_t errors(Cause c) const { return alloc_->counters().errors[static_cast<int>(c)]; }
+  // Four seconds of lease ticks in which only peer b heartbeats: every other
+  // endpoint passes its 3 s timeout.
+  void only_b_heartbeats_past_the_timeout() {
+    for (int i = 0; i < 4; ++i) {
+      now_ += 1'000'000;
+      send("b", {wire::Heartbeat{}});
+      alloc_->on_timer(now_);
+    }
+  }
 
   std::vector<std::string> lines_;
   Log log_{[this](std::string_view l) { lines_.emplace_back(l); }, LogLevel::kDebug, 1'000'000};
@@ -408,12 +417,7 @@ TEST_F(AllocatorTest, SilentEndpointLosesItsFlowsAndOthersGetTheCapacity) {
   send("a", {start_of(1, 0, 2)});
   send("b", {start_of(1, 1, 2)});
   settle();
-  // b heartbeats; a goes silent.
-  for (int i = 0; i < 4; ++i) {
-    now_ += 1'000'000;
-    send("b", {wire::Heartbeat{}});
-    alloc_->on_timer(now_);
-  }
+  only_b_heartbeats_past_the_timeout();
   EXPECT_EQ(alloc_->num_endpoints(), 1u);
   EXPECT_EQ(alloc_->counters().endpoints_timed_out, 1u);
   EXPECT_EQ(alloc_->counters().flows_expired, 1u);
@@ -516,6 +520,300 @@ TEST_F(AllocatorTest, IdleAllocatorHasNothingToDo) {
   settle();
   EXPECT_FALSE(alloc_->busy());
   EXPECT_LT(alloc_->counters().iterations, 100u);
+}
+
+// ---- one socket, one flow (issue #12) ----
+
+// A start for a socket: from 10.0.0.1 (not in the topology: the endpoint's own
+// host is the source) to 10.0.9.9 (added in a spare slot).
+wire::FlowletStart socket_start(std::uint64_t key, std::uint16_t src_port = 40000,
+                                std::uint64_t bytes = 1000) {
+  wire::FlowletStart s;
+  s.flow_key = key;
+  s.endpoints = wire::FiveTuple{0x0a000001u, 0x0a000909u, src_port, 5201, 6};
+  s.bytes = bytes;
+  return s;
+}
+
+class SharedSocketTest : public AllocatorTest {
+ protected:
+  void SetUp() override {
+    AllocatorConfig c = config();
+    c.unknown_hosts = UnknownHosts::kAdd;
+    make(c, 8, 4);
+  }
+  // Given: endpoints a (key 1) and b (key 2) on h0 write one socket.
+  void two_writers() {
+    hello("a", "ep-a", "h0");
+    hello("b", "ep-b", "h0");
+    send("a", {socket_start(1)});
+    send("b", {socket_start(2)});
+  }
+  // Every rate told to (peer, key) in `out`, in order.
+  static std::vector<std::uint64_t> told(const std::vector<Outgoing>& out, std::string_view peer,
+                                         std::uint64_t key) {
+    std::vector<std::uint64_t> r;
+    for (const auto& o : out) {
+      if (o.peer != peer) continue;
+      for (const auto& u : o.message.rates) {
+        if (u.flow_key == key) r.push_back(u.bytes_per_sec);
+      }
+    }
+    return r;
+  }
+};
+
+TEST_F(SharedSocketTest, ForkedWritersOfOneSocketHoldOneFlowAtTheFullShare) {
+  // Given: three endpoints on h0 (forked children sharing one socket), one of
+  // them reporting it under two keys.
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h0");
+  hello("c", "ep-c", "h0");
+  // When: each starts a flowlet on the same 5-tuple.
+  send("a", {socket_start(1)});
+  send("b", {socket_start(7)});
+  send("c", {socket_start(3), socket_start(4)});
+  const auto out = settle();
+  // Expect: one engine flow, alone on h0's uplink, and every holder told its
+  // whole share (not a quarter of it each).
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  EXPECT_EQ(alloc_->counters().flows_joined, 3u);
+  const auto rates = last_rates(out);
+  for (const auto& k : std::vector<std::pair<std::string, std::uint64_t>>{
+           {"a", 1}, {"b", 7}, {"c", 3}, {"c", 4}}) {
+    ASSERT_TRUE(rates.contains(k)) << k.first << " " << k.second;
+    EXPECT_NEAR(static_cast<double>(rates.at(k)), share(1), share(1) * 1e-3);
+  }
+  const auto view = alloc_->flows(now_, 10);
+  ASSERT_EQ(view.size(), 1u);
+  EXPECT_EQ(view[0].holders, 4u);
+  EXPECT_EQ(view[0].bytes, 4000u);  // the holders' reports, summed
+  EXPECT_EQ(view[0].weight, 1.0);
+}
+
+TEST_F(SharedSocketTest, AJoinerOfARatedFlowIsToldItsRateAtOnce) {
+  hello("a", "ep-a", "h0");
+  send("a", {socket_start(1)});
+  const auto first = last_rates(settle());
+  hello("b", "ep-b", "h0");
+  alloc_->take_outbox();
+  // When: b joins a flow that is rated and settled (no iteration is due).
+  send("b", {socket_start(2)});
+  EXPECT_FALSE(alloc_->busy());
+  // Expect: b is told what a holds, now.
+  EXPECT_EQ(told(alloc_->take_outbox(), "b", 2), std::vector<std::uint64_t>{first.at({"a", 1})});
+}
+
+TEST_F(SharedSocketTest, TheFlowLastsUntilItsLastHolderEndsInAnyOrder) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h0");
+  hello("c", "ep-c", "h0");
+  hello("d", "ep-d", "h0");
+  send("a", {socket_start(1)});
+  send("b", {socket_start(2)});
+  send("c", {socket_start(3)});
+  settle();
+  // The first holder (the one the flow record names) ends first, then a joiner.
+  send("a", {wire::FlowletEnd{1}});
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  send("c", {wire::FlowletEnd{3}});
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  EXPECT_EQ(alloc_->flows(now_, 10).at(0).holders, 1u);
+  // The remaining holder still gets the flow's rates: a competitor on h0's
+  // uplink halves them.
+  send("d", {start_of(9, 0, 2)});
+  const auto rates = last_rates(settle());
+  EXPECT_NEAR(static_cast<double>(rates.at({"b", 2})), share(2), share(2) * 0.01);
+  EXPECT_FALSE(rates.contains({"a", 1}));
+  EXPECT_FALSE(rates.contains({"c", 3}));
+  send("b", {wire::FlowletEnd{2}});
+  EXPECT_EQ(alloc_->num_flows(), 1u);  // d's flow only
+  EXPECT_TRUE(errors_to(alloc_->take_outbox(), "b").empty());
+  // A later start on the same socket is a fresh flow.
+  send("a", {socket_start(5)});
+  EXPECT_EQ(alloc_->num_flows(), 2u);
+  EXPECT_EQ(alloc_->flows(now_, 10).size(), 2u);
+}
+
+TEST_F(SharedSocketTest, EveryHolderIsToldWhenTheRateMoves) {
+  two_writers();
+  hello("d", "ep-d", "h0");
+  settle();
+  send("d", {start_of(9, 0, 2)});
+  const auto out = settle();
+  const auto a = told(out, "a", 1);
+  const auto b = told(out, "b", 2);
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(a, b);  // the same updates, in the same order
+  EXPECT_NEAR(static_cast<double>(a.back()), share(2), share(2) * 0.01);
+}
+
+TEST_F(SharedSocketTest, AHolderThatTimesOutLeavesTheFlowToTheOthers) {
+  two_writers();
+  settle();
+  only_b_heartbeats_past_the_timeout();
+  EXPECT_EQ(alloc_->num_endpoints(), 1u);
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  EXPECT_EQ(alloc_->flows(now_, 10).at(0).holders, 1u);
+  EXPECT_EQ(alloc_->flows(now_, 10).at(0).endpoint_id, "ep-b");
+  send("b", {wire::FlowletEnd{2}});
+  EXPECT_EQ(alloc_->num_flows(), 0u);
+}
+
+TEST_F(SharedSocketTest, AResyncWithoutTheSocketDropsOnlyThatHolder) {
+  two_writers();
+  settle();
+  // When: b resyncs with nothing; then a resyncs with the socket unchanged.
+  send("b", {wire::Resync{}});
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  send("a", {wire::Resync{{socket_start(1)}}});
+  const auto out = settle();
+  // Expect: a still holds it alone, and is told its rate again.
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  EXPECT_EQ(alloc_->flows(now_, 10).at(0).holders, 1u);
+  EXPECT_FALSE(told(out, "a", 1).empty());
+  send("a", {wire::FlowletEnd{1}});
+  EXPECT_EQ(alloc_->num_flows(), 0u);
+}
+
+TEST_F(SharedSocketTest, ADroppedEndpointReleasesItsHoldsOnly) {
+  two_writers();
+  // a's connection now speaks for another process: the old endpoint is dropped.
+  hello("a", "ep-a2", "h0");
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  EXPECT_EQ(alloc_->flows(now_, 10).at(0).holders, 1u);
+}
+
+TEST_F(SharedSocketTest, AFailedSendToAJoinerResendsUnderTheJoinersKey) {
+  two_writers();
+  const auto first = last_rates(settle());
+  // Given: a message to b (a holder beyond the first) was lost.
+  alloc_->on_send_failed("b");
+  now_ += 300'000;
+  alloc_->on_timer(now_);
+  const auto out = alloc_->take_outbox();
+  // Expect: b's refresh repeats the rate under b's key, and a, whose rate did
+  // not move, hears only its lease refresh.
+  EXPECT_EQ(told(out, "b", 2), std::vector<std::uint64_t>{first.at({"b", 2})});
+  EXPECT_TRUE(told(out, "b", 1).empty());
+  EXPECT_TRUE(told(out, "a", 1).empty());
+}
+
+TEST_F(SharedSocketTest, DifferentSocketsStaySeparate) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h0");
+  hello("c", "ep-c", "h1");
+  send("a", {socket_start(1, 40000)});
+  send("b", {socket_start(2, 40001)});  // another source port
+  send("c", {socket_start(3, 40000)});  // the same tuple from another host
+  const auto rates = last_rates(settle());
+  EXPECT_EQ(alloc_->num_flows(), 3u);
+  EXPECT_EQ(alloc_->counters().flows_joined, 0u);
+  // h0's uplink carries a and b; the three meet on the destination's downlink,
+  // so each gets a third.
+  for (const auto& k : std::vector<std::pair<std::string, std::uint64_t>>{
+           {"a", 1}, {"b", 2}, {"c", 3}}) {
+    EXPECT_NEAR(static_cast<double>(rates.at(k)), share(3), share(3) * 0.01);
+  }
+}
+
+TEST_F(SharedSocketTest, HostPairFlowsAreNeverMerged) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h0");
+  send("a", {start_of(1, 0, 1)});
+  send("b", {start_of(1, 0, 1)});
+  const auto rates = last_rates(settle());
+  EXPECT_EQ(alloc_->num_flows(), 2u);
+  EXPECT_NEAR(static_cast<double>(rates.at({"a", 1})), share(2), share(2) * 0.01);
+}
+
+TEST_F(SharedSocketTest, ARateRequestThatFindsTheRateMovedTellsEveryHolder) {
+  AllocatorConfig c = config();
+  c.unknown_hosts = UnknownHosts::kAdd;
+  c.threshold = 0.2;  // wide: the competitor's arrival can stay within it
+  make(c, 8, 4);
+  two_writers();
+  hello("d", "ep-d", "h0");
+  settle();
+  // A competitor with a small weight moves the shared flow's rate by less
+  // than the threshold: nobody is told.
+  send("d", {start_of(9, 0, 2, 0.1f)});
+  const auto quiet = settle();
+  EXPECT_TRUE(told(quiet, "a", 1).empty());
+  const std::uint64_t now_rate =
+      static_cast<std::uint64_t>(alloc_->flows(now_, 10).at(0).rate_bps / 8);
+  // When: b asks for its rate again.
+  send("b", {wire::RateRequest{{2}}});
+  const auto out = alloc_->take_outbox();
+  // Expect: both holders are told the current rate (a must not keep the old one).
+  EXPECT_EQ(told(out, "b", 2), std::vector<std::uint64_t>{now_rate});
+  EXPECT_EQ(told(out, "a", 1), std::vector<std::uint64_t>{now_rate});
+}
+
+// ---- rate requests and hello acknowledgements ----
+
+TEST_F(AllocatorTest, RateRequestIsAnsweredWithTheCurrentRateWhateverTheThreshold) {
+  hello("p", "ep", "h0");
+  send("p", {start_of(7, 0, 1)});
+  const auto first = last_rates(settle()).at({"p", 7});
+  // Given: nothing moved, so no update is owed.
+  ASSERT_TRUE(alloc_->take_outbox().empty());
+  // When: the endpoint says it does not apply key 7's rate.
+  send("p", {wire::RateRequest{{7}}});
+  const auto out = alloc_->take_outbox();
+  // Expect: its current rate, with a lease.
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].message.rates.size(), 1u);
+  EXPECT_EQ(out[0].message.rates[0].flow_key, 7u);
+  EXPECT_EQ(out[0].message.rates[0].bytes_per_sec, first);
+  EXPECT_EQ(out[0].message.rates[0].bytes_per_sec,
+            static_cast<std::uint64_t>(alloc_->flows(now_, 1).at(0).rate_bps / 8));
+  EXPECT_EQ(out[0].message.rates[0].lease_us, 1'000'000u);
+  EXPECT_EQ(alloc_->counters().rate_requests, 1u);
+}
+
+TEST_F(AllocatorTest, RateRequestForAnUnknownKeyIsAnUnknownFlowErrorNamingIt) {
+  hello("p", "ep", "h0");
+  send("p", {start_of(7, 0, 1)});
+  settle();
+  send("p", {wire::RateRequest{{7, 55}}});
+  const auto out = alloc_->take_outbox();
+  const auto errs = errors_to(out, "p");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].code, ErrorCode::kUnknownFlow);
+  EXPECT_EQ(errs[0].flow_key, 55u);
+  EXPECT_EQ(last_rates(out).size(), 1u);  // 7 is answered all the same
+}
+
+TEST_F(AllocatorTest, RateRequestForAFlowNotYetRatedWaitsForTheNextIteration) {
+  hello("p", "ep", "h0");
+  alloc_->take_outbox();
+  send("p", {start_of(7, 0, 1), wire::RateRequest{{7}}});
+  // Expect: nothing now (there is no rate to tell), no error either.
+  EXPECT_TRUE(alloc_->take_outbox().empty());
+  // The next iteration sends it.
+  alloc_->iterate(now_);
+  EXPECT_TRUE(last_rates(alloc_->take_outbox()).contains({"p", 7}));
+}
+
+TEST_F(AllocatorTest, RefusedHelloGetsErrorsOnlyAndAcceptedHelloAnAck) {
+  hello("p", "ep", "nowhere");
+  auto out = alloc_->take_outbox();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_FALSE(out[0].message.hello_ack);
+  EXPECT_EQ(out[0].message.errors.size(), 1u);
+  hello("p", "ep", "h0");
+  out = alloc_->take_outbox();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].message.hello_ack);
+  EXPECT_TRUE(out[0].message.errors.empty());
+  EXPECT_EQ(out[0].message.epoch, 42u);
+  // A known endpoint's repeated hello (a reconnection) is acknowledged too.
+  hello("p2", "ep", "h0");
+  out = alloc_->take_outbox();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].peer, "p2");
+  EXPECT_TRUE(out[0].message.hello_ack);
 }
 
 TEST(AllocatorConfig, OutOfRangeValuesAreRejected) {

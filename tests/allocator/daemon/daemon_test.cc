@@ -270,6 +270,7 @@ TEST_F(DaemonTest, CtlShowsFlowsLinksAndCounters) {
   ASSERT_EQ(flows["flows"].size(), 2u);
   EXPECT_EQ(flows["flows"][0]["src"], "h0");
   EXPECT_EQ(flows["flows"][0]["path"].size(), 2u);
+  EXPECT_EQ(flows["flows"][0]["holders"], 1);
   r = run(ctl + " --json links");
   ASSERT_EQ(r.status, 0) << r.output;
   const json links = json::parse(r.output);

@@ -29,19 +29,24 @@ SimConfig small() {
   return c;
 }
 
-TEST(Simulator, ALoneFlowletDrainsAtItsRateAfterOneIteration) {
-  // Every flowlet is 1 MB; two hosts; so little load that flowlets rarely
-  // overlap. Alone, a flowlet waits for its first rate (< one 10 µs
-  // iteration) and then sends at 99% of 10 Gbit/s (threshold 0.01).
-  std::string cdf = write_temp("1mb.cdf", "1000000 1\n");
+// Every flowlet is 1 MB; two hosts at 10 Gbit/s; so little load (25
+// flowlets/s) that flowlets rarely overlap.
+SimConfig lone_flowlets(const std::string& cdf, double duration_s) {
   SimConfig c;
   c.topology = {1, 2, 1, 10e9, 0};
   c.workload = cdf;
-  c.load = 0.01;  // 25 flowlets/s
+  c.load = 0.01;
   c.warmup_s = 0;
-  c.duration_s = 2;
+  c.duration_s = duration_s;
   c.sample_every = 0;
-  SimResult r = simulate(c);
+  return c;
+}
+
+TEST(Simulator, ALoneFlowletDrainsAtItsRateAfterOneIteration) {
+  // Alone, a flowlet waits for its first rate (< one 10 µs iteration) and
+  // then sends at 99% of 10 Gbit/s (threshold 0.01).
+  std::string cdf = write_temp("1mb.cdf", "1000000 1\n");
+  SimResult r = simulate(lone_flowlets(cdf, 2));
   std::remove(cdf.c_str());
   const double alone_us = 1e6 * 8 / 9.9e9 * 1e6;
   ASSERT_GT(r.flowlets_finished, 20u);
@@ -49,6 +54,23 @@ TEST(Simulator, ALoneFlowletDrainsAtItsRateAfterOneIteration) {
   EXPECT_GE(r.fct_us.p50, alone_us);
   EXPECT_LE(r.fct_us.p50, alone_us + 10.0 + 1e-6);
   EXPECT_GE(r.fct_us.mean, alone_us);
+}
+
+TEST(Simulator, HeadroomIsLeftUnscheduledAsByTheAllocator) {
+  // The daemon's capacity rule (rules::capacity_scale): a lone flowlet gets
+  // (1 - threshold)(1 - headroom) of its link, rounded down to bytes/s.
+  std::string cdf = write_temp("1mb-headroom.cdf", "1000000 1\n");
+  SimConfig c = lone_flowlets(cdf, 1);
+  c.headroom = 0.2;
+  SimResult r = simulate(c);
+  std::remove(cdf.c_str());
+  // Oracle: 1 MB at 10 Gbit/s * 0.99 * 0.8, plus at most one iteration's wait.
+  const double alone_us = 1e6 * 8 / (10e9 * 0.99 * 0.8) * 1e6;
+  ASSERT_GT(r.flowlets_finished, 5u);
+  EXPECT_GE(r.fct_us.p50, alone_us);
+  EXPECT_LE(r.fct_us.p50, alone_us + 10.0 + 1e-3);
+  c.headroom = 0.95;
+  EXPECT_THROW(validate(c), std::invalid_argument);
 }
 
 TEST(Simulator, ASeedNamesOneRun) {
@@ -173,6 +195,7 @@ TEST(SimCli, BadRunArgumentsExitTwoWithAReason) {
   } cases[] = {
       {"run --load abc", "--load expects a number"},
       {"run --load 0", "load must be in"},
+      {"run --headroom 0.95", "headroom must be in"},
       {"run --workload no-such-workload --duration-ms 1", "unknown workload"},
       {"run --algorithm newton", "--algorithm must be"},
       {"run --frobnicate", "unknown option"},

@@ -22,6 +22,7 @@
 #include "flowtune/alloc/topology.h"
 #include "flowtune/alloc/utility.h"
 #include "flowtune/common/aligned.h"
+#include "flowtune/common/id_free_list.h"
 
 namespace flowtune::alloc {
 namespace detail {
@@ -211,7 +212,7 @@ class BasicEngine {
   bool contributions_dirty_ = true;
   // Stable flow ids.
   std::vector<Slot> slots_;
-  std::vector<FlowId> free_ids_;
+  IdFreeList<FlowId> ids_;
   std::size_t live_flows_ = 0;
   std::uint64_t iterations_ = 0;
   IterationStats stats_;

@@ -6,7 +6,10 @@
 // Life of a flowlet: an endpoint's start adds a flow to the engine; iterate()
 // runs one NED iteration and queues a rate update for every flow whose
 // normalized rate moved by more than the threshold since the endpoint was last
-// told (new flows always); an end removes it. Rates are leases: each update
+// told (new flows always); an end removes it. One socket is one flow: a
+// start whose (source host, 5-tuple) is already live joins that flow, every
+// holder is told its rates, and it goes when its last holder ends it
+// (allocator_internal.h). Rates are leases: each update
 // and each periodic lease refresh lets the endpoint use its rates for
 // lease_us; an endpoint silent for endpoint_timeout_us loses all its flows,
 // so a vanished endpoint cannot hold capacity.
@@ -25,6 +28,9 @@
 
 #include "flowtune/alloc/engine.h"
 #include "flowtune/alloc/parallel.h"
+#include "flowtune/common/id_free_list.h"
+#include "flowtune/common/rules.h"
+#include "flowtune/common/token_bucket.h"
 #include "flowtune/daemon/counters.h"
 #include "flowtune/daemon/log.h"
 #include "flowtune/daemon/network.h"
@@ -39,14 +45,15 @@ struct AllocatorConfig {
   unsigned threads = 1;        // > 1: TBB-parallel iterations
   // Updates go out only when a rate moved by more than this fraction (paper
   // §5.3.2), and every link is scaled by (1 - threshold) so the stale rates it
-  // leaves at endpoints cannot add up past capacity.
-  double threshold = 0.01;
+  // leaves at endpoints cannot add up past capacity (flowtune/common/rules.h,
+  // shared with the simulator).
+  double threshold = rules::kThreshold;
   // A further fraction of every link kept for unscheduled mice and external
   // traffic (paper §6).
-  double headroom = 0.0;
-  std::uint32_t lease_us = 1'000'000;
-  std::uint64_t lease_refresh_us = 300'000;  // how often live leases are renewed
-  std::uint64_t endpoint_timeout_us = 3'000'000;
+  double headroom = rules::kHeadroom;
+  std::uint32_t lease_us = rules::kLeaseUs;
+  std::uint64_t lease_refresh_us = rules::kLeaseRefreshUs;  // how often live leases are renewed
+  std::uint64_t endpoint_timeout_us = rules::kEndpointTimeoutUs;
   // Iterations after the last flow change before giving up on convergence (a
   // flow set whose prices keep oscillating must not burn a core forever).
   std::uint64_t max_settle_iterations = 2000;
@@ -82,6 +89,9 @@ struct FlowView {
   double rate_bps;       // current normalized rate
   double sent_rate_bps;  // what the endpoint was last told
   std::uint64_t age_us;
+  // Endpoint keys holding this one flow (a socket written by several
+  // processes is one flow); endpoint_id and flow_key name the first.
+  std::uint32_t holders;
 };
 
 struct EndpointView {
@@ -148,6 +158,28 @@ class Allocator {
   struct Endpoint;
   struct Flow;
   using EndpointIdx = std::uint32_t;
+  // One endpoint key holding a flow.
+  struct Holder {
+    EndpointIdx endpoint;
+    std::uint64_t key;
+    bool operator==(const Holder&) const = default;
+  };
+  // (source host, 5-tuple): a socket's identity.
+  struct SocketId {
+    alloc::HostId src_host = 0;
+    wire::FiveTuple tuple;
+    bool operator==(const SocketId&) const = default;
+  };
+  struct SocketIdHash {
+    std::size_t operator()(const SocketId& s) const {
+      std::uint64_t x = (std::uint64_t{s.src_host} << 32) ^ s.tuple.src_ip;
+      x = x * 0x9e3779b97f4a7c15ULL ^ s.tuple.dst_ip;
+      x = x * 0x9e3779b97f4a7c15ULL ^
+          (std::uint64_t{s.tuple.src_port} << 24 | std::uint64_t{s.tuple.dst_port} << 8 |
+           s.tuple.protocol);
+      return static_cast<std::size_t>(x ^ (x >> 29));
+    }
+  };
 
   // Protocol events (allocator_events.cc).
   void on_hello(std::string_view peer, const wire::Hello& h, std::uint64_t now_us);
@@ -163,12 +195,26 @@ class Allocator {
   // The flow's spec, or the cause (and *why) it cannot be scheduled; kCount = ok.
   Cause resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::FlowSpec* spec,
                 alloc::HostId* src, alloc::HostId* dst, std::string* why);
+  // True when s names a socket that already has a live flow (joining it adds
+  // no engine flow).
+  bool joins_live_socket(const Endpoint& e, const wire::FlowletStart& s) const;
+  // Joins the live flow of the same socket, or adds an engine flow.
+  void hold(Endpoint& e, const wire::FlowletStart& s, const alloc::FlowSpec& spec,
+            alloc::HostId src, alloc::HostId dst, std::uint64_t now_us);
   void add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::FlowSpec& spec,
                 alloc::HostId src, alloc::HostId dst, std::uint64_t now_us);
-  void remove_flow(Endpoint& e, alloc::FlowId id);
+  // Drops e's hold on `key`; the engine flow goes with its last holder.
+  void release(Endpoint& e, std::uint64_t key);
+  void detach(EndpointIdx endpoint, std::uint64_t key, alloc::FlowId id);
   void drop_endpoint(EndpointIdx idx);
 
   void queue_moved_rates();
+  // Queues `rate` (bytes/s) for every holder of flow `id`.
+  void tell_holders(alloc::FlowId id, std::uint64_t rate);
+  // Queues flow `id`'s current rate for e's `key`; when it differs from what
+  // was last told, every holder gets it (they must agree within the threshold).
+  void retell(Endpoint& e, std::uint64_t key, alloc::FlowId id);
+  std::uint32_t holders(alloc::FlowId id) const;
 
   // Outbox.
   wire::AllocatorMessage& pending(Endpoint& e);
@@ -182,21 +228,25 @@ class Allocator {
   std::unique_ptr<alloc::ParallelDriver> driver_;
 
   std::vector<std::unique_ptr<Endpoint>> endpoints_;  // by EndpointIdx; null = free
-  std::vector<EndpointIdx> free_endpoints_;
+  IdFreeList<EndpointIdx> endpoint_ids_;
   std::unordered_map<std::string, EndpointIdx> by_peer_;
   std::unordered_map<std::string, EndpointIdx> by_endpoint_id_;
   std::vector<Flow> flows_;  // by engine FlowId
   // Bytes/s each flow was last told (0 = nothing yet), by engine FlowId: kept
   // apart from Flow so the per-iteration update check streams 8 bytes a flow.
   std::vector<std::uint64_t> sent_;
+  // Holders of shared flows beyond the first, by engine FlowId (a side table:
+  // most flows have one holder and never look here).
+  std::unordered_map<alloc::FlowId, std::vector<Holder>> co_holders_;
+  // Live socket flows by identity, so a second holder finds the first.
+  std::unordered_map<SocketId, alloc::FlowId, SocketIdHash> by_socket_;
 
   // Replies to peers that are not (or no longer) registered endpoints.
   std::unordered_map<std::string, wire::AllocatorMessage> stray_;
   std::vector<EndpointIdx> dirty_;  // endpoints with a pending message
 
   // Token bucket shared by peers that are not registered endpoints.
-  double stranger_tokens_ = 0;
-  std::uint64_t stranger_tokens_at_us_ = 0;
+  TokenBucket strangers_;
 
   std::uint64_t flow_refusals_ = 0;  // refusals naming a flow key, ever
   bool flows_changed_ = false;

@@ -64,7 +64,8 @@ struct Counters {
   std::uint64_t rate_updates_suppressed = 0;  // moved by less than the threshold
   std::uint64_t lease_refreshes = 0;
   std::uint64_t endpoints_timed_out = 0;
-  std::uint64_t flows_expired = 0;  // removed with a timed-out endpoint
+  std::uint64_t flows_expired = 0;  // holds released with a timed-out endpoint
+  std::uint64_t flows_joined = 0;   // starts that joined a live flow of the same socket
   std::uint64_t iterations = 0;
   std::uint64_t control_requests = 0;
   std::array<std::uint64_t, kNumCauses> errors{};

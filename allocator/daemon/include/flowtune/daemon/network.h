@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "flowtune/alloc/topology.h"
+#include "flowtune/common/ipv4.h"
 
 namespace flowtune::daemon {
 
@@ -28,9 +29,7 @@ class ConfigError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Parses a dotted-quad IPv4 address into host byte order.
-std::optional<std::uint32_t> parse_ipv4(std::string_view s);
-std::string format_ipv4(std::uint32_t ip);
+// parse_ipv4() and format_ipv4() are flowtune/common/ipv4.h's.
 
 class Network {
  public:

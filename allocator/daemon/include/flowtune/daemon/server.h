@@ -53,8 +53,10 @@ class Server {
   std::uint64_t busy_poll_us_;
   std::uint64_t last_active_us_ = 0;
   std::int64_t last_iteration_ns_ = 0;
-  double control_tokens_ = 20;
-  std::uint64_t control_tokens_at_us_ = 0;
+  // flowtune-ctl requests are answered at most this often (per second, with
+  // a burst of a tenth): a state dump is O(flows) and must not stall the loop.
+  static constexpr double kControlRequestsPerSec = 200;
+  TokenBucket control_tokens_{kControlRequestsPerSec, 0};
 };
 
 }  // namespace flowtune::daemon
