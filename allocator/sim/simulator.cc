@@ -68,7 +68,8 @@ using alloc::HostId;
 class ControlCounter {
  public:
   ControlCounter(std::uint32_t hosts, const SimConfig& c)
-      : to_(hosts), from_(hosts), overhead_(c.packet_overhead_bytes), mss_(c.mss_bytes) {}
+      : to_(hosts), from_(hosts), digests_(hosts), overhead_(c.packet_overhead_bytes),
+        mss_(c.mss_bytes) {}
 
   void start(HostId h, std::uint64_t key, const wire::FiveTuple& t, std::uint64_t bytes) {
     wire::FlowletStart s;
@@ -76,8 +77,12 @@ class ControlCounter {
     s.endpoints = t;
     s.bytes = bytes;
     touch(to_, h).events.emplace_back(s);
+    digests_[h].add(key);
   }
-  void end(HostId h, std::uint64_t key) { touch(to_, h).events.emplace_back(wire::FlowletEnd{key}); }
+  void end(HostId h, std::uint64_t key) {
+    touch(to_, h).events.emplace_back(wire::FlowletEnd{key});
+    digests_[h].remove(key);
+  }
   void rate(HostId h, std::uint64_t key, std::uint64_t bytes_per_sec) {
     touch(from_, h).rates.push_back({key, bytes_per_sec, rules::kLeaseUs});
   }
@@ -91,6 +96,7 @@ class ControlCounter {
       auto& m = to_.pending[h];
       if (count) {
         m.seq = ++seq_;
+        m.digest = digests_[h];  // as endpoints send it: every message carries one
         add(wire::encode(m).size(), &r->payload_bytes_to_allocator, &r->bytes_to_allocator);
         ++r->messages_to_allocator;
         std::size_t paper = 0;
@@ -147,6 +153,7 @@ class ControlCounter {
 
   Side<wire::EndpointMessage> to_;
   Side<wire::AllocatorMessage> from_;
+  std::vector<wire::StateDigest> digests_;  // each host's live flows, as its endpoint keeps it
   std::uint64_t seq_ = 0;
   std::uint64_t paper_to_ = 0, paper_from_ = 0;  // bytes at the paper's encodings
   std::uint32_t overhead_;
