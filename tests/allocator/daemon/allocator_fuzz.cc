@@ -82,6 +82,8 @@ std::vector<std::uint8_t> structured(Reader& r) {
       case 5: m.events.emplace_back(wire::RateRequest{{r.byte() % 16u, r.byte() % 16u}}); break;
     }
   }
+  // A digest, right or wrong: a mismatch is answered, never trusted.
+  if (!r.done() && (r.byte() & 1)) m.digest = wire::StateDigest{r.byte() % 4u, r.byte()};
   return wire::encode(m);
 }
 
