@@ -17,11 +17,14 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "flowtune/flowtune.h"
 #include "pacing.h"
 #include "session.h"
+#include "wakeup.h"
 
 namespace flowtune::client {
 
@@ -60,6 +63,52 @@ class EventQueue {
 struct RuntimeConfig {
   std::string allocator;
   int log_level = 2;
+  // Events the queue holds (a power of two). Small values are for tests:
+  // past a full queue, events go to their socket's slot (see SocketTable).
+  std::size_t queue_capacity = std::size_t{1} << 14;
+};
+
+// Owners of what the runtime opens, so every exit path of start() (and a
+// thread that never started) releases it.
+struct ZmqContextCloser {
+  void operator()(void* ctx) const;
+};
+struct ZmqSocketCloser {
+  void operator()(void* sock) const;
+};
+using ZmqContext = std::unique_ptr<void, ZmqContextCloser>;
+using ZmqSocket = std::unique_ptr<void, ZmqSocketCloser>;
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept;
+  ~UniqueFd() { reset(); }
+  int get() const { return fd_; }
+  void reset();
+
+ private:
+  int fd_ = -1;
+};
+
+// A libuv loop that is closed on destruction: handles still open are
+// closed, their close callbacks run, and uv_loop_close's result is kept.
+class UvLoop {
+ public:
+  UvLoop() = default;
+  UvLoop(const UvLoop&) = delete;
+  UvLoop& operator=(const UvLoop&) = delete;
+  ~UvLoop() { (void)close(); }
+  int init();
+  uv_loop_t* get() { return &loop_; }
+  // 0, or uv_loop_close's error (UV_EBUSY: something still open).
+  int close();
+
+ private:
+  uv_loop_t loop_{};
+  bool open_ = false;
 };
 
 class Runtime {
@@ -69,10 +118,16 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // FT_OK, FT_ECONNECT (bad endpoint) or FT_ERUNTIME.
+  // FT_OK, FT_ECONNECT (bad endpoint) or FT_ERUNTIME. On failure nothing
+  // stays open.
   int start();
-  // Ends every reported flowlet (best effort), stops and joins the thread.
-  void stop();
+  // Ends every reported flowlet (best effort), stops and joins the thread,
+  // closes everything. Returns uv_loop_close()'s result (0: the loop closed
+  // with no handle left), which tests assert; later calls return 0.
+  int stop();
+  // Any thread: wakes the runtime if it sleeps (something was recorded in
+  // the SocketTable rather than queued).
+  void wake();
 
   // Any thread. False when the queue is full (the event is dropped).
   // urgent: wake the runtime now if it sleeps (a flowlet begins); other
@@ -85,7 +140,20 @@ class Runtime {
 
  private:
   void run();
-  void work();
+  // One turn; see the top of this file.
+  void turn();
+  void drain(std::uint64_t now);
+  void dispatch(const Event& e, std::uint64_t now);
+  // An end the application asked for (see the .cc for why it differs).
+  void app_end(SocketRef ref, std::uint64_t now);
+  void apply_spill(int fd, const SocketTable::Spilled& p, std::uint64_t now);
+  // Unregisters the session's registration of fd if the table no longer
+  // holds it.
+  void reconcile(int fd, std::uint64_t now);
+  void timers(std::uint64_t now);
+  void flush(std::uint64_t now, bool stopping);
+  void publish();
+  void close_handles();
   void receive();
   void apply_actions();
   void arm_timer();
@@ -97,18 +165,26 @@ class Runtime {
   Session session_;
   EventQueue queue_;
 
-  void* zmq_ctx_ = nullptr;
-  void* zmq_sock_ = nullptr;
-  int timer_fd_ = -1;
-  uv_loop_t loop_{};
+  // Declared in reverse order of closing: the loop (its handles poll the
+  // fds below) goes first, the ZeroMQ context last.
+  ZmqContext zmq_ctx_;
+  ZmqSocket zmq_sock_;
+  UniqueFd timer_fd_;
+  UvLoop loop_;
   uv_async_t wake_{};
   uv_poll_t zmq_poll_{};
   uv_poll_t timer_poll_{};
   uv_prepare_t prepare_{};
   uv_check_t check_{};
   std::thread thread_;
-  std::atomic<bool> sleeping_{false};
+  WakeFlag wake_flag_;
   std::atomic<bool> stopping_{false};
+  // The registration the Session holds for each fd (fd -> generation), to
+  // compare with the table when a slot is dirty.
+  std::unordered_map<int, std::uint32_t> known_;
+  std::vector<int> registered_;  // fds registered during this drain
+  // Flowlets the library ended, whose application bit flush() clears.
+  std::vector<SocketRef> ended_;
   std::int64_t start_ns_;
 
   // Published by the runtime thread for ft_client_stats().

@@ -95,7 +95,8 @@ typedef struct ft_stats {
   uint64_t pacing_failures;     /* setsockopt refused */
   uint64_t resyncs;             /* full-state resends (reconnect, new epoch) */
   uint64_t allocator_errors;    /* error reports received */
-  uint64_t queue_overflows;     /* events dropped: queue full (state resynced) */
+  uint64_t queue_overflows;     /* events that found the queue full (none lost:
+                                 * they go through the socket's slot instead) */
   int connected;                /* 1 once the allocator answered this epoch */
 } ft_stats;
 
