@@ -3,6 +3,8 @@
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <thread>
@@ -236,12 +238,24 @@ void SocketTable::clear_flowlet(SocketRef ref) {
   }
 }
 
+int SocketTable::borrow(int fd) const {
+  if (pidfd_ == kNoPidfd) return -1;
+  if (pidfd_ < 0) return fd;
+  return static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd_, fd, 0));
+}
+
+void SocketTable::give_back(int fd, int local) const {
+  // The raw syscall: a copy in the runtime's private table must not reach an
+  // interposed close() (the preload shim), which would take its number for
+  // the application's fd of the same number.
+  if (local >= 0 && local != fd) (void)::syscall(SYS_close, local);
+}
+
 SocketTable::Result SocketTable::set_rate(SocketRef ref, std::uint64_t bytes_per_sec, int* err) {
   Slot* s = slot(ref.fd);
   if (s == nullptr) return Result::kGone;
   lock(*s);
-  if (s->state.load(std::memory_order_relaxed) != ((ref.gen << 1) | 1) ||
-      socket_cookie(ref.fd) != s->cookie) {
+  if (s->state.load(std::memory_order_relaxed) != ((ref.gen << 1) | 1)) {
     unlock(*s);
     return Result::kGone;
   }
@@ -249,7 +263,16 @@ SocketTable::Result SocketTable::set_rate(SocketRef ref, std::uint64_t bytes_per
     unlock(*s);
     return Result::kOk;
   }
-  const int e = set_pacing_rate(ref.fd, bytes_per_sec);
+  // The cookie names the socket, not the number: a number the application
+  // closed and reused for another socket is left alone.
+  const int local = borrow(ref.fd);
+  if (local < 0 || socket_cookie(local) != s->cookie) {
+    give_back(ref.fd, local);
+    unlock(*s);
+    return Result::kGone;
+  }
+  const int e = set_pacing_rate(local, bytes_per_sec);
+  give_back(ref.fd, local);
   if (e == 0) s->capped = bytes_per_sec != 0;
   unlock(*s);
   if (e != 0) {
@@ -267,8 +290,15 @@ SocketTable::Result SocketTable::unsent_bytes(SocketRef ref, std::uint64_t* out)
     unlock(*s);
     return Result::kGone;
   }
+  const int local = borrow(ref.fd);
+  if (local < 0 || socket_cookie(local) != s->cookie) {
+    give_back(ref.fd, local);
+    unlock(*s);
+    return Result::kGone;
+  }
   int n = 0;
-  const int rc = ioctl(ref.fd, SIOCOUTQNSD, &n);
+  const int rc = ioctl(local, SIOCOUTQNSD, &n);
+  give_back(ref.fd, local);
   unlock(*s);
   if (rc != 0 || n < 0) return Result::kFailed;
   *out = static_cast<std::uint64_t>(n);

@@ -40,6 +40,9 @@ struct SocketRef {
   bool operator==(const SocketRef&) const = default;
 };
 
+// SocketTable::set_pidfd's "private table, but no pidfd": reach nothing.
+inline constexpr int kNoPidfd = -2;
+
 class SocketTable {
  public:
   static constexpr int kMaxFd = 1 << 20;
@@ -115,6 +118,11 @@ class SocketTable {
   // True if some slot is dirty (cheap: one load).
   bool has_dirty() const { return dirty_hint_.load(std::memory_order_acquire); }
 
+  // Runtime side: when the runtime thread has a private fd table, the
+  // application's fds are reached through this pidfd (pidfd_getfd) for the
+  // moment of one call; -1 (the default): fd numbers are shared.
+  void set_pidfd(int pidfd) { pidfd_ = pidfd; }
+
   enum class Result { kOk, kGone, kFailed };
   // Runtime side: sets SO_MAX_PACING_RATE (0 clears the cap) if `ref` is
   // still the fd's registration; *err gets errno on kFailed.
@@ -146,12 +154,17 @@ class SocketTable {
   Slot* slot(int fd) const;
   Slot* slot_or_create(int fd);
   void mark_dirty(int fd, Slot& s);
+  // A descriptor of the application's fd in the calling thread's table, or
+  // -1; give_back closes it if it is a copy. Never held past one call.
+  int borrow(int fd) const;
+  void give_back(int fd, int local) const;
   static void lock(Slot& s);
   static void unlock(Slot& s) { s.busy.store(false, std::memory_order_release); }
 
   std::unique_ptr<std::atomic<Slot*>[]> chunks_;
   std::unique_ptr<std::atomic<bool>[]> chunk_dirty_;
   std::atomic<bool> dirty_hint_{false};
+  int pidfd_ = -1;  // runtime thread only
 };
 
 template <class Visit>

@@ -1,6 +1,13 @@
 #include "runtime.h"
 
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
+#include <csignal>
+#include <cerrno>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -119,10 +126,84 @@ std::uint64_t Runtime::now_us() const {
 }
 
 void Runtime::log(int level, const std::string& text) const {
-  if (level <= config_.log_level) std::fprintf(stderr, "flowtune: %s\n", text.c_str());
+  if (level > config_.log_level) return;
+  const std::string line = "flowtune: " + text + "\n";
+  // In the private table fd 2 is /dev/null: write to a copy of the
+  // application's stderr, taken for this one write.
+  const int pidfd = pidfd_.get();
+  const int fd = pidfd >= 0 ? static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, 2, 0)) : 2;
+  if (fd >= 0) (void)!::write(fd, line.data(), line.size());
+  if (fd >= 0 && fd != 2) (void)::syscall(SYS_close, fd);
+}
+
+int Runtime::wake_signal() { return SIGRTMAX - 2; }
+
+namespace {
+
+// Whether this process may use pidfd_getfd() on itself (a seccomp profile
+// may refuse it, or an old kernel lack it). Probed once, in a throwaway
+// thread with a private table, so the probe opens nothing the application
+// can see. EBADF for a fd that cannot exist means the call is allowed.
+bool pidfd_getfd_works() {
+  static const bool works = [] {
+    bool ok = false;
+    try {
+      std::thread probe([&ok] {
+        if (::unshare(CLONE_FILES) != 0) return;
+        const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
+        if (pidfd < 0) return;
+        ok = ::syscall(SYS_pidfd_getfd, pidfd, 0x7ffffff0, 0) < 0 && errno == EBADF;
+        (void)::syscall(SYS_close, pidfd);
+      });
+      probe.join();
+    } catch (...) {
+      ok = false;
+    }
+    return ok;
+  }();
+  return works;
+}
+
+}  // namespace
+
+bool Runtime::enter_private_table() {
+  if (!pidfd_getfd_works() || ::unshare(CLONE_FILES) != 0) return false;
+  // From here on this thread's table is a copy of the application's: close
+  // the copies (raw syscalls: an interposed close must not see them), and
+  // put /dev/null on 0-2. Sanitizer builds keep fd 2 (a copy of stderr) so
+  // that their reports from this thread are seen.
+  (void)::syscall(SYS_close_range, 3u, ~0u, 0u);
+  const int null_fd = static_cast<int>(::syscall(SYS_openat, AT_FDCWD, "/dev/null", O_RDWR, 0));
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  constexpr int kReplace = 2;
+#else
+  constexpr int kReplace = 3;
+#endif
+  for (int fd = 0; fd < kReplace && null_fd >= 0; ++fd) {
+    if (fd != null_fd) (void)::syscall(SYS_dup3, null_fd, fd, 0);
+  }
+  if (null_fd >= kReplace) (void)::syscall(SYS_close, null_fd);
+  pidfd_ = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0)));
+  // Without the pidfd no application socket can be reached: pacing fails
+  // (kGone) rather than touch a private fd of the same number.
+  table_.set_pidfd(pidfd_.get() >= 0 ? pidfd_.get() : kNoPidfd);
+  return true;
 }
 
 int Runtime::start() {
+  std::promise<int> ready;
+  std::future<int> result = ready.get_future();
+  try {
+    thread_ = std::thread([this, &ready] { run(&ready); });
+  } catch (...) {
+    return FT_ERUNTIME;
+  }
+  const int rc = result.get();
+  if (rc != FT_OK) thread_.join();  // it closed what it opened
+  return rc;
+}
+
+int Runtime::open_all() {
   zmq_ctx_.reset(zmq_ctx_new());
   if (!zmq_ctx_) return FT_ERUNTIME;
   zmq_sock_.reset(zmq_socket(zmq_ctx_.get(), ZMQ_DEALER));
@@ -143,22 +224,20 @@ int Runtime::start() {
   }
   timer_fd_ = UniqueFd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
   if (timer_fd_.get() < 0) return FT_ERUNTIME;
+  sigset_t wake_set;
+  sigemptyset(&wake_set);
+  sigaddset(&wake_set, wake_signal());
+  signal_fd_ = UniqueFd(signalfd(-1, &wake_set, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (signal_fd_.get() < 0) return FT_ERUNTIME;
   int zfd = -1;
   std::size_t len = sizeof zfd;
   if (zmq_getsockopt(zmq_sock_.get(), ZMQ_FD, &zfd, &len) != 0 || zfd < 0) return FT_ERUNTIME;
 
   if (loop_.init() != 0) return FT_ERUNTIME;
   uv_loop_t* loop = loop_.get();
-  // Each handle's data is set before anything can call back; if an init
-  // fails, UvLoop closes those that succeeded.
-  for (uv_handle_t* h : {handle(&wake_), handle(&zmq_poll_), handle(&timer_poll_),
-                         handle(&prepare_), handle(&check_)}) {
-    h->data = this;
-  }
-  if (uv_async_init(loop, &wake_, [](uv_async_t* h) { self(handle(h))->turn(); }) != 0) {
-    return FT_ERUNTIME;
-  }
-  wake_.data = this;
+  // If an init fails, UvLoop closes the handles that succeeded.
+  if (uv_poll_init(loop, &signal_poll_, signal_fd_.get()) != 0) return FT_ERUNTIME;
+  signal_poll_.data = this;
   if (uv_poll_init(loop, &zmq_poll_, zfd) != 0) return FT_ERUNTIME;
   zmq_poll_.data = this;
   if (uv_poll_init(loop, &timer_poll_, timer_fd_.get()) != 0) return FT_ERUNTIME;
@@ -167,6 +246,13 @@ int Runtime::start() {
   prepare_.data = this;
   if (uv_check_init(loop, &check_) != 0) return FT_ERUNTIME;
   check_.data = this;
+  const int signal_rc = uv_poll_start(&signal_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
+    Runtime* r = self(handle(h));
+    signalfd_siginfo info[8];
+    while (::read(r->signal_fd_.get(), info, sizeof info) > 0) {
+    }
+    r->turn();
+  });
   const int poll_rc = uv_poll_start(&zmq_poll_, UV_READABLE,
                                     [](uv_poll_t* h, int, int) { self(handle(h))->turn(); });
   const int timer_rc = uv_poll_start(&timer_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
@@ -177,28 +263,61 @@ int Runtime::start() {
   });
   // The loop blocks only if nothing is queued or marked in the table after
   // it said it sleeps (WakeFlag holds the fences that make this hold); else
-  // it wakes itself so that poll returns at once.
+  // it signals itself so that poll returns at once.
   const int prepare_rc = uv_prepare_start(&prepare_, [](uv_prepare_t* h) {
     Runtime* r = self(handle(h));
     if (!r->wake_flag_.prepare_to_sleep(
             [r] { return !r->queue_.empty() || r->table_.has_dirty(); })) {
-      (void)uv_async_send(&r->wake_);
+      r->signal_self();
     }
   });
   const int check_rc =
       uv_check_start(&check_, [](uv_check_t* h) { self(handle(h))->wake_flag_.woke(); });
-  if (poll_rc != 0 || timer_rc != 0 || prepare_rc != 0 || check_rc != 0) return FT_ERUNTIME;
-  try {
-    thread_ = std::thread([this] { run(); });
-  } catch (...) {
-    return FT_ERUNTIME;  // the owners close what was opened
+  if (signal_rc != 0 || poll_rc != 0 || timer_rc != 0 || prepare_rc != 0 || check_rc != 0) {
+    return FT_ERUNTIME;
   }
   return FT_OK;
 }
 
-void Runtime::run() {
+int Runtime::close_all() {
+  const int rc = loop_.close();
+  // The final ends may wait up to 200 ms for delivery, but only to an
+  // allocator that answered: an absent one must not delay the exit.
+  if (zmq_sock_ && session_.stats().connected) {
+    const int linger_ms = 200;
+    (void)zmq_setsockopt(zmq_sock_.get(), ZMQ_LINGER, &linger_ms, sizeof linger_ms);
+  }
+  zmq_sock_.reset();
+  zmq_ctx_.reset();
+  timer_fd_.reset();
+  signal_fd_.reset();
+  table_.set_pidfd(-1);
+  pidfd_.reset();
+  return rc;
+}
+
+void Runtime::run(std::promise<int>* ready) {
+  tid_.store(static_cast<pid_t>(::syscall(SYS_gettid)), std::memory_order_release);
+  // Blocked here only: the wake-up stays pending for the signalfd.
+  sigset_t wake_set;
+  sigemptyset(&wake_set);
+  sigaddset(&wake_set, wake_signal());
+  (void)pthread_sigmask(SIG_BLOCK, &wake_set, nullptr);
+  private_table_ = enter_private_table();
+  const int rc = open_all();
+  if (rc != FT_OK) {
+    loop_close_rc_ = close_all();
+    ready->set_value(rc);
+    return;
+  }
+  ready->set_value(FT_OK);
   turn();  // a first hello once the host is known
   (void)uv_run(loop_.get(), UV_RUN_DEFAULT);
+  loop_close_rc_ = close_all();
+}
+
+void Runtime::signal_self() const {
+  (void)::syscall(SYS_tgkill, ::getpid(), tid_.load(std::memory_order_acquire), wake_signal());
 }
 
 bool Runtime::push(const Event& e, bool urgent) {
@@ -211,26 +330,15 @@ bool Runtime::push(const Event& e, bool urgent) {
 }
 
 void Runtime::wake() {
-  if (wake_flag_.should_wake()) (void)uv_async_send(&wake_);
+  if (wake_flag_.should_wake()) signal_self();
 }
 
 int Runtime::stop() {
-  if (thread_.joinable()) {
-    stopping_.store(true, std::memory_order_release);
-    (void)uv_async_send(&wake_);
-    thread_.join();
-    // The final ends may wait up to 200 ms for delivery, but only to an
-    // allocator that answered: an absent one must not delay the exit.
-    if (session_.stats().connected) {
-      const int linger_ms = 200;
-      (void)zmq_setsockopt(zmq_sock_.get(), ZMQ_LINGER, &linger_ms, sizeof linger_ms);
-    }
-  }
-  const int rc = loop_.close();
-  timer_fd_.reset();
-  zmq_sock_.reset();
-  zmq_ctx_.reset();
-  return rc;
+  if (!thread_.joinable()) return 0;
+  stopping_.store(true, std::memory_order_release);
+  signal_self();
+  thread_.join();
+  return loop_close_rc_;
 }
 
 void Runtime::receive() {
@@ -423,7 +531,7 @@ void Runtime::publish() {
 }
 
 void Runtime::close_handles() {
-  for (uv_handle_t* h : {handle(&wake_), handle(&zmq_poll_), handle(&timer_poll_),
+  for (uv_handle_t* h : {handle(&signal_poll_), handle(&zmq_poll_), handle(&timer_poll_),
                          handle(&prepare_), handle(&check_)}) {
     if (uv_is_closing(h) == 0) uv_close(h, nullptr);
   }

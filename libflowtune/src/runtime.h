@@ -3,19 +3,36 @@
 // lock-free queue, and applies rates through the SocketTable.
 //
 // Application threads only push to the queue (and wake the loop when it
-// sleeps); they never wait for the network. The loop wakes on: a queue
-// push (uv_async), the ZeroMQ socket (its ZMQ_FD, edge-triggered, so
+// sleeps); they never wait for the network. The loop wakes on: a wake-up
+// signal (kWakeSignal sent to the runtime thread alone with tgkill, blocked
+// there and read through a signalfd), the ZeroMQ socket (its ZMQ_FD, edge-triggered, so
 // ZMQ_EVENTS is re-read after every operation), and a timerfd armed at the
 // Session's next deadline (heartbeat, lease expiry, drain check) with
 // microsecond precision.
+//
+// Private descriptor table. The runtime thread unshares its fd table
+// (unshare(CLONE_FILES)) before it opens anything, and creates the ZeroMQ
+// context (whose I/O threads share the creator's table), the loop, the
+// timer and the signalfd there. So an application that closes every fd
+// (closefrom(3), close_range, even as raw syscalls) cannot close ours, and
+// nothing of ours can land on a number the application uses. The inherited
+// copies of the application's fds are closed at once (a copy would hold the
+// application's sockets and pipes open: no FIN, no EOF), and 0-2 are
+// /dev/null so nothing of ours takes those numbers. The runtime reaches an
+// application socket with pidfd_getfd() for one setsockopt/ioctl, checks
+// its SO_COOKIE and closes the copy at once. Where pidfd_getfd() is refused
+// (seccomp), the runtime runs in the shared table as before (see
+// docs/libflowtune.md for what that cannot protect).
 #pragma once
 
+#include <sys/types.h>
 #include <uv.h>
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <future>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -128,6 +145,12 @@ class Runtime {
   // Any thread: wakes the runtime if it sleeps (something was recorded in
   // the SocketTable rather than queued).
   void wake();
+  // Whether the runtime thread runs in its own fd table (after start()).
+  bool private_fd_table() const { return private_table_; }
+  // The signal that wakes the runtime thread: real-time, so it is queued
+  // apart from standard signals; sent to that thread only (tgkill) and
+  // blocked there, so no handler runs and no disposition changes.
+  static int wake_signal();
 
   // Any thread. False when the queue is full (the event is dropped).
   // urgent: wake the runtime now if it sleeps (a flowlet begins); other
@@ -139,7 +162,16 @@ class Runtime {
   ft_stats stats() const;
 
  private:
-  void run();
+  void run(std::promise<int>* ready);
+  // Moves the calling (runtime) thread into a private fd table; false if
+  // pidfd_getfd() is refused here (the thread stays in the shared table).
+  bool enter_private_table();
+  // Opens the ZeroMQ socket, timer, signalfd and loop (runtime thread).
+  int open_all();
+  // Closes everything open_all opened (runtime thread: those numbers are
+  // only meaningful in its table). Returns uv_loop_close()'s result.
+  int close_all();
+  void signal_self() const;
   // One turn; see the top of this file.
   void turn();
   void drain(std::uint64_t now);
@@ -170,13 +202,18 @@ class Runtime {
   ZmqContext zmq_ctx_;
   ZmqSocket zmq_sock_;
   UniqueFd timer_fd_;
+  UniqueFd signal_fd_;
+  UniqueFd pidfd_;
   UvLoop loop_;
-  uv_async_t wake_{};
+  uv_poll_t signal_poll_{};
   uv_poll_t zmq_poll_{};
   uv_poll_t timer_poll_{};
   uv_prepare_t prepare_{};
   uv_check_t check_{};
   std::thread thread_;
+  std::atomic<pid_t> tid_{0};
+  bool private_table_ = false;
+  int loop_close_rc_ = 0;  // set by the runtime thread as it exits
   WakeFlag wake_flag_;
   std::atomic<bool> stopping_{false};
   // The registration the Session holds for each fd (fd -> generation), to

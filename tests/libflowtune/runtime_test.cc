@@ -2,6 +2,7 @@
 // sleep/wake handshake under stress, the lifecycle (every handle closed,
 // uv_loop_close() == 0 on every path), and the queue's overflow path.
 // Built into pacing_test so the TSan run of libflowtune covers it.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -80,6 +81,28 @@ TEST(Runtime, StopClosesTheLoopWithNoHandleLeft) {
   EXPECT_TRUE(rt.push(e));
   EXPECT_EQ(rt.stop(), 0);
   EXPECT_EQ(rt.stop(), 0);  // idempotent
+}
+
+// Descriptors open in the calling thread's table.
+int open_fds() {
+  int n = 0;
+  for (int fd = 0; fd < 4096; ++fd) n += ::fcntl(fd, F_GETFD) >= 0 ? 1 : 0;
+  return n;
+}
+
+// The runtime (its loop, timer, signalfd, ZeroMQ and ZeroMQ's threads) lives
+// in its own fd table: the application's table gains nothing, so closing
+// every fd there (closefrom) cannot break it, and no number of ours can be
+// the application's.
+TEST(Runtime, OpensNothingInTheApplicationsFdTable) {
+  SocketTable table;
+  const int before = open_fds();
+  Runtime rt(config(), SessionConfig{}, table);
+  ASSERT_EQ(rt.start(), FT_OK);
+  ASSERT_TRUE(rt.private_fd_table()) << "pidfd_getfd refused here: the shared-table fallback";
+  EXPECT_EQ(open_fds(), before);
+  EXPECT_EQ(rt.stop(), 0);
+  EXPECT_EQ(open_fds(), before);
 }
 
 TEST(Runtime, AFailedStartLeavesNothingOpen) {
