@@ -54,6 +54,11 @@ struct Real {
   int (*close_range)(unsigned, unsigned, int);
   int (*dup2)(int, int);
   int (*dup3)(int, int, int);
+  void (*closefrom)(int);
+  int (*socket)(int, int, int);
+  int (*accept)(int, sockaddr*, socklen_t*);
+  int (*accept4)(int, sockaddr*, socklen_t*, int);
+  int (*pthread_create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
 };
 Real real;
 std::atomic<bool> g_resolved{false};
@@ -81,6 +86,11 @@ extern "C" int close(int);
 extern "C" int close_range(unsigned, unsigned, int);
 extern "C" int dup2(int, int);
 extern "C" int dup3(int, int, int);
+extern "C" void closefrom(int);
+extern "C" int socket(int, int, int);
+extern "C" int accept(int, sockaddr*, socklen_t*);
+extern "C" int accept4(int, sockaddr*, socklen_t*, int);
+extern "C" int pthread_create(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
 
 // Resolved in the constructor; a wrapper called before it (another
 // library's constructor) resolves on the spot. dlsym does not write to
@@ -100,6 +110,11 @@ void resolve() {
   resolve_one(&real.close_range, "close_range", reinterpret_cast<void*>(&close_range));
   resolve_one(&real.dup2, "dup2", reinterpret_cast<void*>(&dup2));
   resolve_one(&real.dup3, "dup3", reinterpret_cast<void*>(&dup3));
+  resolve_one(&real.closefrom, "closefrom", reinterpret_cast<void*>(&closefrom));
+  resolve_one(&real.socket, "socket", reinterpret_cast<void*>(&socket));
+  resolve_one(&real.accept, "accept", reinterpret_cast<void*>(&accept));
+  resolve_one(&real.accept4, "accept4", reinterpret_cast<void*>(&accept4));
+  resolve_one(&real.pthread_create, "pthread_create", reinterpret_cast<void*>(&pthread_create));
   g_resolved.store(true, std::memory_order_release);
 }
 
@@ -117,6 +132,11 @@ std::atomic<int> g_max_fd{-1};
 // Set while the shim itself runs: calls it makes reach the real functions.
 // initial-exec: the shim is loaded at start-up (LD_PRELOAD), so its TLS is
 // static and a lookup is one load, not a __tls_get_addr call.
+// Set for good in the library's own threads (internal threads): the
+// runtime thread and ZeroMQ's I/O threads work in a private fd table, whose
+// numbers mean nothing in g_class; a thread created while t_inside is set
+// (the client opens under Inside, and ZeroMQ's threads are created by the
+// runtime thread) starts with it set, see the pthread_create wrapper.
 __attribute__((tls_model("initial-exec"))) thread_local bool t_inside = false;
 
 struct Inside {
@@ -488,17 +508,78 @@ FT_SHIM_EXPORT int close(int fd) {
   return real.close(fd);
 }
 
+namespace {
+
+void forget_range(unsigned first, unsigned last) {
+  const int max_seen = g_max_fd.load(std::memory_order_relaxed);
+  const unsigned cap = max_seen < 0 ? 0 : static_cast<unsigned>(max_seen);
+  const unsigned end = last < cap ? last : cap;
+  for (unsigned fd = first; max_seen >= 0 && fd <= end && fd >= first; ++fd) {
+    forget(static_cast<int>(fd));
+  }
+}
+
+// A fd number the kernel just handed out names a new object, whatever
+// g_class remembers: a close the shim could not see (a raw syscall, a
+// glibc-internal close) left the old class behind.
+inline int fresh(int fd) {
+  if (fd >= 0 && !t_inside) forget(fd);
+  return fd;
+}
+
+struct ThreadStart {
+  void* (*fn)(void*);
+  void* arg;
+};
+
+void* internal_thread(void* p) {
+  const ThreadStart start = *static_cast<ThreadStart*>(p);
+  std::free(p);
+  t_inside = true;  // for the thread's whole life
+  return start.fn(start.arg);
+}
+
+}  // namespace
+
 FT_SHIM_EXPORT int close_range(unsigned first, unsigned last, int flags) {
   resolve();
-  if (!t_inside && (flags & CLOSE_RANGE_CLOEXEC) == 0) {
-    const int max_seen = g_max_fd.load(std::memory_order_relaxed);
-    const unsigned cap = max_seen < 0 ? 0 : static_cast<unsigned>(max_seen);
-    const unsigned end = last < cap ? last : cap;
-    for (unsigned fd = first; max_seen >= 0 && fd <= end && fd >= first; ++fd) {
-      forget(static_cast<int>(fd));
-    }
-  }
+  if (!t_inside && (flags & CLOSE_RANGE_CLOEXEC) == 0) forget_range(first, last);
   return real.close_range(first, last, flags);
+}
+
+// glibc's closefrom calls close_range inside libc, past the wrapper above.
+FT_SHIM_EXPORT void closefrom(int first) {
+  resolve();
+  if (!t_inside && first >= 0) forget_range(static_cast<unsigned>(first), ~0u);
+  real.closefrom(first);
+}
+
+FT_SHIM_EXPORT int socket(int domain, int type, int protocol) {
+  resolve();
+  return fresh(real.socket(domain, type, protocol));
+}
+
+FT_SHIM_EXPORT int accept(int fd, sockaddr* addr, socklen_t* len) {
+  resolve();
+  return fresh(real.accept(fd, addr, len));
+}
+
+FT_SHIM_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
+  resolve();
+  return fresh(real.accept4(fd, addr, len, flags));
+}
+
+// Threads created by an internal thread are internal (see t_inside).
+FT_SHIM_EXPORT int pthread_create(pthread_t* thread, const pthread_attr_t* attr,
+                                  void* (*fn)(void*), void* arg) {
+  resolve();
+  if (!t_inside) return real.pthread_create(thread, attr, fn, arg);
+  auto* start = static_cast<ThreadStart*>(std::malloc(sizeof(ThreadStart)));
+  if (start == nullptr) return EAGAIN;
+  *start = {fn, arg};
+  const int rc = real.pthread_create(thread, attr, internal_thread, start);
+  if (rc != 0) std::free(start);
+  return rc;
 }
 
 FT_SHIM_EXPORT int dup2(int oldfd, int newfd) {
