@@ -314,6 +314,7 @@ void Runtime::run(std::promise<int>* ready) {
   const int rc = open_all();
   if (rc != FT_OK) {
     loop_close_rc_ = close_all();
+    tid_.store(0, std::memory_order_release);
     ready->set_value(rc);
     return;
   }
@@ -321,10 +322,14 @@ void Runtime::run(std::promise<int>* ready) {
   turn();  // a first hello once the host is known
   (void)uv_run(loop_.get(), UV_RUN_DEFAULT);
   loop_close_rc_ = close_all();
+  // A late wake-up must not reach another thread that gets this tid: with
+  // no handler installed, the signal's default action ends the process.
+  tid_.store(0, std::memory_order_release);
 }
 
 void Runtime::signal_self() const {
-  (void)::syscall(SYS_tgkill, ::getpid(), tid_.load(std::memory_order_acquire), wake_signal());
+  const pid_t tid = tid_.load(std::memory_order_acquire);
+  if (tid != 0) (void)::syscall(SYS_tgkill, ::getpid(), tid, wake_signal());
 }
 
 bool Runtime::push(const Event& e, bool urgent) {
