@@ -12,6 +12,7 @@
 #include <zmq.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -166,7 +167,17 @@ bool pidfd_getfd_works() {
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_shares_fd_table{false};
+}  // namespace
+
+bool runtime_shares_fd_table() { return g_shares_fd_table.load(std::memory_order_acquire); }
+
 bool Runtime::enter_private_table() {
+  // A test knob: run as where pidfd_getfd is refused.
+  if (const char* v = std::getenv("FLOWTUNE_SHARED_FD_TABLE"); v != nullptr && *v == '1') {
+    return false;
+  }
 #if defined(__SANITIZE_THREAD__)
   // TSan tracks descriptors per process, not per table: our private fd 9
   // and the application's fd 9 would be reported as racing on one object.
@@ -311,6 +322,7 @@ void Runtime::run(std::promise<int>* ready) {
   sigaddset(&wake_set, wake_signal());
   (void)pthread_sigmask(SIG_BLOCK, &wake_set, nullptr);
   private_table_ = enter_private_table();
+  if (!private_table_) g_shares_fd_table.store(true, std::memory_order_release);
   const int rc = open_all();
   if (rc != FT_OK) {
     loop_close_rc_ = close_all();

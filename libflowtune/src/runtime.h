@@ -128,6 +128,12 @@ class UvLoop {
   bool open_ = false;
 };
 
+// True once some runtime of this process stayed in the shared fd table (the
+// fallback, or a TSan build): then the preload shim keeps the descriptors
+// that the library's threads create out of the application's closefrom /
+// close_range / close. Set before that runtime opens anything.
+bool runtime_shares_fd_table();
+
 class Runtime {
  public:
   Runtime(RuntimeConfig config, SessionConfig session, SocketTable& table);
