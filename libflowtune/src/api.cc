@@ -93,6 +93,14 @@ struct ft_client {
   int push(const Event& e, bool urgent = true) {
     return runtime->push(e, urgent) ? FT_OK : FT_ENOMEM;
   }
+  // An event of a registered socket: queued, or, when the queue is full or
+  // the socket's earlier events already went there, recorded in the
+  // socket's slot, which the runtime sweeps. Never lost, so never an error.
+  void deliver(const Event& e, flowtune::client::SocketTable::SpillKind kind, bool urgent = true) {
+    if (!table.spilling(e.ref.fd) && runtime->push(e, urgent)) return;
+    table.spill(e.ref.fd, kind, e.bytes, e.weight, e.coflow_id);
+    runtime->wake();
+  }
   // The registration of fd, or an error for the caller.
   int ref_of(int fd, SocketRef* ref) const {
     if (forked()) return FT_EFORKED;
@@ -141,6 +149,12 @@ int ft_client_open(const ft_config* cfg, ft_client** out) {
     r.allocator = cfg->allocator != nullptr ? cfg->allocator
                                             : env_or("FLOWTUNE_ALLOCATOR", "tcp://127.0.0.1:5555");
     r.log_level = cfg->log_level;
+    // Undocumented in flowtune.h on purpose: a test knob (tiny queues make
+    // the overflow path run), a power of two from 2 to 2^20.
+    if (const char* v = std::getenv("FLOWTUNE_EVENT_QUEUE"); v != nullptr && *v != '\0') {
+      const unsigned long n = std::strtoul(v, nullptr, 10);
+      if (n >= 2 && n <= (1ul << 20) && (n & (n - 1)) == 0) r.queue_capacity = n;
+    }
     auto c = std::make_unique<ft_client>();
     c->fork_generation = g_fork_generation.load();
     c->runtime = std::make_unique<flowtune::client::Runtime>(std::move(r), std::move(s), c->table);
@@ -162,7 +176,7 @@ int ft_client_close(ft_client* c) {
     delete c;
     return FT_OK;
   }
-  c->runtime->stop();
+  (void)c->runtime->stop();
   c->table.release_all();  // remove caps we set
   delete c;
   return FT_OK;
@@ -191,12 +205,10 @@ int ft_socket_unregister(ft_client* c, int fd) {
   if (c == nullptr) return FT_EINVAL;
   SocketRef ref;
   if (const int rc = c->ref_of(fd, &ref); rc != FT_OK) return rc;
+  // The slot records the unregistration (and is marked for the runtime's
+  // sweep): it cannot be lost to a full queue, so this never fails late.
   if (const int rc = c->table.release(fd); rc != FT_OK) return rc;
-  Event e;
-  e.kind = Event::kUnregister;
-  e.ref = ref;
-  // The runtime must learn of it (the flowlet ends): retry briefly when full.
-  for (int i = 0; i < 1000 && !c->runtime->push(e); ++i) sched_yield();
+  c->runtime->wake();
   return FT_OK;
 }
 
@@ -212,7 +224,8 @@ int ft_flowlet_begin(ft_client* c, int fd, uint64_t bytes, const ft_flowlet_opts
   if (const int rc = c->ref_of(fd, &e.ref); rc != FT_OK) return rc;
   e.bytes = bytes;
   c->table.mark_begin(fd);
-  return c->push(e);
+  c->deliver(e, flowtune::client::SocketTable::SpillKind::kBegin);
+  return FT_OK;
 }
 
 int ft_flowlet_sent(ft_client* c, int fd, uint64_t bytes) {
@@ -222,7 +235,8 @@ int ft_flowlet_sent(ft_client* c, int fd, uint64_t bytes) {
   if (const int rc = c->ref_of(fd, &e.ref); rc != FT_OK) return rc;
   if (bytes == 0) return FT_OK;
   e.bytes = bytes;
-  return c->push(e, /*urgent=*/false);
+  c->deliver(e, flowtune::client::SocketTable::SpillKind::kSent, /*urgent=*/false);
+  return FT_OK;
 }
 
 int ft_flowlet_wrote(ft_client* c, int fd, uint64_t bytes) {
@@ -238,14 +252,12 @@ int ft_flowlet_wrote(ft_client* c, int fd, uint64_t bytes) {
     // however many writes come before it does.
     if (c->table.add_unreported(fd, bytes) != 0) return FT_OK;
     e.bytes = 0;
-    if (const int rc = c->push(e, /*urgent=*/false); rc != FT_OK) {
-      c->table.take_unreported(e.ref);  // nobody will collect them: dropped, as a full queue drops
-      return rc;
-    }
+    c->deliver(e, flowtune::client::SocketTable::SpillKind::kCollect, /*urgent=*/false);
     return FT_OK;
   }
   c->table.mark_begin(fd);
-  return c->push(e);
+  c->deliver(e, flowtune::client::SocketTable::SpillKind::kWrote);
+  return FT_OK;
 }
 
 int ft_flowlet_end(ft_client* c, int fd) {
@@ -253,8 +265,11 @@ int ft_flowlet_end(ft_client* c, int fd) {
   Event e;
   e.kind = Event::kEnd;
   if (const int rc = c->ref_of(fd, &e.ref); rc != FT_OK) return rc;
+  // The flowlet is closed in the slot first; the end then reaches the
+  // runtime through the queue or the slot, so no retry is ever needed.
   if (!c->table.mark_end(fd)) return FT_ENOFLOWLET;
-  return c->push(e);
+  c->deliver(e, flowtune::client::SocketTable::SpillKind::kEnd);
+  return FT_OK;
 }
 
 int ft_flowlet_active(ft_client* c, int fd) {

@@ -3,6 +3,8 @@
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <thread>
@@ -25,8 +27,76 @@ std::uint64_t socket_cookie(int fd) {
   return cookie;
 }
 
-SocketTable::SocketTable() : chunks_(new std::atomic<Slot*>[kChunks]) {
-  for (int i = 0; i < kChunks; ++i) chunks_[i].store(nullptr, std::memory_order_relaxed);
+SocketTable::SocketTable()
+    : chunks_(new std::atomic<Slot*>[kChunks]), chunk_dirty_(new std::atomic<bool>[kChunks]) {
+  for (int i = 0; i < kChunks; ++i) {
+    chunks_[i].store(nullptr, std::memory_order_relaxed);
+    chunk_dirty_[i].store(false, std::memory_order_relaxed);
+  }
+}
+
+void SocketTable::mark_dirty(int fd, Slot& s) {
+  s.dirty.store(true, std::memory_order_release);
+  chunk_dirty_[fd >> kChunkBits].store(true, std::memory_order_release);
+  dirty_hint_.store(true, std::memory_order_release);
+}
+
+bool SocketTable::spilling(int fd) const {
+  const Slot* s = slot(fd);
+  return s != nullptr && s->spilling.load(std::memory_order_acquire);
+}
+
+void SocketTable::spill(int fd, SpillKind kind, std::uint64_t bytes, float weight,
+                        std::uint64_t coflow_id) {
+  Slot* s = slot(fd);
+  if (s == nullptr) return;
+  lock(*s);
+  Spilled& p = s->spilled;
+  const bool has_bytes = p.begin_bytes != 0 || p.sent != 0 || p.wrote != 0 || p.collect;
+  switch (kind) {
+    case SpillKind::kBegin:
+      // A begin after an end: the two flowlets coalesce (as a begin on a
+      // live flowlet does), so the end is dropped, not reordered.
+      p.end_last = false;
+      p.begin_bytes += bytes;
+      p.weight = weight;
+      p.coflow_id = coflow_id;
+      break;
+    case SpillKind::kSent: p.sent += bytes; break;
+    case SpillKind::kWrote:
+      p.end_last = false;
+      p.wrote += bytes;
+      break;
+    case SpillKind::kCollect: p.collect = true; break;
+    case SpillKind::kEnd: (has_bytes ? p.end_last : p.end_first) = true; break;
+  }
+  s->spilling.store(true, std::memory_order_release);
+  unlock(*s);
+  mark_dirty(fd, *s);
+}
+
+SocketTable::Spilled SocketTable::take_spill(int fd) {
+  Slot* s = slot(fd);
+  if (s == nullptr) return {};
+  lock(*s);
+  Spilled p = s->spilled;
+  s->spilled = Spilled{};
+  const std::uint32_t st = s->state.load(std::memory_order_relaxed);
+  p.gen = (st & 1) != 0 ? st >> 1 : 0;
+  unlock(*s);
+  return p;
+}
+
+void SocketTable::finish_spill(int fd) {
+  Slot* s = slot(fd);
+  if (s == nullptr) return;
+  lock(*s);
+  if (s->spilled.empty()) {
+    s->spilling.store(false, std::memory_order_release);
+  } else {
+    mark_dirty(fd, *s);  // more came while the runtime applied the last batch
+  }
+  unlock(*s);
 }
 
 SocketTable::~SocketTable() {
@@ -77,6 +147,8 @@ int SocketTable::claim(int fd, SocketRef* out) {
   s->in_flowlet.store(false, std::memory_order_relaxed);
   s->unreported.store(0, std::memory_order_relaxed);
   s->writing.store(0, std::memory_order_relaxed);
+  s->spilled = Spilled{};
+  s->spilling.store(false, std::memory_order_relaxed);
   unlock(*s);
   *out = {fd, gen};
   return FT_OK;
@@ -95,7 +167,13 @@ int SocketTable::release(int fd) {
   if (s->capped) (void)set_pacing_rate(fd, 0);
   s->capped = false;
   s->state.store(st & ~1u, std::memory_order_release);
+  // Events of the old registration die with it; the runtime learns of the
+  // unregistration from the slot (it compares generations), never from the
+  // queue, so it cannot be lost to a full queue.
+  s->spilled = Spilled{};
+  s->spilling.store(false, std::memory_order_relaxed);
   unlock(*s);
+  mark_dirty(fd, *s);
   return FT_OK;
 }
 
@@ -160,12 +238,24 @@ void SocketTable::clear_flowlet(SocketRef ref) {
   }
 }
 
+int SocketTable::borrow(int fd) const {
+  if (pidfd_ == kNoPidfd) return -1;
+  if (pidfd_ < 0) return fd;
+  return static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd_, fd, 0));
+}
+
+void SocketTable::give_back(int fd, int local) const {
+  // The raw syscall: a copy in the runtime's private table must not reach an
+  // interposed close() (the preload shim), which would take its number for
+  // the application's fd of the same number.
+  if (local >= 0 && local != fd) (void)::syscall(SYS_close, local);
+}
+
 SocketTable::Result SocketTable::set_rate(SocketRef ref, std::uint64_t bytes_per_sec, int* err) {
   Slot* s = slot(ref.fd);
   if (s == nullptr) return Result::kGone;
   lock(*s);
-  if (s->state.load(std::memory_order_relaxed) != ((ref.gen << 1) | 1) ||
-      socket_cookie(ref.fd) != s->cookie) {
+  if (s->state.load(std::memory_order_relaxed) != ((ref.gen << 1) | 1)) {
     unlock(*s);
     return Result::kGone;
   }
@@ -173,7 +263,16 @@ SocketTable::Result SocketTable::set_rate(SocketRef ref, std::uint64_t bytes_per
     unlock(*s);
     return Result::kOk;
   }
-  const int e = set_pacing_rate(ref.fd, bytes_per_sec);
+  // The cookie names the socket, not the number: a number the application
+  // closed and reused for another socket is left alone.
+  const int local = borrow(ref.fd);
+  if (local < 0 || socket_cookie(local) != s->cookie) {
+    give_back(ref.fd, local);
+    unlock(*s);
+    return Result::kGone;
+  }
+  const int e = set_pacing_rate(local, bytes_per_sec);
+  give_back(ref.fd, local);
   if (e == 0) s->capped = bytes_per_sec != 0;
   unlock(*s);
   if (e != 0) {
@@ -191,8 +290,15 @@ SocketTable::Result SocketTable::unsent_bytes(SocketRef ref, std::uint64_t* out)
     unlock(*s);
     return Result::kGone;
   }
+  const int local = borrow(ref.fd);
+  if (local < 0 || socket_cookie(local) != s->cookie) {
+    give_back(ref.fd, local);
+    unlock(*s);
+    return Result::kGone;
+  }
   int n = 0;
-  const int rc = ioctl(ref.fd, SIOCOUTQNSD, &n);
+  const int rc = ioctl(local, SIOCOUTQNSD, &n);
+  give_back(ref.fd, local);
   unlock(*s);
   if (rc != 0 || n < 0) return Result::kFailed;
   *out = static_cast<std::uint64_t>(n);

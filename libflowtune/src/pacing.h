@@ -11,6 +11,13 @@
 //
 // Lookups on the data path (begin/sent/end) are one atomic load; the table
 // grows in chunks on first use of an fd range and never moves.
+//
+// The slot is also where events go that the bounded event queue cannot
+// take (see "spill" below), and where an unregistration is recorded: ends
+// and unregisters never depend on the queue having room. A slot with
+// something for the runtime is marked dirty, its chunk too, and a table-wide
+// hint is raised, so the runtime visits only dirty slots of dirty chunks
+// and nothing at all on a turn without the hint.
 #pragma once
 
 #include <atomic>
@@ -32,6 +39,9 @@ struct SocketRef {
   }
   bool operator==(const SocketRef&) const = default;
 };
+
+// SocketTable::set_pidfd's "private table, but no pidfd": reach nothing.
+inline constexpr int kNoPidfd = -2;
 
 class SocketTable {
  public:
@@ -71,6 +81,48 @@ class SocketTable {
   // Runtime side: the library ended ref's flowlet (advance end, lease).
   void clear_flowlet(SocketRef ref);
 
+  // ---- events past a full queue ----
+  // Once one event of a socket has gone into its slot, the socket's later
+  // events follow it there until the runtime has taken them (spilling), so
+  // the runtime sees them after everything the queue already held for the
+  // socket, in order. They are kept collapsed, in the order the Session must
+  // see them: an end that came first, begins, bytes, an end that came last.
+  struct Spilled {
+    std::uint32_t gen = 0;  // the registration they belong to (0: none)
+    bool end_first = false;
+    std::uint64_t begin_bytes = 0;
+    float weight = 1;
+    std::uint64_t coflow_id = 0;
+    std::uint64_t sent = 0;
+    std::uint64_t wrote = 0;  // begin-or-extend bytes (ft_flowlet_wrote)
+    bool collect = false;     // collect the slot's unreported bytes
+    bool end_last = false;
+    bool empty() const {
+      return !end_first && begin_bytes == 0 && sent == 0 && wrote == 0 && !collect && !end_last;
+    }
+  };
+  enum class SpillKind { kBegin, kSent, kWrote, kCollect, kEnd };
+  // Application side: true while fd's events must go to its slot.
+  bool spilling(int fd) const;
+  // Application side: records one event in fd's slot and marks it dirty.
+  void spill(int fd, SpillKind kind, std::uint64_t bytes = 0, float weight = 1,
+             std::uint64_t coflow_id = 0);
+  // Runtime side: calls visit(fd) for each slot marked dirty since the last
+  // sweep (spilled events, or an unregistration), clearing the marks.
+  template <class Visit>
+  void sweep(Visit visit);
+  // Runtime side: the events spilled into fd's slot so far (emptied); the
+  // socket keeps spilling until finish_spill finds nothing more came.
+  Spilled take_spill(int fd);
+  void finish_spill(int fd);
+  // True if some slot is dirty (cheap: one load).
+  bool has_dirty() const { return dirty_hint_.load(std::memory_order_acquire); }
+
+  // Runtime side: when the runtime thread has a private fd table, the
+  // application's fds are reached through this pidfd (pidfd_getfd) for the
+  // moment of one call; -1 (the default): fd numbers are shared.
+  void set_pidfd(int pidfd) { pidfd_ = pidfd; }
+
   enum class Result { kOk, kGone, kFailed };
   // Runtime side: sets SO_MAX_PACING_RATE (0 clears the cap) if `ref` is
   // still the fd's registration; *err gets errno on kFailed.
@@ -91,6 +143,9 @@ class SocketTable {
     std::atomic<bool> in_flowlet{false};
     std::atomic<std::uint64_t> unreported{0};
     std::atomic<std::int32_t> writing{0};
+    std::atomic<bool> spilling{false};
+    std::atomic<bool> dirty{false};
+    Spilled spilled;  // guarded by busy
   };
   static constexpr int kChunkBits = 10;
   static constexpr int kChunk = 1 << kChunkBits;
@@ -98,11 +153,37 @@ class SocketTable {
 
   Slot* slot(int fd) const;
   Slot* slot_or_create(int fd);
+  void mark_dirty(int fd, Slot& s);
+  // A descriptor of the application's fd in the calling thread's table, or
+  // -1; give_back closes it if it is a copy. Never held past one call.
+  int borrow(int fd) const;
+  void give_back(int fd, int local) const;
   static void lock(Slot& s);
   static void unlock(Slot& s) { s.busy.store(false, std::memory_order_release); }
 
   std::unique_ptr<std::atomic<Slot*>[]> chunks_;
+  std::unique_ptr<std::atomic<bool>[]> chunk_dirty_;
+  std::atomic<bool> dirty_hint_{false};
+  int pidfd_ = -1;  // runtime thread only
 };
+
+template <class Visit>
+void SocketTable::sweep(Visit visit) {
+  // Cleared in the opposite order to mark_dirty (slot, chunk, hint): a mark
+  // racing the sweep always leaves the hint set for the next one.
+  if (!dirty_hint_.exchange(false, std::memory_order_acq_rel)) return;
+  for (int c = 0; c < kChunks; ++c) {
+    if (!chunk_dirty_[c].load(std::memory_order_relaxed)) continue;
+    if (!chunk_dirty_[c].exchange(false, std::memory_order_acq_rel)) continue;
+    Slot* chunk = chunks_[c].load(std::memory_order_acquire);
+    for (int i = 0; chunk != nullptr && i < kChunk; ++i) {
+      if (chunk[i].dirty.load(std::memory_order_relaxed) &&
+          chunk[i].dirty.exchange(false, std::memory_order_acq_rel)) {
+        visit(c * kChunk + i);
+      }
+    }
+  }
+}
 
 // Applies a cap directly (no table): 0 clears it. Returns 0 or errno.
 int set_pacing_rate(int fd, std::uint64_t bytes_per_sec);

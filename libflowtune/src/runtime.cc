@@ -1,10 +1,18 @@
 #include "runtime.h"
 
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
+#include <csignal>
+#include <cerrno>
 #include <unistd.h>
 #include <zmq.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -54,22 +62,64 @@ bool EventQueue::empty() const {
   return cells_[pos & mask_].seq.load(std::memory_order_seq_cst) != pos + 1;
 }
 
+// ---- owners ----
+
+void ZmqContextCloser::operator()(void* ctx) const { (void)zmq_ctx_term(ctx); }
+void ZmqSocketCloser::operator()(void* sock) const { (void)zmq_close(sock); }
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
+  if (this != &o) {
+    reset();
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+void UniqueFd::reset() {
+  if (fd_ >= 0) (void)::close(fd_);
+  fd_ = -1;
+}
+
+int UvLoop::init() {
+  const int rc = uv_loop_init(&loop_);
+  open_ = rc == 0;
+  return rc;
+}
+
+int UvLoop::close() {
+  if (!open_) return 0;
+  // Handles still open (a start() that failed half way, a thread that never
+  // ran) are closed here; their close callbacks need one more run.
+  uv_walk(
+      &loop_,
+      [](uv_handle_t* h, void*) {
+        if (uv_is_closing(h) == 0) uv_close(h, nullptr);
+      },
+      nullptr);
+  (void)uv_run(&loop_, UV_RUN_DEFAULT);
+  const int rc = uv_loop_close(&loop_);
+  if (rc == 0) open_ = false;
+  return rc;
+}
+
 // ---- Runtime ----
 
 namespace {
 
-constexpr std::size_t kQueueCapacity = 1 << 14;
-
 Runtime* self(uv_handle_t* h) { return static_cast<Runtime*>(h->data); }
+template <class H>
+uv_handle_t* handle(H* h) {
+  return reinterpret_cast<uv_handle_t*>(h);
+}
 
 }  // namespace
 
 Runtime::Runtime(RuntimeConfig config, SessionConfig session, SocketTable& table)
     : config_(std::move(config)), table_(table), session_(std::move(session)),
-      queue_(kQueueCapacity),
+      queue_(config_.queue_capacity),
       start_ns_(std::chrono::steady_clock::now().time_since_epoch().count()) {}
 
-Runtime::~Runtime() { stop(); }
+Runtime::~Runtime() { (void)stop(); }
 
 std::uint64_t Runtime::now_us() const {
   const std::int64_t ns = std::chrono::steady_clock::now().time_since_epoch().count();
@@ -77,73 +127,221 @@ std::uint64_t Runtime::now_us() const {
 }
 
 void Runtime::log(int level, const std::string& text) const {
-  if (level <= config_.log_level) std::fprintf(stderr, "flowtune: %s\n", text.c_str());
+  if (level > config_.log_level) return;
+  const std::string line = "flowtune: " + text + "\n";
+  // In the private table fd 2 is /dev/null: write to a copy of the
+  // application's stderr, taken for this one write.
+  const int pidfd = pidfd_.get();
+  const int fd = pidfd >= 0 ? static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, 2, 0)) : 2;
+  if (fd >= 0) (void)!::write(fd, line.data(), line.size());
+  if (fd >= 0 && fd != 2) (void)::syscall(SYS_close, fd);
+}
+
+int Runtime::wake_signal() { return SIGRTMAX - 2; }
+
+namespace {
+
+// Whether this process may use pidfd_getfd() on itself (a seccomp profile
+// may refuse it, or an old kernel lack it). Probed once, in a throwaway
+// thread with a private table, so the probe opens nothing the application
+// can see. EBADF for a fd that cannot exist means the call is allowed.
+bool pidfd_getfd_works() {
+  static const bool works = [] {
+    bool ok = false;
+    try {
+      std::thread probe([&ok] {
+        if (::unshare(CLONE_FILES) != 0) return;
+        const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
+        if (pidfd < 0) return;
+        ok = ::syscall(SYS_pidfd_getfd, pidfd, 0x7ffffff0, 0) < 0 && errno == EBADF;
+        (void)::syscall(SYS_close, pidfd);
+      });
+      probe.join();
+    } catch (...) {
+      ok = false;
+    }
+    return ok;
+  }();
+  return works;
+}
+
+}  // namespace
+
+namespace {
+std::atomic<bool> g_shares_fd_table{false};
+}  // namespace
+
+bool runtime_shares_fd_table() { return g_shares_fd_table.load(std::memory_order_acquire); }
+
+bool Runtime::enter_private_table() {
+  // A test knob: run as where pidfd_getfd is refused.
+  if (const char* v = std::getenv("FLOWTUNE_SHARED_FD_TABLE"); v != nullptr && *v == '1') {
+    return false;
+  }
+#if defined(__SANITIZE_THREAD__)
+  // TSan tracks descriptors per process, not per table: our private fd 9
+  // and the application's fd 9 would be reported as racing on one object.
+  // TSan builds keep the shared table (checking the threads' memory
+  // ordering is what they are for); the others test the private table.
+  return false;
+#endif
+  if (!pidfd_getfd_works() || ::unshare(CLONE_FILES) != 0) return false;
+  // From here on this thread's table is a copy of the application's: close
+  // the copies (raw syscalls: an interposed close must not see them), and
+  // put /dev/null on 0-2. Sanitizer builds keep fd 2 (a copy of stderr) so
+  // that their reports from this thread are seen.
+  (void)::syscall(SYS_close_range, 3u, ~0u, 0u);
+  const int null_fd = static_cast<int>(::syscall(SYS_openat, AT_FDCWD, "/dev/null", O_RDWR, 0));
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  constexpr int kReplace = 2;
+#else
+  constexpr int kReplace = 3;
+#endif
+  for (int fd = 0; fd < kReplace && null_fd >= 0; ++fd) {
+    if (fd != null_fd) (void)::syscall(SYS_dup3, null_fd, fd, 0);
+  }
+  if (null_fd >= kReplace) (void)::syscall(SYS_close, null_fd);
+  pidfd_ = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0)));
+  // Without the pidfd no application socket can be reached: pacing fails
+  // (kGone) rather than touch a private fd of the same number.
+  table_.set_pidfd(pidfd_.get() >= 0 ? pidfd_.get() : kNoPidfd);
+  return true;
 }
 
 int Runtime::start() {
-  zmq_ctx_ = zmq_ctx_new();
-  if (zmq_ctx_ == nullptr) return FT_ERUNTIME;
-  zmq_sock_ = zmq_socket(zmq_ctx_, ZMQ_DEALER);
-  if (zmq_sock_ == nullptr) return FT_ERUNTIME;
+  std::promise<int> ready;
+  std::future<int> result = ready.get_future();
+  try {
+    thread_ = std::thread([this, &ready] { run(&ready); });
+  } catch (...) {
+    return FT_ERUNTIME;
+  }
+  const int rc = result.get();
+  if (rc != FT_OK) thread_.join();  // it closed what it opened
+  return rc;
+}
+
+int Runtime::open_all() {
+  zmq_ctx_.reset(zmq_ctx_new());
+  if (!zmq_ctx_) return FT_ERUNTIME;
+  zmq_sock_.reset(zmq_socket(zmq_ctx_.get(), ZMQ_DEALER));
+  if (!zmq_sock_) return FT_ERUNTIME;
   // Messages wait in ZeroMQ while the connection is being made (a short
   // program's flowlets would otherwise be lost), up to a small queue; past
-  // it a send fails at once and the session resyncs later.
+  // it a send fails at once and the session resyncs later. Closing never
+  // waits unless stop() says so (an absent allocator must not delay exit).
   const int hwm = 1000;
-  zmq_setsockopt(zmq_sock_, ZMQ_SNDHWM, &hwm, sizeof hwm);
-  if (zmq_connect(zmq_sock_, config_.allocator.c_str()) != 0) {
+  const int linger_ms = 0;
+  if (zmq_setsockopt(zmq_sock_.get(), ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 ||
+      zmq_setsockopt(zmq_sock_.get(), ZMQ_LINGER, &linger_ms, sizeof linger_ms) != 0) {
+    return FT_ERUNTIME;
+  }
+  if (zmq_connect(zmq_sock_.get(), config_.allocator.c_str()) != 0) {
     log(1, "cannot use allocator endpoint \"" + config_.allocator + "\": " + zmq_strerror(zmq_errno()));
     return FT_ECONNECT;
   }
-  timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  if (timer_fd_ < 0) return FT_ERUNTIME;
+  timer_fd_ = UniqueFd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  if (timer_fd_.get() < 0) return FT_ERUNTIME;
+  sigset_t wake_set;
+  sigemptyset(&wake_set);
+  sigaddset(&wake_set, wake_signal());
+  signal_fd_ = UniqueFd(signalfd(-1, &wake_set, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (signal_fd_.get() < 0) return FT_ERUNTIME;
   int zfd = -1;
   std::size_t len = sizeof zfd;
-  zmq_getsockopt(zmq_sock_, ZMQ_FD, &zfd, &len);
+  if (zmq_getsockopt(zmq_sock_.get(), ZMQ_FD, &zfd, &len) != 0 || zfd < 0) return FT_ERUNTIME;
 
-  if (uv_loop_init(&loop_) != 0) return FT_ERUNTIME;
-  uv_async_init(&loop_, &wake_, [](uv_async_t* h) { self(reinterpret_cast<uv_handle_t*>(h))->work(); });
-  uv_poll_init(&loop_, &zmq_poll_, zfd);
-  uv_poll_init(&loop_, &timer_poll_, timer_fd_);
-  uv_prepare_init(&loop_, &prepare_);
-  uv_check_init(&loop_, &check_);
-  for (uv_handle_t* h : {reinterpret_cast<uv_handle_t*>(&wake_), reinterpret_cast<uv_handle_t*>(&zmq_poll_),
-                         reinterpret_cast<uv_handle_t*>(&timer_poll_),
-                         reinterpret_cast<uv_handle_t*>(&prepare_), reinterpret_cast<uv_handle_t*>(&check_)}) {
-    h->data = this;
-  }
-  uv_poll_start(&zmq_poll_, UV_READABLE,
-                [](uv_poll_t* h, int, int) { self(reinterpret_cast<uv_handle_t*>(h))->work(); });
-  uv_poll_start(&timer_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
-    Runtime* r = self(reinterpret_cast<uv_handle_t*>(h));
-    std::uint64_t expirations;
-    (void)::read(r->timer_fd_, &expirations, sizeof expirations);
-    r->work();
+  if (loop_.init() != 0) return FT_ERUNTIME;
+  uv_loop_t* loop = loop_.get();
+  // If an init fails, UvLoop closes the handles that succeeded.
+  if (uv_poll_init(loop, &signal_poll_, signal_fd_.get()) != 0) return FT_ERUNTIME;
+  signal_poll_.data = this;
+  if (uv_poll_init(loop, &zmq_poll_, zfd) != 0) return FT_ERUNTIME;
+  zmq_poll_.data = this;
+  if (uv_poll_init(loop, &timer_poll_, timer_fd_.get()) != 0) return FT_ERUNTIME;
+  timer_poll_.data = this;
+  if (uv_prepare_init(loop, &prepare_) != 0) return FT_ERUNTIME;
+  prepare_.data = this;
+  if (uv_check_init(loop, &check_) != 0) return FT_ERUNTIME;
+  check_.data = this;
+  const int signal_rc = uv_poll_start(&signal_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
+    Runtime* r = self(handle(h));
+    signalfd_siginfo info[8];
+    while (::read(r->signal_fd_.get(), info, sizeof info) > 0) {
+    }
+    r->turn();
   });
-  // Producers wake the loop only while it may block: the flag is raised
-  // before polling and the queue re-checked, so no urgent push goes
-  // unnoticed (others are picked up by the timer, see arm_timer).
-  uv_prepare_start(&prepare_, [](uv_prepare_t* h) {
-    Runtime* r = self(reinterpret_cast<uv_handle_t*>(h));
-    r->sleeping_.store(true, std::memory_order_seq_cst);
-    if (!r->queue_.empty()) {
-      r->sleeping_.store(false, std::memory_order_relaxed);
-      uv_async_send(&r->wake_);
+  const int poll_rc = uv_poll_start(&zmq_poll_, UV_READABLE,
+                                    [](uv_poll_t* h, int, int) { self(handle(h))->turn(); });
+  const int timer_rc = uv_poll_start(&timer_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
+    Runtime* r = self(handle(h));
+    std::uint64_t expirations;
+    (void)::read(r->timer_fd_.get(), &expirations, sizeof expirations);
+    r->turn();
+  });
+  // The loop blocks only if nothing is queued or marked in the table after
+  // it said it sleeps (WakeFlag holds the fences that make this hold); else
+  // it signals itself so that poll returns at once.
+  const int prepare_rc = uv_prepare_start(&prepare_, [](uv_prepare_t* h) {
+    Runtime* r = self(handle(h));
+    if (!r->wake_flag_.prepare_to_sleep(
+            [r] { return !r->queue_.empty() || r->table_.has_dirty(); })) {
+      r->signal_self();
     }
   });
-  uv_check_start(&check_, [](uv_check_t* h) {
-    self(reinterpret_cast<uv_handle_t*>(h))->sleeping_.store(false, std::memory_order_relaxed);
-  });
-  try {
-    thread_ = std::thread([this] { run(); });
-  } catch (...) {
+  const int check_rc =
+      uv_check_start(&check_, [](uv_check_t* h) { self(handle(h))->wake_flag_.woke(); });
+  if (signal_rc != 0 || poll_rc != 0 || timer_rc != 0 || prepare_rc != 0 || check_rc != 0) {
     return FT_ERUNTIME;
   }
   return FT_OK;
 }
 
-void Runtime::run() {
-  work();  // a first hello once the host is known
-  uv_run(&loop_, UV_RUN_DEFAULT);
+int Runtime::close_all() {
+  const int rc = loop_.close();
+  // The final ends may wait up to 200 ms for delivery, but only to an
+  // allocator that answered: an absent one must not delay the exit.
+  if (zmq_sock_ && session_.stats().connected) {
+    const int linger_ms = 200;
+    (void)zmq_setsockopt(zmq_sock_.get(), ZMQ_LINGER, &linger_ms, sizeof linger_ms);
+  }
+  zmq_sock_.reset();
+  zmq_ctx_.reset();
+  timer_fd_.reset();
+  signal_fd_.reset();
+  table_.set_pidfd(-1);
+  pidfd_.reset();
+  return rc;
+}
+
+void Runtime::run(std::promise<int>* ready) {
+  tid_.store(static_cast<pid_t>(::syscall(SYS_gettid)), std::memory_order_release);
+  // Blocked here only: the wake-up stays pending for the signalfd.
+  sigset_t wake_set;
+  sigemptyset(&wake_set);
+  sigaddset(&wake_set, wake_signal());
+  (void)pthread_sigmask(SIG_BLOCK, &wake_set, nullptr);
+  private_table_ = enter_private_table();
+  if (!private_table_) g_shares_fd_table.store(true, std::memory_order_release);
+  const int rc = open_all();
+  if (rc != FT_OK) {
+    loop_close_rc_ = close_all();
+    tid_.store(0, std::memory_order_release);
+    ready->set_value(rc);
+    return;
+  }
+  ready->set_value(FT_OK);
+  turn();  // a first hello once the host is known
+  (void)uv_run(loop_.get(), UV_RUN_DEFAULT);
+  loop_close_rc_ = close_all();
+  // A late wake-up must not reach another thread that gets this tid: with
+  // no handler installed, the signal's default action ends the process.
+  tid_.store(0, std::memory_order_release);
+}
+
+void Runtime::signal_self() const {
+  const pid_t tid = tid_.load(std::memory_order_acquire);
+  if (tid != 0) (void)::syscall(SYS_tgkill, ::getpid(), tid, wake_signal());
 }
 
 bool Runtime::push(const Event& e, bool urgent) {
@@ -151,46 +349,33 @@ bool Runtime::push(const Event& e, bool urgent) {
     published_.queue_overflows.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  if (urgent && sleeping_.load(std::memory_order_seq_cst) && sleeping_.exchange(false)) {
-    uv_async_send(&wake_);
-  }
+  if (urgent) wake();
   return true;
 }
 
-void Runtime::stop() {
-  if (!thread_.joinable()) {
-    if (zmq_sock_ != nullptr) zmq_close(zmq_sock_);
-    if (zmq_ctx_ != nullptr) zmq_ctx_term(zmq_ctx_);
-    if (timer_fd_ >= 0) ::close(timer_fd_);
-    zmq_sock_ = zmq_ctx_ = nullptr;
-    timer_fd_ = -1;
-    return;
-  }
-  stopping_.store(true);
-  uv_async_send(&wake_);
+void Runtime::wake() {
+  if (wake_flag_.should_wake()) signal_self();
+}
+
+int Runtime::stop() {
+  if (!thread_.joinable()) return 0;
+  stopping_.store(true, std::memory_order_release);
+  signal_self();
   thread_.join();
-  uv_loop_close(&loop_);
-  // The final ends may wait up to 200 ms for delivery, but only to an
-  // allocator that answered: an absent one must not delay the exit.
-  const int linger_ms = session_.stats().connected ? 200 : 0;
-  zmq_setsockopt(zmq_sock_, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
-  zmq_close(zmq_sock_);
-  zmq_ctx_term(zmq_ctx_);
-  ::close(timer_fd_);
-  zmq_sock_ = zmq_ctx_ = nullptr;
-  timer_fd_ = -1;
+  return loop_close_rc_;
 }
 
 void Runtime::receive() {
   for (;;) {
     int events = 0;
     std::size_t len = sizeof events;
-    if (zmq_getsockopt(zmq_sock_, ZMQ_EVENTS, &events, &len) != 0 || (events & ZMQ_POLLIN) == 0) {
+    if (zmq_getsockopt(zmq_sock_.get(), ZMQ_EVENTS, &events, &len) != 0 ||
+        (events & ZMQ_POLLIN) == 0) {
       return;
     }
     zmq_msg_t msg;
     zmq_msg_init(&msg);
-    if (zmq_msg_recv(&msg, zmq_sock_, ZMQ_DONTWAIT) < 0) {
+    if (zmq_msg_recv(&msg, zmq_sock_.get(), ZMQ_DONTWAIT) < 0) {
       zmq_msg_close(&msg);
       return;
     }
@@ -226,25 +411,102 @@ void Runtime::apply_actions() {
   }
 }
 
-void Runtime::work() {
-  std::uint64_t now = now_us();
-  Event e;
-  while (queue_.pop(&e)) {
-    switch (e.kind) {
-      case Event::kRegister: session_.on_register(e.ref, e.tuple, e.mss, now); break;
-      case Event::kUnregister: session_.on_unregister(e.ref, now); break;
-      case Event::kBegin: session_.on_begin(e.ref, e.bytes, e.weight, e.coflow_id, now); break;
-      case Event::kSent: session_.on_sent(e.ref, e.bytes, now); break;
-      case Event::kWrote: {
-        const std::uint64_t bytes = e.bytes + table_.take_unreported(e.ref);
-        if (bytes != 0) session_.on_wrote(e.ref, bytes, now);
-        break;
-      }
-      case Event::kEnd: session_.on_end(e.ref, now); break;
-    }
-  }
+void Runtime::turn() {
+  // Read once: every step below sees the same answer, so a stop cannot
+  // close the handles of a turn that did not send the final ends.
+  const bool stopping = stopping_.load(std::memory_order_acquire);
+  drain(now_us());
   receive();
-  now = now_us();
+  timers(now_us());
+  flush(now_us(), stopping);
+  publish();
+  if (stopping) {
+    close_handles();
+    return;
+  }
+  arm_timer();
+}
+
+void Runtime::reconcile(int fd, std::uint64_t now) {
+  const auto it = known_.find(fd);
+  if (it == known_.end()) return;
+  const auto cur = table_.lookup(fd);
+  if (cur && cur->gen == it->second) return;
+  session_.on_unregister(SocketRef{fd, it->second}, now);
+  known_.erase(it);
+}
+
+void Runtime::dispatch(const Event& e, std::uint64_t now) {
+  switch (e.kind) {
+    case Event::kRegister: {
+      // Taken up even if already released, so the events queued behind it
+      // count (a flowlet begun is reported and then ended); drain()
+      // reconciles it with the table after the queue is empty, since its
+      // unregistration may have been swept before this event was popped.
+      const auto old = known_.find(e.ref.fd);
+      if (old != known_.end() && old->second != e.ref.gen) {
+        session_.on_unregister(SocketRef{e.ref.fd, old->second}, now);  // replaced
+      }
+      session_.on_register(e.ref, e.tuple, e.mss, now);
+      known_[e.ref.fd] = e.ref.gen;
+      registered_.push_back(e.ref.fd);
+      return;
+    }
+    case Event::kUnregister: session_.on_unregister(e.ref, now); return;
+    case Event::kBegin: session_.on_begin(e.ref, e.bytes, e.weight, e.coflow_id, now); return;
+    case Event::kSent: session_.on_sent(e.ref, e.bytes, now); return;
+    case Event::kWrote: {
+      const std::uint64_t bytes = e.bytes + table_.take_unreported(e.ref);
+      if (bytes != 0) session_.on_wrote(e.ref, bytes, now);
+      return;
+    }
+    case Event::kEnd: app_end(e.ref, now); return;
+  }
+}
+
+void Runtime::app_end(SocketRef ref, std::uint64_t now) {
+  // The Session lists every end in take_ended(), and the runtime clears the
+  // application's flowlet bit for each. An end the application asked for
+  // must not: the bit was cleared by ft_flowlet_end already, and the
+  // application may have begun its next flowlet since (clearing it then made
+  // that flowlet's end fail with FT_ENOFLOWLET). Ends the library decided
+  // (advance end, lease) stay listed.
+  for (const SocketRef& r : session_.take_ended()) ended_.push_back(r);
+  session_.on_end(ref, now);
+  (void)session_.take_ended();
+}
+
+void Runtime::apply_spill(int fd, const SocketTable::Spilled& p, std::uint64_t now) {
+  const auto it = known_.find(fd);
+  if (p.gen == 0 || it == known_.end() || it->second != p.gen) return;
+  const SocketRef ref{fd, p.gen};
+  if (p.end_first) app_end(ref, now);
+  if (p.begin_bytes != 0) session_.on_begin(ref, p.begin_bytes, p.weight, p.coflow_id, now);
+  if (p.sent != 0) session_.on_sent(ref, p.sent, now);
+  const std::uint64_t wrote = p.wrote + (p.collect ? table_.take_unreported(ref) : 0);
+  if (wrote != 0) session_.on_wrote(ref, wrote, now);
+  if (p.end_last) app_end(ref, now);
+}
+
+void Runtime::drain(std::uint64_t now) {
+  // Spilled events are taken before the queue is drained and applied after
+  // it: a socket spills only once an event of it found the queue full, so
+  // whatever the queue holds for it came first. The socket keeps spilling
+  // until finish_spill, so nothing of it enters the queue meanwhile.
+  std::vector<std::pair<int, SocketTable::Spilled>> spilled;
+  table_.sweep([&](int fd) { spilled.emplace_back(fd, table_.take_spill(fd)); });
+  Event e;
+  registered_.clear();
+  while (queue_.pop(&e)) dispatch(e, now);
+  for (const int fd : registered_) reconcile(fd, now);
+  for (const auto& [fd, p] : spilled) {
+    reconcile(fd, now);
+    apply_spill(fd, p, now);
+    table_.finish_spill(fd);
+  }
+}
+
+void Runtime::timers(std::uint64_t now) {
   session_.on_timer(now);
   // Drain checks may end flowlets, which queues more actions and events.
   for (const SocketRef& ref : session_.take_drain_queries()) {
@@ -259,39 +521,46 @@ void Runtime::work() {
     }
     session_.on_unsent(ref, unsent, now, writing);
   }
+}
+
+void Runtime::flush(std::uint64_t now, bool stopping) {
   apply_actions();
-  for (const SocketRef& ref : session_.take_ended()) table_.clear_flowlet(ref);
-  if (stopping_.load()) {
+  for (const SocketRef& ref : session_.take_ended()) ended_.push_back(ref);
+  for (const SocketRef& ref : ended_) table_.clear_flowlet(ref);
+  ended_.clear();
+  if (stopping) {
     // Last words: end every flowlet the allocator knows of.
     session_.end_all(now);
     apply_actions();
   }
   while (auto m = session_.take_message(now)) {
     const std::vector<std::uint8_t> bytes = wire::encode(*m);
-    if (zmq_send(zmq_sock_, bytes.data(), bytes.size(), ZMQ_DONTWAIT) < 0) {
+    if (zmq_send(zmq_sock_.get(), bytes.data(), bytes.size(), ZMQ_DONTWAIT) < 0) {
       session_.on_send_failed(now);  // the queue is full: resend state later
       break;
     }
   }
   receive();  // a send can consume ZMQ_FD's edge: look again
+}
+
+void Runtime::publish() {
   const SessionStats& s = session_.stats();
-  published_.flowlets_started.store(s.flowlets_started, std::memory_order_relaxed);
-  published_.flowlets_ended.store(s.flowlets_ended, std::memory_order_relaxed);
-  published_.flowlets_coalesced.store(s.flowlets_coalesced, std::memory_order_relaxed);
-  published_.mice.store(s.mice, std::memory_order_relaxed);
-  published_.ends_in_advance.store(s.ends_in_advance, std::memory_order_relaxed);
-  published_.resyncs.store(s.resyncs, std::memory_order_relaxed);
-  published_.allocator_errors.store(s.allocator_errors, std::memory_order_relaxed);
+  // The session's counters are copied; the runtime's own are counted in place.
+#define FT_PUBLISH_session(name) published_.name.store(s.name, std::memory_order_relaxed);
+#define FT_PUBLISH_runtime(name)
+#define FT_PUBLISH_(name, owner, what) FT_PUBLISH_##owner(name)
+  FT_STATS_COUNTERS(FT_PUBLISH_)
+#undef FT_PUBLISH_
+#undef FT_PUBLISH_runtime
+#undef FT_PUBLISH_session
   published_.connected.store(s.connected ? 1 : 0, std::memory_order_relaxed);
-  if (stopping_.load()) {
-    uv_close(reinterpret_cast<uv_handle_t*>(&wake_), nullptr);
-    uv_close(reinterpret_cast<uv_handle_t*>(&zmq_poll_), nullptr);
-    uv_close(reinterpret_cast<uv_handle_t*>(&timer_poll_), nullptr);
-    uv_close(reinterpret_cast<uv_handle_t*>(&prepare_), nullptr);
-    uv_close(reinterpret_cast<uv_handle_t*>(&check_), nullptr);
-    return;
+}
+
+void Runtime::close_handles() {
+  for (uv_handle_t* h : {handle(&signal_poll_), handle(&zmq_poll_), handle(&timer_poll_),
+                         handle(&prepare_), handle(&check_)}) {
+    if (uv_is_closing(h) == 0) uv_close(h, nullptr);
   }
-  arm_timer();
 }
 
 void Runtime::arm_timer() {
@@ -306,22 +575,14 @@ void Runtime::arm_timer() {
     spec.it_value.tv_sec = static_cast<time_t>(in_us / 1'000'000);
     spec.it_value.tv_nsec = static_cast<long>((in_us % 1'000'000) * 1000);
   }
-  timerfd_settime(timer_fd_, 0, &spec, nullptr);
+  (void)timerfd_settime(timer_fd_.get(), 0, &spec, nullptr);
 }
 
 ft_stats Runtime::stats() const {
   ft_stats s{};
-  s.flowlets_started = published_.flowlets_started.load(std::memory_order_relaxed);
-  s.flowlets_ended = published_.flowlets_ended.load(std::memory_order_relaxed);
-  s.flowlets_coalesced = published_.flowlets_coalesced.load(std::memory_order_relaxed);
-  s.mice = published_.mice.load(std::memory_order_relaxed);
-  s.ends_in_advance = published_.ends_in_advance.load(std::memory_order_relaxed);
-  s.rates_applied = published_.rates_applied.load(std::memory_order_relaxed);
-  s.rates_cleared = published_.rates_cleared.load(std::memory_order_relaxed);
-  s.pacing_failures = published_.pacing_failures.load(std::memory_order_relaxed);
-  s.resyncs = published_.resyncs.load(std::memory_order_relaxed);
-  s.allocator_errors = published_.allocator_errors.load(std::memory_order_relaxed);
-  s.queue_overflows = published_.queue_overflows.load(std::memory_order_relaxed);
+#define FT_LOAD_(name, owner, what) s.name = published_.name.load(std::memory_order_relaxed);
+  FT_STATS_COUNTERS(FT_LOAD_)
+#undef FT_LOAD_
   s.connected = published_.connected.load(std::memory_order_relaxed);
   return s;
 }

@@ -3,25 +3,45 @@
 // lock-free queue, and applies rates through the SocketTable.
 //
 // Application threads only push to the queue (and wake the loop when it
-// sleeps); they never wait for the network. The loop wakes on: a queue
-// push (uv_async), the ZeroMQ socket (its ZMQ_FD, edge-triggered, so
+// sleeps); they never wait for the network. The loop wakes on: a wake-up
+// signal (kWakeSignal sent to the runtime thread alone with tgkill, blocked
+// there and read through a signalfd), the ZeroMQ socket (its ZMQ_FD, edge-triggered, so
 // ZMQ_EVENTS is re-read after every operation), and a timerfd armed at the
 // Session's next deadline (heartbeat, lease expiry, drain check) with
 // microsecond precision.
+//
+// Private descriptor table. The runtime thread unshares its fd table
+// (unshare(CLONE_FILES)) before it opens anything, and creates the ZeroMQ
+// context (whose I/O threads share the creator's table), the loop, the
+// timer and the signalfd there. So an application that closes every fd
+// (closefrom(3), close_range, even as raw syscalls) cannot close ours, and
+// nothing of ours can land on a number the application uses. The inherited
+// copies of the application's fds are closed at once (a copy would hold the
+// application's sockets and pipes open: no FIN, no EOF), and 0-2 are
+// /dev/null so nothing of ours takes those numbers. The runtime reaches an
+// application socket with pidfd_getfd() for one setsockopt/ioctl, checks
+// its SO_COOKIE and closes the copy at once. Where pidfd_getfd() is refused
+// (seccomp), the runtime runs in the shared table as before (see
+// docs/libflowtune.md for what that cannot protect).
 #pragma once
 
+#include <sys/types.h>
 #include <uv.h>
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <future>
 #include <thread>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "flowtune/flowtune.h"
 #include "pacing.h"
 #include "session.h"
+#include "wakeup.h"
 
 namespace flowtune::client {
 
@@ -60,7 +80,59 @@ class EventQueue {
 struct RuntimeConfig {
   std::string allocator;
   int log_level = 2;
+  // Events the queue holds (a power of two). Small values are for tests:
+  // past a full queue, events go to their socket's slot (see SocketTable).
+  std::size_t queue_capacity = std::size_t{1} << 14;
 };
+
+// Owners of what the runtime opens, so every exit path of start() (and a
+// thread that never started) releases it.
+struct ZmqContextCloser {
+  void operator()(void* ctx) const;
+};
+struct ZmqSocketCloser {
+  void operator()(void* sock) const;
+};
+using ZmqContext = std::unique_ptr<void, ZmqContextCloser>;
+using ZmqSocket = std::unique_ptr<void, ZmqSocketCloser>;
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept;
+  ~UniqueFd() { reset(); }
+  int get() const { return fd_; }
+  void reset();
+
+ private:
+  int fd_ = -1;
+};
+
+// A libuv loop that is closed on destruction: handles still open are
+// closed, their close callbacks run, and uv_loop_close's result is kept.
+class UvLoop {
+ public:
+  UvLoop() = default;
+  UvLoop(const UvLoop&) = delete;
+  UvLoop& operator=(const UvLoop&) = delete;
+  ~UvLoop() { (void)close(); }
+  int init();
+  uv_loop_t* get() { return &loop_; }
+  // 0, or uv_loop_close's error (UV_EBUSY: something still open).
+  int close();
+
+ private:
+  uv_loop_t loop_{};
+  bool open_ = false;
+};
+
+// True once some runtime of this process stayed in the shared fd table (the
+// fallback, or a TSan build): then the preload shim keeps the descriptors
+// that the library's threads create out of the application's closefrom /
+// close_range / close. Set before that runtime opens anything.
+bool runtime_shares_fd_table();
 
 class Runtime {
  public:
@@ -69,10 +141,22 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // FT_OK, FT_ECONNECT (bad endpoint) or FT_ERUNTIME.
+  // FT_OK, FT_ECONNECT (bad endpoint) or FT_ERUNTIME. On failure nothing
+  // stays open.
   int start();
-  // Ends every reported flowlet (best effort), stops and joins the thread.
-  void stop();
+  // Ends every reported flowlet (best effort), stops and joins the thread,
+  // closes everything. Returns uv_loop_close()'s result (0: the loop closed
+  // with no handle left), which tests assert; later calls return 0.
+  int stop();
+  // Any thread: wakes the runtime if it sleeps (something was recorded in
+  // the SocketTable rather than queued).
+  void wake();
+  // Whether the runtime thread runs in its own fd table (after start()).
+  bool private_fd_table() const { return private_table_; }
+  // The signal that wakes the runtime thread: real-time, so it is queued
+  // apart from standard signals; sent to that thread only (tgkill) and
+  // blocked there, so no handler runs and no disposition changes.
+  static int wake_signal();
 
   // Any thread. False when the queue is full (the event is dropped).
   // urgent: wake the runtime now if it sleeps (a flowlet begins); other
@@ -84,8 +168,30 @@ class Runtime {
   ft_stats stats() const;
 
  private:
-  void run();
-  void work();
+  void run(std::promise<int>* ready);
+  // Moves the calling (runtime) thread into a private fd table; false if
+  // pidfd_getfd() is refused here (the thread stays in the shared table).
+  bool enter_private_table();
+  // Opens the ZeroMQ socket, timer, signalfd and loop (runtime thread).
+  int open_all();
+  // Closes everything open_all opened (runtime thread: those numbers are
+  // only meaningful in its table). Returns uv_loop_close()'s result.
+  int close_all();
+  void signal_self() const;
+  // One turn; see the top of this file.
+  void turn();
+  void drain(std::uint64_t now);
+  void dispatch(const Event& e, std::uint64_t now);
+  // An end the application asked for (see the .cc for why it differs).
+  void app_end(SocketRef ref, std::uint64_t now);
+  void apply_spill(int fd, const SocketTable::Spilled& p, std::uint64_t now);
+  // Unregisters the session's registration of fd if the table no longer
+  // holds it.
+  void reconcile(int fd, std::uint64_t now);
+  void timers(std::uint64_t now);
+  void flush(std::uint64_t now, bool stopping);
+  void publish();
+  void close_handles();
   void receive();
   void apply_actions();
   void arm_timer();
@@ -97,25 +203,39 @@ class Runtime {
   Session session_;
   EventQueue queue_;
 
-  void* zmq_ctx_ = nullptr;
-  void* zmq_sock_ = nullptr;
-  int timer_fd_ = -1;
-  uv_loop_t loop_{};
-  uv_async_t wake_{};
+  // Declared in reverse order of closing: the loop (its handles poll the
+  // fds below) goes first, the ZeroMQ context last.
+  ZmqContext zmq_ctx_;
+  ZmqSocket zmq_sock_;
+  UniqueFd timer_fd_;
+  UniqueFd signal_fd_;
+  UniqueFd pidfd_;
+  UvLoop loop_;
+  uv_poll_t signal_poll_{};
   uv_poll_t zmq_poll_{};
   uv_poll_t timer_poll_{};
   uv_prepare_t prepare_{};
   uv_check_t check_{};
   std::thread thread_;
-  std::atomic<bool> sleeping_{false};
+  std::atomic<pid_t> tid_{0};
+  bool private_table_ = false;
+  int loop_close_rc_ = 0;  // set by the runtime thread as it exits
+  WakeFlag wake_flag_;
   std::atomic<bool> stopping_{false};
+  // The registration the Session holds for each fd (fd -> generation), to
+  // compare with the table when a slot is dirty.
+  std::unordered_map<int, std::uint32_t> known_;
+  std::vector<int> registered_;  // fds registered during this drain
+  // Flowlets the library ended, whose application bit flush() clears.
+  std::vector<SocketRef> ended_;
   std::int64_t start_ns_;
 
   // Published by the runtime thread for ft_client_stats().
+  // Every counter of FT_STATS_COUNTERS (flowtune.h), generated from it.
   struct Published {
-    std::atomic<std::uint64_t> flowlets_started{0}, flowlets_ended{0}, flowlets_coalesced{0}, mice{0},
-        ends_in_advance{0}, rates_applied{0}, rates_cleared{0}, pacing_failures{0}, resyncs{0},
-        allocator_errors{0}, queue_overflows{0};
+#define FT_PUBLISHED_FIELD_(name, owner, what) std::atomic<std::uint64_t> name{0};
+    FT_STATS_COUNTERS(FT_PUBLISHED_FIELD_)
+#undef FT_PUBLISHED_FIELD_
     std::atomic<int> connected{0};
   };
   mutable Published published_;

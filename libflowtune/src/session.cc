@@ -488,8 +488,6 @@ void Session::on_send_failed(std::uint64_t now_us) {
   retry_at_us_ = now_us + kRetryUs;
 }
 
-void Session::on_overflow(std::uint64_t now_us) { resync_after(now_us, /*backoff=*/false); }
-
 void Session::queue_event(wire::EndpointEvent e) {
   // Before the hello goes out, the resync that follows it carries the state.
   if (link_ == LinkState::kNew) return;

@@ -42,8 +42,8 @@
 //     whole), stateMismatch (every message carries a digest of the live
 //     reported flows; the allocator compares it with what it holds, so a
 //     lost start or end shows on the next message), unknownFlow for a live
-//     key, an event queue overflow in the runtime: resend state (hello +
-//     resync), with exponential backoff and jitter when it repeats.
+//     key: resend state (hello + resync), with exponential backoff and
+//     jitter when it repeats.
 //   - A refused hello (no helloAck, errors): retried with backoff + jitter;
 //     the program is told once (take_notices()).
 //   - A refused flow (an error carrying a live flowlet's key): that socket's
@@ -152,9 +152,6 @@ class Session {
   void on_message(const wire::AllocatorMessage& m, std::uint64_t now_us);
   // A message could not be handed to the transport: resend state soon.
   void on_send_failed(std::uint64_t now_us);
-  // Events were lost before they reached the session (the runtime's queue
-  // overflowed): the allocator's view may be wrong, so resend state.
-  void on_overflow(std::uint64_t now_us);
   // Answer to a look: bytes the kernel has not sent yet, and whether the
   // application is inside a write call on the socket (its bytes are not
   // counted yet, so the flowlet is not over).

@@ -18,7 +18,12 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/sendfile.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -33,6 +38,10 @@
 #include <vector>
 
 #include "flowtune/flowtune.h"
+
+namespace flowtune::client {
+bool runtime_shares_fd_table();  // libflowtune/src/runtime.h
+}  // namespace flowtune::client
 
 #define FT_SHIM_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -54,6 +63,19 @@ struct Real {
   int (*close_range)(unsigned, unsigned, int);
   int (*dup2)(int, int);
   int (*dup3)(int, int, int);
+  void (*closefrom)(int);
+  int (*socket)(int, int, int);
+  int (*accept)(int, sockaddr*, socklen_t*);
+  int (*accept4)(int, sockaddr*, socklen_t*, int);
+  int (*pthread_create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  int (*eventfd)(unsigned, int);
+  int (*epoll_create)(int);
+  int (*epoll_create1)(int);
+  int (*timerfd_create)(int, int);
+  int (*signalfd)(int, const sigset_t*, int);
+  int (*pipe)(int*);
+  int (*pipe2)(int*, int);
+  int (*socketpair)(int, int, int, int*);
 };
 Real real;
 std::atomic<bool> g_resolved{false};
@@ -81,6 +103,19 @@ extern "C" int close(int);
 extern "C" int close_range(unsigned, unsigned, int);
 extern "C" int dup2(int, int);
 extern "C" int dup3(int, int, int);
+extern "C" void closefrom(int);
+extern "C" int socket(int, int, int);
+extern "C" int accept(int, sockaddr*, socklen_t*);
+extern "C" int accept4(int, sockaddr*, socklen_t*, int);
+extern "C" int pthread_create(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+extern "C" int eventfd(unsigned, int);
+extern "C" int epoll_create(int);
+extern "C" int epoll_create1(int);
+extern "C" int timerfd_create(int, int);
+extern "C" int signalfd(int, const sigset_t*, int);
+extern "C" int pipe(int*);
+extern "C" int pipe2(int*, int);
+extern "C" int socketpair(int, int, int, int*);
 
 // Resolved in the constructor; a wrapper called before it (another
 // library's constructor) resolves on the spot. dlsym does not write to
@@ -100,6 +135,19 @@ void resolve() {
   resolve_one(&real.close_range, "close_range", reinterpret_cast<void*>(&close_range));
   resolve_one(&real.dup2, "dup2", reinterpret_cast<void*>(&dup2));
   resolve_one(&real.dup3, "dup3", reinterpret_cast<void*>(&dup3));
+  resolve_one(&real.closefrom, "closefrom", reinterpret_cast<void*>(&closefrom));
+  resolve_one(&real.socket, "socket", reinterpret_cast<void*>(&socket));
+  resolve_one(&real.accept, "accept", reinterpret_cast<void*>(&accept));
+  resolve_one(&real.accept4, "accept4", reinterpret_cast<void*>(&accept4));
+  resolve_one(&real.pthread_create, "pthread_create", reinterpret_cast<void*>(&pthread_create));
+  resolve_one(&real.eventfd, "eventfd", reinterpret_cast<void*>(&eventfd));
+  resolve_one(&real.epoll_create, "epoll_create", reinterpret_cast<void*>(&epoll_create));
+  resolve_one(&real.epoll_create1, "epoll_create1", reinterpret_cast<void*>(&epoll_create1));
+  resolve_one(&real.timerfd_create, "timerfd_create", reinterpret_cast<void*>(&timerfd_create));
+  resolve_one(&real.signalfd, "signalfd", reinterpret_cast<void*>(&signalfd));
+  resolve_one(&real.pipe, "pipe", reinterpret_cast<void*>(&pipe));
+  resolve_one(&real.pipe2, "pipe2", reinterpret_cast<void*>(&pipe2));
+  resolve_one(&real.socketpair, "socketpair", reinterpret_cast<void*>(&socketpair));
   g_resolved.store(true, std::memory_order_release);
 }
 
@@ -114,9 +162,22 @@ std::atomic<int> g_owner[kMaxFd];
 // The highest fd ever classified: bounds close_range's scan.
 std::atomic<int> g_max_fd{-1};
 
+// The library's own descriptors, recorded only where its runtime shares the
+// application's fd table (pidfd_getfd refused; see docs/preload.md): the
+// wrappers of the calls that create descriptors mark what internal threads
+// create, and close, close_range and closefrom leave those alone. With the
+// private table (the rule) nothing is marked and nothing is skipped.
+std::atomic<bool> g_ours[kMaxFd];
+std::atomic<int> g_max_ours{-1};
+
 // Set while the shim itself runs: calls it makes reach the real functions.
 // initial-exec: the shim is loaded at start-up (LD_PRELOAD), so its TLS is
 // static and a lookup is one load, not a __tls_get_addr call.
+// Set for good in the library's own threads (internal threads): the
+// runtime thread and ZeroMQ's I/O threads work in a private fd table, whose
+// numbers mean nothing in g_class; a thread created while t_inside is set
+// (the client opens under Inside, and ZeroMQ's threads are created by the
+// runtime thread) starts with it set, see the pthread_create wrapper.
 __attribute__((tls_model("initial-exec"))) thread_local bool t_inside = false;
 
 struct Inside {
@@ -482,23 +543,139 @@ FT_SHIM_EXPORT ssize_t splice(int fd_in, loff_t* off_in, int fd_out, loff_t* off
   return around(fd_out, len, [&] { return real.splice(fd_in, off_in, fd_out, off_out, len, flags); });
 }
 
+namespace {
+
+// An internal thread created fd: the library's, if it shares the table.
+inline int mark_ours(int fd) {
+  if (fd < 0 || fd >= kMaxFd || !t_inside || !flowtune::client::runtime_shares_fd_table()) {
+    return fd;
+  }
+  g_ours[fd].store(true, std::memory_order_relaxed);
+  int seen = g_max_ours.load(std::memory_order_relaxed);
+  while (fd > seen && !g_max_ours.compare_exchange_weak(seen, fd)) {
+  }
+  return fd;
+}
+
+inline bool is_ours(int fd) {
+  return fd >= 0 && fd < kMaxFd && g_ours[fd].load(std::memory_order_relaxed);
+}
+
+// Closes [first, last] but the library's descriptors, in as few calls as
+// there are gaps. 0, or -1 with errno from the first call that failed.
+int close_range_but_ours(unsigned first, unsigned last, int flags) {
+  const int max_ours = g_max_ours.load(std::memory_order_relaxed);
+  if (max_ours < 0 || first > static_cast<unsigned>(max_ours)) {
+    return real.close_range(first, last, flags);
+  }
+  int rc = 0;
+  unsigned from = first;
+  for (unsigned fd = first; fd <= last && fd <= static_cast<unsigned>(max_ours); ++fd) {
+    if (!is_ours(static_cast<int>(fd))) continue;
+    if (fd > from && real.close_range(from, fd - 1, flags) != 0 && rc == 0) rc = -1;
+    from = fd + 1;
+  }
+  if (from <= last && from != 0 && real.close_range(from, last, flags) != 0 && rc == 0) rc = -1;
+  return rc;
+}
+
+}  // namespace
+
 FT_SHIM_EXPORT int close(int fd) {
   resolve();
-  if (!t_inside) forget(fd);
+  if (t_inside) {
+    if (fd >= 0 && fd < kMaxFd) g_ours[fd].store(false, std::memory_order_relaxed);
+    return real.close(fd);
+  }
+  if (is_ours(fd)) {
+    errno = EBADF;  // not the application's: as if it were not open
+    return -1;
+  }
+  forget(fd);
   return real.close(fd);
 }
 
+namespace {
+
+void forget_range(unsigned first, unsigned last) {
+  const int max_seen = g_max_fd.load(std::memory_order_relaxed);
+  const unsigned cap = max_seen < 0 ? 0 : static_cast<unsigned>(max_seen);
+  const unsigned end = last < cap ? last : cap;
+  for (unsigned fd = first; max_seen >= 0 && fd <= end && fd >= first; ++fd) {
+    forget(static_cast<int>(fd));
+  }
+}
+
+// A fd number the kernel just handed out names a new object, whatever
+// g_class remembers: a close the shim could not see (a raw syscall, a
+// glibc-internal close) left the old class behind.
+inline int fresh(int fd) {
+  if (fd >= 0 && !t_inside) forget(fd);
+  return mark_ours(fd);
+}
+
+struct ThreadStart {
+  void* (*fn)(void*);
+  void* arg;
+};
+
+void* internal_thread(void* p) {
+  const ThreadStart start = *static_cast<ThreadStart*>(p);
+  std::free(p);
+  t_inside = true;  // for the thread's whole life
+  return start.fn(start.arg);
+}
+
+}  // namespace
+
 FT_SHIM_EXPORT int close_range(unsigned first, unsigned last, int flags) {
   resolve();
-  if (!t_inside && (flags & CLOSE_RANGE_CLOEXEC) == 0) {
-    const int max_seen = g_max_fd.load(std::memory_order_relaxed);
-    const unsigned cap = max_seen < 0 ? 0 : static_cast<unsigned>(max_seen);
-    const unsigned end = last < cap ? last : cap;
-    for (unsigned fd = first; max_seen >= 0 && fd <= end && fd >= first; ++fd) {
-      forget(static_cast<int>(fd));
-    }
+  if (t_inside) return real.close_range(first, last, flags);
+  if ((flags & CLOSE_RANGE_CLOEXEC) == 0) forget_range(first, last);
+  return close_range_but_ours(first, last, flags);
+}
+
+// glibc's closefrom calls close_range inside libc, past the wrapper above.
+FT_SHIM_EXPORT void closefrom(int first) {
+  resolve();
+  if (t_inside || first < 0) {
+    real.closefrom(first);
+    return;
   }
-  return real.close_range(first, last, flags);
+  forget_range(static_cast<unsigned>(first), ~0u);
+  if (g_max_ours.load(std::memory_order_relaxed) < first) {
+    real.closefrom(first);
+    return;
+  }
+  (void)close_range_but_ours(static_cast<unsigned>(first), ~0u, 0);
+}
+
+FT_SHIM_EXPORT int socket(int domain, int type, int protocol) {
+  resolve();
+  return fresh(real.socket(domain, type, protocol));
+}
+
+FT_SHIM_EXPORT int accept(int fd, sockaddr* addr, socklen_t* len) {
+  resolve();
+  return fresh(real.accept(fd, addr, len));
+}
+
+FT_SHIM_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
+  resolve();
+  return fresh(real.accept4(fd, addr, len, flags));
+}
+
+// Threads created by an internal thread are internal (see t_inside).
+FT_SHIM_EXPORT int pthread_create(pthread_t* thread, const pthread_attr_t* attr,
+                                  void* (*fn)(void*), void* arg) {
+  resolve();
+  if (!t_inside) return real.pthread_create(thread, attr, fn, arg);
+  auto* start = static_cast<ThreadStart*>(std::malloc(sizeof(ThreadStart)));
+  if (start == nullptr) return EAGAIN;
+  *start = {fn, arg};
+  const int rc = real.pthread_create(thread, attr, internal_thread, start);
+  if (rc != 0) std::free(start);
+  return rc;
 }
 
 FT_SHIM_EXPORT int dup2(int oldfd, int newfd) {
@@ -511,4 +688,61 @@ FT_SHIM_EXPORT int dup3(int oldfd, int newfd, int flags) {
   resolve();
   if (!t_inside && oldfd != newfd) forget(newfd);
   return real.dup3(oldfd, newfd, flags);
+}
+
+// Calls that create descriptors: what internal threads create is the
+// library's (marked only where it shares the application's table).
+FT_SHIM_EXPORT int eventfd(unsigned initval, int flags) {
+  resolve();
+  return mark_ours(real.eventfd(initval, flags));
+}
+
+FT_SHIM_EXPORT int epoll_create(int size) {
+  resolve();
+  return mark_ours(real.epoll_create(size));
+}
+
+FT_SHIM_EXPORT int epoll_create1(int flags) {
+  resolve();
+  return mark_ours(real.epoll_create1(flags));
+}
+
+FT_SHIM_EXPORT int timerfd_create(int clock, int flags) {
+  resolve();
+  return mark_ours(real.timerfd_create(clock, flags));
+}
+
+FT_SHIM_EXPORT int signalfd(int fd, const sigset_t* mask, int flags) {
+  resolve();
+  return fd >= 0 ? real.signalfd(fd, mask, flags) : mark_ours(real.signalfd(fd, mask, flags));
+}
+
+FT_SHIM_EXPORT int pipe(int fds[2]) {
+  resolve();
+  const int rc = real.pipe(fds);
+  if (rc == 0) {
+    mark_ours(fds[0]);
+    mark_ours(fds[1]);
+  }
+  return rc;
+}
+
+FT_SHIM_EXPORT int pipe2(int fds[2], int flags) {
+  resolve();
+  const int rc = real.pipe2(fds, flags);
+  if (rc == 0) {
+    mark_ours(fds[0]);
+    mark_ours(fds[1]);
+  }
+  return rc;
+}
+
+FT_SHIM_EXPORT int socketpair(int domain, int type, int protocol, int fds[2]) {
+  resolve();
+  const int rc = real.socketpair(domain, type, protocol, fds);
+  if (rc == 0) {
+    mark_ours(fds[0]);
+    mark_ours(fds[1]);
+  }
+  return rc;
 }

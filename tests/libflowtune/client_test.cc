@@ -544,6 +544,75 @@ TEST_F(ClientTest, ManyApplicationThreadsShareOneClient) {
   ft_client_close(c);
 }
 
+// A queue of two events overflows at once under many flowlets: begins,
+// bytes and ends that find it full go through their socket's slot instead.
+// No end may be lost (ft_flowlet_end never fails for want of room, and
+// unregister never needs the queue): the allocator must end with no flows.
+TEST_F(ClientTest, ATinyEventQueueLosesNoEndAndNoUnregister) {
+  start_allocator();
+  ::setenv("FLOWTUNE_EVENT_QUEUE", "2", 1);
+  ft_client* c = open();
+  ::unsetenv("FLOWTUNE_EVENT_QUEUE");
+  ASSERT_NE(c, nullptr);
+  constexpr int kSockets = 4;
+  constexpr int kFlowlets = 300;
+  std::vector<std::unique_ptr<Transfer>> conns;
+  for (int i = 0; i < kSockets; ++i) conns.push_back(std::make_unique<Transfer>());
+  for (auto& t : conns) {
+    // Registration still needs the queue (FT_ENOMEM when full: the caller
+    // knows); retry until it has room.
+    int rc = FT_ENOMEM;
+    for (int i = 0; i < 100000 && rc == FT_ENOMEM; ++i) {
+      rc = ft_socket_register(c, t->send_fd);
+      if (rc == FT_ENOMEM) std::this_thread::yield();
+    }
+    ASSERT_EQ(rc, FT_OK);
+  }
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kSockets; ++i) {
+    threads.emplace_back([&, i] {
+      const int fd = conns[static_cast<std::size_t>(i)]->send_fd;
+      for (int f = 0; f < kFlowlets; ++f) {
+        if (ft_flowlet_begin(c, fd, 1 << 20, nullptr) != FT_OK) ++errors;
+        if (ft_flowlet_sent(c, fd, 1000) != FT_OK) ++errors;
+        if (ft_flowlet_end(c, fd) != FT_OK) ++errors;
+      }
+      // The last flowlet stays open: unregister must end it.
+      if (ft_flowlet_begin(c, fd, 1 << 20, nullptr) != FT_OK) ++errors;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  ft_stats st{};
+  ASSERT_EQ(ft_client_stats(c, &st), FT_OK);
+  EXPECT_GT(st.queue_overflows, 0u);  // the overflow path did run
+  EXPECT_TRUE(eventually([&] { return daemon_.status()["flows"] > 0; })) << daemon_.log();
+  for (auto& t : conns) EXPECT_EQ(ft_socket_unregister(c, t->send_fd), FT_OK);
+  EXPECT_TRUE(eventually([&] { return daemon_.status()["flows"] == 0; }))
+      << daemon_.status().dump();
+  EXPECT_TRUE(eventually([&] {
+    ft_client_stats(c, &st);
+    return st.flowlets_ended == st.flowlets_started;
+  })) << st.flowlets_started << " started, " << st.flowlets_ended << " ended";
+  EXPECT_EQ(ft_client_close(c), FT_OK);
+}
+
+// Closing right after a begin: the turn that sees the stop must send the
+// final ends before it closes anything, every time.
+TEST_F(ClientTest, CloseRightAfterABeginStillEndsTheFlowlet) {
+  start_allocator();
+  for (int i = 0; i < 5; ++i) {
+    ft_client* c = open();
+    Transfer t;
+    ASSERT_EQ(ft_socket_register(c, t.send_fd), FT_OK);
+    ASSERT_EQ(ft_flowlet_begin(c, t.send_fd, 100 << 20, nullptr), FT_OK);
+    ASSERT_TRUE(eventually([&] { return daemon_.status()["flows"] == 1; })) << daemon_.log();
+    EXPECT_EQ(ft_client_close(c), FT_OK);
+    EXPECT_TRUE(eventually([&] { return daemon_.status()["flows"] == 0; }));
+  }
+}
+
 TEST(ClientCpp, RaiiWrapperRegistersAndCloses) {
   ft_config cfg = Client::default_config();
   const std::string ep = unique_endpoint();

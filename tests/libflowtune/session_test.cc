@@ -483,14 +483,6 @@ TEST_F(RepairTest, AnUnknownLiveFlowMakesItResyncButAStaleOneDoesNot) {
   EXPECT_EQ(resync[0].flows.at(0).flow_key, live);
 }
 
-TEST_F(RepairTest, AQueueOverflowResendsStateAtOnce) {
-  registered_with_rate();
-  s_->on_overflow(now_);
-  const auto ev = said();
-  EXPECT_EQ(of<wire::Hello>(ev).size(), 1u);
-  EXPECT_EQ(of<wire::Resync>(ev).size(), 1u);
-}
-
 TEST_F(RepairTest, ManyRateRequestsAreSplitWithinTheWireLimits) {
   SessionConfig c;
   c.endpoint_id = "ep";

@@ -7,6 +7,11 @@
 //   fork      parent and child each send BYTES on their own connection
 //   threads   four threads, each its own connection
 //   nonblock  a non-blocking socket driven by poll(), EAGAIN handled
+//   closefrom, close_range_raw, close_range_libc
+//             one connection, then every fd from 3 up closed the way a
+//             daemon does at start-up (glibc closefrom, the raw syscall,
+//             libc close_range), then a second connection: the library's
+//             own descriptors must survive, or not matter
 // A sender paces itself at nothing: the shim and the kernel decide.
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -14,6 +19,7 @@
 #include <poll.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -44,6 +50,18 @@ int connect_to(int port) {
     std::exit(3);
   }
   return fd;
+}
+
+// The highest SO_MAX_PACING_RATE seen on a "watched" connection (bytes/s;
+// 0: never paced), sampled between writes.
+std::uint64_t g_max_rate = 0;
+
+void watch_rate(int fd) {
+  std::uint64_t v = 0;
+  socklen_t len = sizeof v;
+  if (getsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, &len) != 0) return;
+  if (len == sizeof(std::uint32_t)) v &= 0xffffffffu;
+  if (v != ~std::uint64_t{0} && v != 0xffffffffu && v > g_max_rate) g_max_rate = v;
 }
 
 char byte_at(std::uint64_t i) { return static_cast<char>(i * 7 + 3); }
@@ -136,6 +154,12 @@ bool run_one(int port, const std::string& kind, std::uint64_t bytes) {
       const std::size_t to = k == 7 ? bytes : from + part;
       ok = put(fd, kinds[k], d.data() + from, to - from);
     }
+  } else if (kind == "watch") {
+    // send() in 256 kB pieces, sampling the socket's pacing rate between.
+    for (std::size_t off = 0; off < bytes && ok; off += 256 * 1024) {
+      ok = put(fd, "send", d.data() + off, std::min<std::size_t>(256 * 1024, bytes - off));
+      watch_rate(fd);
+    }
   } else if (kind == "dup") {
     // Half through the socket's fd, half through a dup of it: one socket,
     // so one flowlet. The dup is closed first, then the original.
@@ -202,12 +226,26 @@ int main(int argc, char** argv) {
     for (auto& t : ts) t.join();
     for (int r : results) ok = ok && r;
     connections = 4;
+  } else if (mode == "closefrom" || mode == "close_range_raw" || mode == "close_range_libc") {
+    // The first connection opens the client (its runtime thread, ZeroMQ).
+    ok = run_one(port, "send", bytes);
+    if (mode == "closefrom") {
+      closefrom(3);
+    } else if (mode == "close_range_raw") {
+      ok = ok && syscall(SYS_close_range, 3u, ~0u, 0) == 0;
+    } else {
+      ok = ok && close_range(3, ~0u, 0) == 0;
+    }
+    ok = ok && run_one(port, "watch", bytes);
+    connections = 2;
   } else if (mode == "nonblock") {
     ok = run_nonblocking(port, bytes);
   } else {
     ok = run_one(port, mode, bytes);
   }
-  // What each connection carried: the same bytes, so one checksum.
-  std::printf("%d %llu\n", connections, static_cast<unsigned long long>(sum));
+  // What each connection carried: the same bytes, so one checksum; then the
+  // highest pacing rate a watched connection had (0 if none was watched).
+  std::printf("%d %llu %llu\n", connections, static_cast<unsigned long long>(sum),
+              static_cast<unsigned long long>(g_max_rate));
   return ok ? 0 : 1;
 }

@@ -98,7 +98,8 @@ typedef struct ft_flowlet_opts {
   X(pacing_failures, runtime, "setsockopt refused")                              \
   X(resyncs, session, "full-state resends (reconnect, new epoch, repairs)")      \
   X(allocator_errors, session, "error reports received")                         \
-  X(queue_overflows, runtime, "events the queue refused (repaired by resync)")   \
+  X(queue_overflows, runtime, "events that found the queue full (none lost: "     \
+                             "they go through the socket's slot instead)")      \
   X(leases_lapsed, session, "caps removed because the allocator fell silent")    \
   X(rate_requests, session, "flows asked for again (no rate applied)")           \
   X(rate_mismatches, session, "the allocator's rate digest differed from ours")  \

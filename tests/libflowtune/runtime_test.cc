@@ -1,0 +1,218 @@
+// The runtime's pieces that can be checked without an allocator: the
+// sleep/wake handshake under stress, the lifecycle (every handle closed,
+// uv_loop_close() == 0 on every path), and the queue's overflow path.
+// Built into pacing_test so the TSan run of libflowtune covers it.
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "runtime.h"
+#include "wakeup.h"
+
+namespace flowtune::client {
+namespace {
+
+// A producer publishes round i and waits for the consumer to take it; the
+// consumer sleeps on an eventfd between rounds, so every round races the
+// producer's publish against the consumer's decision to sleep. A lost
+// wake-up leaves the consumer asleep with round i published: it shows as a
+// poll timeout (100 ms, against microseconds for a round), counted, after
+// which the consumer carries on so the test ends.
+TEST(WakeFlag, NoWakeUpIsLostUnderStress) {
+  constexpr std::uint64_t kRounds = 20000;
+  WakeFlag flag;
+  std::atomic<std::uint64_t> published{0};
+  std::atomic<std::uint64_t> consumed{0};
+  const int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ASSERT_GE(efd, 0);
+  int lost = 0;
+  // On different CPUs, or the race cannot happen at all (one CPU's store
+  // buffer is visible to its own loads). Best effort: skipped with one CPU.
+  const auto pin = [](int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    (void)::pthread_setaffinity_np(::pthread_self(), sizeof set, &set);
+  };
+  const bool two_cpus = std::thread::hardware_concurrency() >= 2;
+  cpu_set_t saved;
+  ::pthread_getaffinity_np(::pthread_self(), sizeof saved, &saved);
+  if (two_cpus) pin(1);
+  std::thread consumer([&] {
+    if (two_cpus) pin(0);
+    std::uint64_t seen = 0;
+    while (seen < kRounds) {
+      const std::uint64_t p = published.load(std::memory_order_acquire);
+      if (p != seen) {
+        seen = p;
+        consumed.store(seen, std::memory_order_release);
+        continue;
+      }
+      if (flag.prepare_to_sleep([&] { return published.load(std::memory_order_relaxed) != seen; })) {
+        pollfd pfd{efd, POLLIN, 0};
+        if (::poll(&pfd, 1, 100) == 0 && published.load(std::memory_order_acquire) != seen) ++lost;
+        std::uint64_t v;
+        (void)::read(efd, &v, sizeof v);
+      }
+      flag.woke();
+    }
+  });
+  for (std::uint64_t i = 1; i <= kRounds; ++i) {
+    // A delay that varies from round to round (0 to ~2 us) moves the publish
+    // across the consumer's way to sleep, so some rounds land in the window
+    // of a few ns where a reordered store and load both look too early.
+    for (std::uint64_t spin = (i * 2654435761u) % 512; spin > 0; --spin) {
+      published.load(std::memory_order_relaxed);
+    }
+    published.store(i, std::memory_order_release);
+    if (flag.should_wake()) {
+      const std::uint64_t one = 1;
+      ASSERT_EQ(::write(efd, &one, sizeof one), 8);
+    }
+    while (consumed.load(std::memory_order_acquire) < i) std::this_thread::yield();
+  }
+  consumer.join();
+  ::pthread_setaffinity_np(::pthread_self(), sizeof saved, &saved);
+  ::close(efd);
+  EXPECT_EQ(lost, 0);
+}
+
+RuntimeConfig config(std::size_t queue = 1 << 14) {
+  RuntimeConfig c;
+  // Nobody listens here: ZeroMQ connects in the background, never blocks.
+  c.allocator = "ipc:///tmp/flowtune-runtime-test-nobody-" + std::to_string(::getpid());
+  c.log_level = 0;
+  c.queue_capacity = queue;
+  return c;
+}
+
+TEST(Runtime, StopClosesTheLoopWithNoHandleLeft) {
+  SocketTable table;
+  Runtime rt(config(), SessionConfig{}, table);
+  ASSERT_EQ(rt.start(), FT_OK);
+  Event e;
+  e.kind = Event::kBegin;
+  EXPECT_TRUE(rt.push(e));
+  EXPECT_EQ(rt.stop(), 0);
+  EXPECT_EQ(rt.stop(), 0);  // idempotent
+}
+
+// Descriptors open in the calling thread's table.
+int open_fds() {
+  int n = 0;
+  for (int fd = 0; fd < 4096; ++fd) n += ::fcntl(fd, F_GETFD) >= 0 ? 1 : 0;
+  return n;
+}
+
+// The runtime (its loop, timer, signalfd, ZeroMQ and ZeroMQ's threads) lives
+// in its own fd table: the application's table gains nothing, so closing
+// every fd there (closefrom) cannot break it, and no number of ours can be
+// the application's.
+TEST(Runtime, OpensNothingInTheApplicationsFdTable) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "TSan builds keep the shared fd table (see Runtime::enter_private_table)";
+#endif
+  SocketTable table;
+  const int before = open_fds();
+  Runtime rt(config(), SessionConfig{}, table);
+  ASSERT_EQ(rt.start(), FT_OK);
+  ASSERT_TRUE(rt.private_fd_table()) << "pidfd_getfd refused here: the shared-table fallback";
+  EXPECT_EQ(open_fds(), before);
+  EXPECT_EQ(rt.stop(), 0);
+  EXPECT_EQ(open_fds(), before);
+}
+
+TEST(Runtime, AFailedStartLeavesNothingOpen) {
+  SocketTable table;
+  RuntimeConfig c = config();
+  c.allocator = "no-such-transport://x";
+  Runtime rt(c, SessionConfig{}, table);
+  EXPECT_EQ(rt.start(), FT_ECONNECT);
+  EXPECT_EQ(rt.stop(), 0);
+}
+
+TEST(Runtime, NeverStartedStopsCleanly) {
+  SocketTable table;
+  Runtime rt(config(), SessionConfig{}, table);
+  EXPECT_EQ(rt.stop(), 0);
+}
+
+TEST(EventQueue, AFullQueueRefusesAndRefillsAfterPops) {
+  EventQueue q(2);
+  Event e;
+  EXPECT_TRUE(q.push(e));
+  EXPECT_TRUE(q.push(e));
+  EXPECT_FALSE(q.push(e));
+  Event out;
+  EXPECT_TRUE(q.pop(&out));
+  EXPECT_TRUE(q.push(e));
+}
+
+// Spilled events keep their order relative to one another as the Session
+// must see them: an end before any bytes, then begins and bytes, then an end.
+TEST(SocketTableSpill, EventsCollapseInOrderAndStopSpillingOnceTaken) {
+  SocketTable table;
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  SocketRef ref;
+  ASSERT_EQ(table.claim(fds[0], &ref), FT_OK);
+  EXPECT_FALSE(table.spilling(fds[0]));
+  EXPECT_FALSE(table.has_dirty());
+  table.spill(fds[0], SocketTable::SpillKind::kEnd);
+  table.spill(fds[0], SocketTable::SpillKind::kBegin, 100, 2.0f, 7);
+  table.spill(fds[0], SocketTable::SpillKind::kSent, 40);
+  table.spill(fds[0], SocketTable::SpillKind::kEnd);
+  EXPECT_TRUE(table.spilling(fds[0]));
+  EXPECT_TRUE(table.has_dirty());
+  std::vector<int> dirty;
+  table.sweep([&](int fd) { dirty.push_back(fd); });
+  ASSERT_EQ(dirty, std::vector<int>{fds[0]});
+  const SocketTable::Spilled p = table.take_spill(fds[0]);
+  EXPECT_EQ(p.gen, ref.gen);
+  EXPECT_TRUE(p.end_first);
+  EXPECT_EQ(p.begin_bytes, 100u);
+  EXPECT_EQ(p.coflow_id, 7u);
+  EXPECT_EQ(p.sent, 40u);
+  EXPECT_TRUE(p.end_last);
+  // Still spilling until the runtime says it applied the batch.
+  EXPECT_TRUE(table.spilling(fds[0]));
+  table.finish_spill(fds[0]);
+  EXPECT_FALSE(table.spilling(fds[0]));
+  // An unregistration marks the slot too (no queue involved).
+  EXPECT_EQ(table.release(fds[0]), FT_OK);
+  dirty.clear();
+  table.sweep([&](int fd) { dirty.push_back(fd); });
+  EXPECT_EQ(dirty, std::vector<int>{fds[0]});
+  table.sweep([&](int fd) { dirty.push_back(fd); });
+  EXPECT_EQ(dirty.size(), 1u);  // nothing new: the hint was cleared
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+TEST(SocketTableSpill, ABeginAfterAnEndCoalescesRatherThanReorders) {
+  SocketTable table;
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  SocketRef ref;
+  ASSERT_EQ(table.claim(fds[0], &ref), FT_OK);
+  table.spill(fds[0], SocketTable::SpillKind::kBegin, 100);
+  table.spill(fds[0], SocketTable::SpillKind::kEnd);
+  table.spill(fds[0], SocketTable::SpillKind::kBegin, 50);
+  const SocketTable::Spilled p = table.take_spill(fds[0]);
+  EXPECT_FALSE(p.end_first);
+  EXPECT_EQ(p.begin_bytes, 150u);
+  EXPECT_FALSE(p.end_last);
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+}  // namespace
+}  // namespace flowtune::client
