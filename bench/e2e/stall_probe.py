@@ -38,16 +38,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def max_pacing_bps(dport):
-    """The largest SO_MAX_PACING_RATE (bit/s) on sockets to 127.0.0.2:dport, 0 if none."""
-    out = subprocess.run(["ss", "-tin", "dst", f"127.0.0.2:{dport}"], capture_output=True,
-                         text=True).stdout
-    rates = [float(v) * UNIT[u] for v, u in PACING.findall(out)]
-    return max(rates, default=0.0)
-
-
-def src_pacing_bps(sport):
-    out = subprocess.run(["ss", "-tin", "src", f"127.0.0.2:{sport}"], capture_output=True,
+def max_pacing_bps(side, port):
+    """The largest SO_MAX_PACING_RATE (bit/s) on sockets whose `side` (src or
+    dst) is 127.0.0.2:port, 0 if none."""
+    out = subprocess.run(["ss", "-tin", side, f"127.0.0.2:{port}"], capture_output=True,
                          text=True).stdout
     rates = [float(v) * UNIT[u] for v, u in PACING.findall(out)]
     return max(rates, default=0.0)
@@ -84,6 +78,17 @@ def stall_round(alloc, read_cap, stall_s, lease_s):
             "cap_after_mbps": read_cap() / 1e6, "lease_ms": lease_s * 1e3}
 
 
+def stall_rounds(args, read_cap, procs):
+    """args.rounds stalls of the live transfer; then the transfer's processes go."""
+    try:
+        return [stall_round(args.alloc, read_cap, args.stall_ms / 1000, args.lease_ms / 1000)
+                for _ in range(args.rounds)]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def start_allocator(build, endpoint, lease_ms):
     return subprocess.Popen(
         [f"{build}/allocator/daemon/flowtune-allocator", "--listen", endpoint, "--host-gbps", "0.2",
@@ -112,14 +117,7 @@ def probe_iperf3(build, endpoint, args):
     cli = subprocess.Popen(wrap + ["iperf3", "-c", "127.0.0.2", "-p", str(port), "-t", str(secs),
                                    "-B", "127.0.0.1"],
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        return [stall_round(args.alloc, lambda: max_pacing_bps(port), args.stall_ms / 1000,
-                            args.lease_ms / 1000) for _ in range(args.rounds)]
-    finally:
-        cli.kill()
-        srv.kill()
-        cli.wait()
-        srv.wait()
+    return stall_rounds(args, lambda: max_pacing_bps("dst", port), [cli, srv])
 
 
 def probe_nginx(build, endpoint, args):
@@ -145,13 +143,8 @@ http {{ access_log off; sendfile on;
     cli = subprocess.Popen(["curl", "-s", "-o", "/dev/null", "--limit-rate", "5M",
                             f"http://127.0.0.2:{port}/big"])
     try:
-        return [stall_round(args.alloc, lambda: src_pacing_bps(port), args.stall_ms / 1000,
-                            args.lease_ms / 1000) for _ in range(args.rounds)]
+        return stall_rounds(args, lambda: max_pacing_bps("src", port), [cli, srv])
     finally:
-        cli.kill()
-        srv.kill()
-        cli.wait()
-        srv.wait()
         shutil.rmtree(d, ignore_errors=True)
 
 

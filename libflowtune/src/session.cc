@@ -384,15 +384,16 @@ void Session::on_error(const wire::ErrorReport& e, std::uint64_t now_us) {
   if (e.flow_key == 0) return;
   const auto it = by_key_.find(e.flow_key);
   if (it == by_key_.end()) return;  // about a flowlet that has ended: nothing to repair
-  Sock* k = find(SocketRef::unpack(it->second));
+  const SocketRef ref = SocketRef::unpack(it->second);
+  Sock* k = find(ref);
   if (k == nullptr) return;
   if (e.code == ErrorCode::kUnknownFlow) {
     // A live flowlet the allocator does not hold (its start was lost).
     if (link_ != LinkState::kNew) resync_after(now_us, /*backoff=*/true);
     return;
   }
-  refuse_flow(*k);
-  set_rate(SocketRef::unpack(it->second), *k, 0);
+  refuse_flow(*k);  // erases `it`
+  set_rate(ref, *k, 0);
 }
 
 void Session::on_message(const wire::AllocatorMessage& m, std::uint64_t now_us) {

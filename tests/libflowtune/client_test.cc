@@ -131,6 +131,11 @@ class ClientTest : public ::testing::Test {
     args.insert(args.end(), extra.begin(), extra.end());
     daemon_.start(listen_, args);
   }
+  // Leases of 300 ms renewed every 100 ms: lapses show within a test's time.
+  void start_with_short_leases(const char* endpoint_timeout_ms) {
+    start_allocator({"--lease-ms", "300", "--lease-refresh-ms", "100", "--endpoint-timeout-ms",
+                     endpoint_timeout_ms});
+  }
   ft_client* open(std::uint32_t heartbeat_ms = 1000) {
     ft_config cfg;
     ft_config_init(&cfg);
@@ -238,8 +243,7 @@ TEST_F(ClientTest, PacedTransfersEndNearTheirLastByteAndDeliverEveryByte) {
 }
 
 TEST_F(ClientTest, WhenTheAllocatorDiesCapsLapseAndBytesArriveIntact) {
-  start_allocator({"--lease-ms", "300", "--lease-refresh-ms", "100", "--endpoint-timeout-ms",
-                   "1000"});
+  start_with_short_leases("1000");
   ft_client* c = open(100);
   Transfer t;
   ASSERT_EQ(ft_socket_register(c, t.send_fd), FT_OK);
@@ -285,8 +289,7 @@ TEST_F(ClientTest, AfterAnAllocatorRestartTheClientResyncsItsFlowlets) {
 // allocator stall longer than its lease. Its cap lapses (fail-open), and must
 // come back once the allocator runs again, although its rate did not move.
 TEST_F(ClientTest, AfterAStallLongerThanTheLeaseTheCapComesBackWithinARoundTrip) {
-  start_allocator({"--lease-ms", "300", "--lease-refresh-ms", "100", "--endpoint-timeout-ms",
-                   "5000"});
+  start_with_short_leases("5000");
   ft_client* c = open(100);
   Transfer t;
   ASSERT_EQ(ft_socket_register(c, t.send_fd), FT_OK);

@@ -5,6 +5,11 @@
 //   all       each kind in turn, one connection
 //   dup       half by send() on the fd, half by write() on a dup() of it
 //   fork      parent and child each send BYTES on their own connection
+//   forkshare one connection written at once by the parent and 8 forked
+//             children, each with its own client (one socket: one flow at
+//             the allocator, whatever processes write to it); the bytes are
+//             one constant, so their interleaving does not change the sum;
+//             reports its effective rate (bytes / time) as the watched rate
 //   threads   four threads, each its own connection
 //   nonblock  a non-blocking socket driven by poll(), EAGAIN handled
 //   closefrom, close_range_raw, close_range_libc
@@ -25,6 +30,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -173,6 +179,42 @@ bool run_one(int port, const std::string& kind, std::uint64_t bytes) {
   return ok;
 }
 
+// The parent and kForkWriters children write one socket concurrently. Each
+// holder's client sets the socket's cap to its own rate, so the socket moves
+// at n flows' share if the allocator counts each writer as a flow: the
+// effective rate tells.
+constexpr int kForkWriters = 8;
+constexpr char kForkByte = 'f';
+
+bool run_fork_share(int port, std::uint64_t bytes) {
+  const int fd = connect_to(port);
+  // A small send buffer, so the writers' time is the wire's, not the copy's.
+  const int sndbuf = 64 * 1024;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+  const std::uint64_t part = bytes / (kForkWriters + 1);
+  auto write_part = [&](std::uint64_t n) {
+    const std::vector<char> d(n, kForkByte);
+    return put(fd, "write", d.data(), n);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<pid_t> children;
+  for (int i = 0; i < kForkWriters; ++i) {
+    const pid_t c = fork();
+    if (c == 0) std::exit(write_part(part) ? 0 : 1);  // exit(): the child's client sends its ends
+    children.push_back(c);
+  }
+  bool ok = write_part(bytes - part * kForkWriters);
+  for (pid_t c : children) {
+    int st = 0;
+    waitpid(c, &st, 0);
+    ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  g_max_rate = static_cast<std::uint64_t>(static_cast<double>(bytes) / s);
+  close(fd);
+  return ok;
+}
+
 bool run_nonblocking(int port, std::uint64_t bytes) {
   const int fd = connect_to(port);
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -208,10 +250,13 @@ int main(int argc, char** argv) {
   const int port = std::atoi(argv[1]);
   const std::string mode = argv[2];
   const std::uint64_t bytes = std::strtoull(argv[3], nullptr, 10);
-  const std::uint64_t sum = checksum(payload(bytes));
+  std::uint64_t sum = checksum(payload(bytes));
   bool ok = true;
   int connections = 1;
-  if (mode == "fork") {
+  if (mode == "forkshare") {
+    ok = run_fork_share(port, bytes);
+    sum = checksum(std::vector<char>(bytes, kForkByte));
+  } else if (mode == "fork") {
     const pid_t child = fork();
     ok = run_one(port, "write", bytes);
     if (child == 0) _exit(ok ? 0 : 1);
