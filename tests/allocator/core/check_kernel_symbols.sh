@@ -21,9 +21,15 @@ if [ -z "$avx" ]; then
 fi
 [ -n "$generic" ] || { echo "no generic kernel object among: $*" >&2; exit 1; }
 
-# Defined weak (W, V) and unique (u) symbols, mangled; the personality
-# routine's reference is data the compiler emits for any exception table.
-weak() { "$nm" --defined-only "$1" | awk '$2 ~ /^[WVu]$/ {print $3}' | grep -v '^DW\.ref\.__gxx_personality_v0$' | sort -u || true; }
+# Defined weak (W, V) and unique (u) symbols, mangled. Left out: the
+# personality routine's reference, data the compiler emits for any exception
+# table, and type_info objects and names (_ZTI*, _ZTS*: UBSan's function
+# check emits them for function types); they are data that no instruction
+# set changes, so one copy serves both objects.
+weak() {
+  "$nm" --defined-only "$1" | awk '$2 ~ /^[WVu]$/ {print $3}' |
+    grep -v -e '^DW\.ref\.__gxx_personality_v0$' -e '^_ZTI' -e '^_ZTS' | sort -u || true
+}
 
 demangle() { if command -v c++filt >/dev/null; then c++filt; else cat; fi; }
 
