@@ -440,16 +440,17 @@ void Runtime::dispatch(const Event& e, std::uint64_t now) {
   switch (e.kind) {
     case Event::kRegister: {
       // Taken up even if already released, so the events queued behind it
-      // count (a flowlet begun is reported and then ended); drain()
-      // reconciles it with the table after the queue is empty, since its
-      // unregistration may have been swept before this event was popped.
+      // count (a flowlet begun is reported and then ended). Its
+      // unregistration is applied only once swept (drain() sweeps before it
+      // pops, so every event queued before the release is dispatched first):
+      // a release seen any other way, say in the table while the queue still
+      // holds the socket's later events, would drop them.
       const auto old = known_.find(e.ref.fd);
       if (old != known_.end() && old->second != e.ref.gen) {
         session_.on_unregister(SocketRef{e.ref.fd, old->second}, now);  // replaced
       }
       session_.on_register(e.ref, e.tuple, e.mss, now);
       known_[e.ref.fd] = e.ref.gen;
-      registered_.push_back(e.ref.fd);
       return;
     }
     case Event::kUnregister: session_.on_unregister(e.ref, now); return;
@@ -489,21 +490,46 @@ void Runtime::apply_spill(int fd, const SocketTable::Spilled& p, std::uint64_t n
 }
 
 void Runtime::drain(std::uint64_t now) {
-  // Spilled events are taken before the queue is drained and applied after
-  // it: a socket spills only once an event of it found the queue full, so
-  // whatever the queue holds for it came first. The socket keeps spilling
-  // until finish_spill, so nothing of it enters the queue meanwhile.
-  std::vector<std::pair<int, SocketTable::Spilled>> spilled;
-  table_.sweep([&](int fd) { spilled.emplace_back(fd, table_.take_spill(fd)); });
+  // Spilled events and unregistrations are taken before the queue is drained
+  // and applied after it: a socket spills only once an event of it found the
+  // queue full, and unregisters after its last event, so whatever the queue
+  // holds for it came first. "After" means up to the queue position claimed
+  // when the sweep saw the slot: pop() stops at a cell another producer has
+  // claimed but not yet written, and the socket's own events may sit behind
+  // it (applying the unregistration then dropped them). The socket keeps
+  // spilling until finish_spill, so nothing of it enters the queue meanwhile.
+  const std::size_t first_new = swept_.size();
+  table_.sweep([&](int fd) { swept_.push_back({fd, table_.take_spill(fd), 0}); });
+  const std::uint64_t horizon = queue_.claimed();
+  for (std::size_t i = first_new; i < swept_.size(); ++i) swept_[i].horizon = horizon;
   Event e;
-  registered_.clear();
   while (queue_.pop(&e)) dispatch(e, now);
-  for (const int fd : registered_) reconcile(fd, now);
-  for (const auto& [fd, p] : spilled) {
-    reconcile(fd, now);
-    apply_spill(fd, p, now);
-    table_.finish_spill(fd);
+  apply_swept(now);
+}
+
+void Runtime::apply_swept(std::uint64_t now) {
+  const std::uint64_t popped = queue_.popped();
+  std::vector<Swept> waiting;
+  auto waits = [&](int fd) {
+    for (const Swept& w : waiting) {
+      if (w.fd == fd) return true;
+    }
+    return false;
+  };
+  for (std::size_t i = 0; i < swept_.size(); ++i) {
+    Swept& b = swept_[i];
+    // In order per socket: a later batch waits behind an earlier one.
+    if (popped < b.horizon || waits(b.fd)) {
+      waiting.push_back(std::move(b));
+      continue;
+    }
+    reconcile(b.fd, now);
+    apply_spill(b.fd, b.events, now);
+    bool later = false;
+    for (std::size_t j = i + 1; j < swept_.size() && !later; ++j) later = swept_[j].fd == b.fd;
+    if (!later) table_.finish_spill(b.fd);
   }
+  swept_.swap(waiting);
 }
 
 void Runtime::timers(std::uint64_t now) {
@@ -567,7 +593,8 @@ void Runtime::arm_timer() {
   std::uint64_t next = session_.next_timer_us();
   // Non-urgent events do not wake the loop: look at the queue every
   // kPollUs while a flowlet is in progress.
-  if (session_.active_flowlets() > 0) next = std::min(next, now_us() + kPollUs);
+  // A swept batch waiting for a producer to finish writing its cell: soon.
+  if (session_.active_flowlets() > 0 || !swept_.empty()) next = std::min(next, now_us() + kPollUs);
   itimerspec spec{};
   if (next != UINT64_MAX) {
     const std::uint64_t now = now_us();

@@ -65,6 +65,12 @@ class EventQueue {
   bool push(const Event& e);  // any thread; false when full
   bool pop(Event* e);         // the runtime thread only
   bool empty() const;
+  // Positions: events claimed by producers so far (any thread), and events
+  // popped (the runtime thread). A cell claimed but not yet written stops
+  // pop() there, so popped() can lag behind an event another thread has
+  // already finished pushing.
+  std::uint64_t claimed() const { return head_.load(std::memory_order_acquire); }
+  std::uint64_t popped() const { return tail_.load(std::memory_order_relaxed); }
 
  private:
   struct Cell {
@@ -181,6 +187,7 @@ class Runtime {
   // One turn; see the top of this file.
   void turn();
   void drain(std::uint64_t now);
+  void apply_swept(std::uint64_t now);
   void dispatch(const Event& e, std::uint64_t now);
   // An end the application asked for (see the .cc for why it differs).
   void app_end(SocketRef ref, std::uint64_t now);
@@ -225,7 +232,16 @@ class Runtime {
   // The registration the Session holds for each fd (fd -> generation), to
   // compare with the table when a slot is dirty.
   std::unordered_map<int, std::uint32_t> known_;
-  std::vector<int> registered_;  // fds registered during this drain
+  // What a sweep took from a socket's slot (spilled events, an
+  // unregistration), applied once the queue has been popped up to
+  // `horizon`: the queue's claim position when the sweep saw it, past every
+  // event the socket queued before it.
+  struct Swept {
+    int fd;
+    SocketTable::Spilled events;
+    std::uint64_t horizon;
+  };
+  std::vector<Swept> swept_;
   // Flowlets the library ended, whose application bit flush() clears.
   std::vector<SocketRef> ended_;
   std::int64_t start_ns_;
