@@ -2,6 +2,9 @@
 // shim, the way trickle or proxychains are used. It sets the FLOWTUNE_*
 // variables from its flags, puts libflowtune-preload.so first in
 // LD_PRELOAD, and execs the command (same pid, same exit status).
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +13,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace {
 
@@ -32,9 +36,17 @@ options:
   --log LEVEL                0 quiet .. 4 debug (FLOWTUNE_LOG; default 2)
   --preload PATH             the shim library (default: next to this program,
                              then FLOWTUNE_PRELOAD)
+  --pacer DEV                also pace the host as a whole while COMMAND runs:
+                             start flowtune-pacer on DEV (the host's egress
+                             device; needs root), wait until the allocator has
+                             it (at most 2 s), and have it remove its qdisc
+                             when COMMAND exits. A pacer already on DEV is
+                             left in charge. Without root, or if it cannot
+                             start, COMMAND runs anyway (with a warning).
+  --link-rate RATE           the host's link for --pacer (default 1gbit)
   -h, --help                 show this help
 
-exit status: COMMAND's; 2 bad usage; 126/127 COMMAND not executable / not found.
+exit status: COMMAND's (same process); 2 bad usage; 126/127 COMMAND not executable / not found.
 )";
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -57,10 +69,76 @@ std::string default_preload(const char* argv0) {
   return FT_PRELOAD_BUILD_PATH;
 }
 
+// flowtune-pacer installed or built beside this binary, else from PATH.
+std::string pacer_path() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<std::size_t>(n));
+    dir = dir.substr(0, dir.rfind('/') + 1);
+    for (const char* rel : {"flowtune-pacer", "../pacer/flowtune-pacer"}) {
+      if (access((dir + rel).c_str(), X_OK) == 0) return dir + rel;
+    }
+  }
+  return "flowtune-pacer";
+}
+
+// Starts flowtune-pacer for this process (it follows our pid through exec)
+// and waits until the allocator has registered it. Never fatal: the command
+// runs either way, since its bytes do not depend on the pacer.
+void start_pacer(const std::string& dev, const std::string& link_rate) {
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return;
+  const std::string self = std::to_string(getpid());
+  const std::string bin = pacer_path();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    std::fprintf(stderr, "flowtune-run: --pacer: fork: %s\n", std::strerror(errno));
+    return;
+  }
+  if (pid == 0) {
+    // A grandchild, so the command never has the pacer as a child (a shell
+    // that waits for its children would wait for it forever), in a session
+    // of its own (a Ctrl-C for the command must not take it first): it
+    // leaves when the command does (--while-pid).
+    if (fork() != 0) _exit(0);
+    dup2(out[1], STDOUT_FILENO);
+    setsid();
+    const char* host = std::getenv("FLOWTUNE_HOST");
+    std::vector<const char*> argv = {bin.c_str(), "--dev", dev.c_str(), "--link-rate",
+                                     link_rate.c_str(), "--while-pid", self.c_str()};
+    if (host != nullptr && *host != '\0') {
+      argv.push_back("--host");
+      argv.push_back(host);
+    }
+    argv.push_back(nullptr);
+    execvp(argv[0], const_cast<char* const*>(argv.data()));
+    std::fprintf(stderr, "flowtune-run: --pacer: %s: %s\n", bin.c_str(), std::strerror(errno));
+    _exit(127);
+  }
+  close(out[1]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  pollfd p{out[0], POLLIN, 0};
+  char buf[64] = {};
+  ssize_t got = 0;
+  if (poll(&p, 1, 2000) == 1) got = read(out[0], buf, sizeof buf - 1);
+  close(out[0]);
+  // "registered", or "busy": another pacer already shapes dev.
+  if (got > 0 && (std::strncmp(buf, "registered", 10) == 0 || std::strncmp(buf, "busy", 4) == 0)) {
+    return;
+  }
+  std::fprintf(stderr, "flowtune-run: --pacer: flowtune-pacer is not paced by the allocator yet "
+                       "(see its message above); running the command anyway\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string preload;
+  std::string pacer_dev;
+  std::string link_rate = "1gbit";
   int i = 1;
   for (; i < argc; ++i) {
     const std::string_view a = argv[i];
@@ -86,6 +164,8 @@ int main(int argc, char** argv) {
       if (std::strlen(v) != 1 || v[0] < '0' || v[0] > '4') usage_error("--log expects 0-4");
       setenv("FLOWTUNE_LOG", v, 1);
     } else if (a == "--preload") preload = v;
+    else if (a == "--pacer") pacer_dev = v;
+    else if (a == "--link-rate") link_rate = v;
     else usage_error("unknown option: " + std::string(a));
   }
   if (i >= argc) usage_error("no command given");
@@ -98,6 +178,13 @@ int main(int argc, char** argv) {
   std::string ld = preload;
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') {
     ld += ":" + std::string(old);
+  }
+  if (!pacer_dev.empty()) {
+    if (geteuid() != 0) {
+      std::fprintf(stderr, "flowtune-run: --pacer needs root (tc); running without it\n");
+    } else {
+      start_pacer(pacer_dev, link_rate);
+    }
   }
   setenv("LD_PRELOAD", ld.c_str(), 1);
   execvp(argv[i], argv + i);

@@ -40,6 +40,8 @@ struct FlowletStart {
 struct Hello {
   endpointId @0 :Text;   # unique per process incarnation
   hostId @1 :Text;       # the host's identity in the topology (name or address)
+  hostPacer @2 :Bool;    # the host's aggregate pacer (flowtune-pacer): it holds
+                         # no flows and is told the host's rate (hostRate below)
 }
 
 struct EndpointEvent {
@@ -110,4 +112,8 @@ struct AllocatorMessage {
   ackSeq @7 :UInt64;
   helloAck @5 :Bool;       # a hello in the message answered was accepted: the
                            # endpoint is registered (a refused one gets errors only)
+  # To a host pacer, in every message: bytes/s, the sum of the rates last
+  # told to every flow whose source is its host (0: none rated). The host
+  # never needs to emit more; the pacer shapes its egress to it.
+  hostRate @8 :UInt64;
 }

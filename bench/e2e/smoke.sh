@@ -8,6 +8,11 @@
 # timing: every byte arrived, the allocator registered both hosts and saw
 # every flowlet start, it sent rates, the explicit client applied rates, and
 # the shim's sockets carried a SO_MAX_PACING_RATE cap while they sent.
+# Then the host pacer: h1 sends under flowtune-run --pacer while h2 shares
+# the bottleneck; h1's egress must carry a tbf below the link rate (the
+# allocator's rate for h1, not a constant), a second pacer on the same device
+# must step aside, every byte must arrive, and the qdisc must be gone once
+# the command exits.
 # Exits non-zero with the failed check's message; always tears down.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -146,4 +151,64 @@ if not capped:
 print("smoke: OK: 8 x 2 MB arrived; allocator: hosts %s, flows %s rated, %d starts, %d rate "
       "updates; explicit client applied %d rates; shim sockets paced" % (
           hosts, sorted(rated), c["starts"], c["rate_updates"], api["rates_applied"]))
+EOF
+
+# ---- the host pacer (flowtune-pacer through flowtune-run --pacer)
+[ -x "$bin/pacer/flowtune-pacer" ] || fail "$bin/pacer/flowtune-pacer is missing (scripts/build.sh release)"
+"$testbed" exec h0 "$traffic" recv --listen 10.77.0.1:7001 --expect 4 --timeout-s 30 \
+  >"$tmp/recv-p.json" &
+recv=$!
+for _ in $(seq 50); do grep -q ready "$tmp/recv-p.json" 2>/dev/null && break; sleep 0.05; done
+"$testbed" exec h1 "$bin/preload/flowtune-run" --allocator "$ep" --host h1 --pacer eth0 \
+  --link-rate 200mbit -- "$traffic" send --to 10.77.0.1:7001 --sender 1 --flows 2 \
+  --bytes 8000000 --cc cubic >"$tmp/send-p1.json" 2>"$tmp/send-p1.err" &
+s1=$!
+FLOWTUNE_ALLOCATOR=$ep FLOWTUNE_HOST=h2 "$testbed" exec h2 "$traffic" send --to 10.77.0.1:7001 \
+  --sender 2 --flows 2 --bytes 8000000 --cc cubic --api explicit >"$tmp/send-p2.json" &
+s2=$!
+rates=""
+busy=""
+while kill -0 "$s1" 2>/dev/null; do
+  r=$(ip netns exec ftsmoke-h1 tc qdisc show dev eth0 | sed -n 's/.*tbf 1: root.* rate \([0-9.]*[KMG]\?bit\).*/\1/p')
+  [ -n "$r" ] && rates="$rates $r"
+  if [ -z "$busy" ] && [ -n "$r" ]; then
+    busy=$(ip netns exec ftsmoke-h1 "$bin/pacer/flowtune-pacer" --dev eth0 --host h1 \
+      --allocator "$ep" 2>/dev/null; echo "exit=$?")
+  fi
+  sleep 0.05
+done
+wait "$s1" || fail "the paced sender failed: $(cat "$tmp/send-p1.json" "$tmp/send-p1.err")"
+wait "$s2" || fail "the second sender failed: $(cat "$tmp/send-p2.json")"
+wait "$recv" || fail "the receiver failed"
+gone=0
+for _ in $(seq 40); do
+  ip netns exec ftsmoke-h1 tc qdisc show dev eth0 | grep -q "tbf 1: root" || { gone=1; break; }
+  sleep 0.05
+done
+python3 - "$tmp" "$rates" "$busy" "$gone" <<'EOF' || exit 1
+import json, re, sys
+tmp, rates, busy, gone = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4] == "1"
+def fail(msg):
+    print("smoke: FAIL: pacer: " + msg, file=sys.stderr)
+    sys.exit(1)
+tr = json.loads(open(tmp + "/recv-p.json").read().splitlines()[-1])["transfers"]
+if len(tr) != 4 or any(not t["complete"] or t["bytes"] != 8000000 for t in tr):
+    fail("not every byte arrived: %s" % [(t["sender"], t["bytes"]) for t in tr])
+def bps(r):
+    m = re.fullmatch(r"([0-9.]+)([KMG]?)bit", r)
+    return float(m.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[m.group(2)]
+seen = sorted({bps(r) for r in rates})
+if not seen:
+    fail("no tbf on h1's eth0 while it sent under flowtune-run --pacer")
+# h1 holds about half of the 200 Mbit/s bottleneck while h2 sends: the tbf
+# must have followed the allocator below the link rate at some point.
+if not any(20e6 < r < 190e6 for r in seen):
+    fail("h1's tbf never took an allocated rate: saw %s bit/s" % seen)
+if busy.split()[-1:] != ["exit=3"] or not busy.startswith("busy"):
+    fail("a second pacer on the same device did not step aside: %r" % busy)
+if not gone:
+    fail("the tbf outlived the command on h1's eth0")
+print("smoke: OK: pacer: h1's egress shaped to %.0f-%.0f Mbit/s while sharing the bottleneck; "
+      "a second pacer stepped aside; 4 x 8 MB arrived; the qdisc left with the command" % (
+          min(seen) / 1e6, max(seen) / 1e6))
 EOF

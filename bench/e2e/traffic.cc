@@ -37,6 +37,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -82,6 +83,10 @@ const char kHelp[] = R"(flowtune-traffic: sender and receiver for the end-to-end
     --pace-bps R     static SO_MAX_PACING_RATE per connection, bytes/s
     --wait-rate-ms MS  with --api explicit and --bytes: hold the first byte until the
                      allocator's rate is applied, for at most MS ms
+    --rate-latency   record each connection's rate latency: from its first write (after
+                     ft_flowlet_begin with --api explicit) until a finite
+                     SO_MAX_PACING_RATE is on the socket, polled every 50 us for up to 1 s
+                     (threads only); printed as "rate_latency_us" (-1: none came)
     --fork           one process per connection instead of one thread (for trickle,
                      which is not thread-safe; its cap then applies per connection)
     --api shim|explicit  explicit: declare each transfer with libflowtune's C API
@@ -290,6 +295,8 @@ int run_recv(int argc, char** argv) {
 
 // ------------------------------------------------------------------ sender
 
+struct RateWatch;
+
 struct SendOpts {
   sockaddr_in to{};
   std::uint32_t sender = 0;
@@ -299,11 +306,67 @@ struct SendOpts {
   std::uint64_t pace = 0;
   ft_client* ft = nullptr;  // --api explicit
   std::int64_t wait_rate_ns = 0;
+  RateWatch* watch = nullptr;  // --rate-latency
 };
 
 struct FlowResult {
   std::uint64_t sent = 0;
   std::string error;
+};
+
+// --rate-latency: a thread polls every connection's SO_MAX_PACING_RATE until
+// a finite rate is on it (the allocator's rate, applied by the shim or the
+// library). A connection publishes its fd and start time under its mutex and
+// withdraws the fd before closing it, so the poller never reads a reused fd.
+struct RateWatch {
+  struct Slot {
+    std::mutex m;
+    int fd = -1;
+    std::int64_t start_ns = 0;
+    std::int64_t latency_us = -1;
+    bool done = false;  // measured, or the connection is gone
+  };
+  explicit RateWatch(unsigned n) : slots(n) {}
+  std::vector<Slot> slots;
+  std::atomic<bool> stop{false};
+
+  void watch(unsigned f, int fd) {
+    std::lock_guard<std::mutex> g(slots[f].m);
+    slots[f].fd = fd;
+    slots[f].start_ns = now_ns();
+  }
+  void forget(unsigned f) {
+    std::lock_guard<std::mutex> g(slots[f].m);
+    slots[f].fd = -1;
+    slots[f].done = true;
+  }
+  void run() {
+    const std::int64_t give_up = now_ns() + 1'000'000'000LL * 60;
+    while (!stop.load() && now_ns() < give_up) {
+      bool pending = false;
+      for (Slot& s : slots) {
+        std::lock_guard<std::mutex> g(s.m);
+        if (s.done) continue;
+        pending = true;
+        if (s.fd < 0) continue;
+        const std::int64_t t = now_ns();
+        if (t - s.start_ns > 1'000'000'000LL) {
+          s.done = true;  // none within a second: reported as -1
+          continue;
+        }
+        std::uint64_t rate = 0;
+        socklen_t len = sizeof rate;
+        if (getsockopt(s.fd, SOL_SOCKET, SO_MAX_PACING_RATE, &rate, &len) == 0 && len == sizeof rate &&
+            rate != ~std::uint64_t{0} && rate != ~std::uint32_t{0}) {
+          s.latency_us = (t - s.start_ns) / 1000;
+          s.done = true;
+        }
+      }
+      if (!pending) return;
+      timespec ts{0, 50'000};
+      nanosleep(&ts, nullptr);
+    }
+  }
 };
 
 bool write_all(const SendOpts& o, int fd, const char* p, std::size_t n, FlowResult& r) {
@@ -362,6 +425,7 @@ void send_flow(const SendOpts& o, std::uint32_t flow, FlowResult& r) {
     }
   }
   static const std::vector<char> payload(kChunk, 'x');
+  if (o.watch) o.watch->watch(flow, fd);
   bool ok = write_all(o, fd, reinterpret_cast<const char*>(&h), sizeof h, r);
   if (o.stop_at) {
     while (ok && now_ns() < o.stop_at) {
@@ -383,6 +447,7 @@ void send_flow(const SendOpts& o, std::uint32_t flow, FlowResult& r) {
   while (read(fd, &c, 1) > 0) {
   }
   if (o.ft) ft_socket_unregister(o.ft, fd);
+  if (o.watch) o.watch->forget(flow);
   close(fd);
   r.sent -= std::min<std::uint64_t>(r.sent, sizeof h);
 }
@@ -394,6 +459,7 @@ int run_send(int argc, char** argv) {
   std::int64_t start_at = 0;
   bool have_sender = false;
   bool fork_each = false;
+  bool rate_latency = false;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -407,6 +473,7 @@ int run_send(int argc, char** argv) {
     else if (a == "--pace-bps") o.pace = static_cast<std::uint64_t>(parse_number(a, v)), ++i;
     else if (a == "--api" && v) api = v, ++i;
     else if (a == "--fork") fork_each = true;
+    else if (a == "--rate-latency") rate_latency = true;
     else if (a == "--wait-rate-ms") o.wait_rate_ns = static_cast<std::int64_t>(parse_number(a, v) * 1e6), ++i;
     else usage_error("send: unknown or incomplete option '" + a + "'");
   }
@@ -415,6 +482,7 @@ int run_send(int argc, char** argv) {
   if (flows == 0 || flows > 10000) usage_error("--flows must be 1..10000");
   if (api != "shim" && api != "explicit") usage_error("--api must be shim or explicit");
   if (fork_each && api == "explicit") usage_error("--fork and --api explicit do not mix");
+  if (fork_each && rate_latency) usage_error("--rate-latency needs threads (not --fork)");
   if (o.bytes == 0 && o.stop_at == 0) usage_error("--bytes must be positive");
   o.to = parse_addr(to);
 
@@ -431,6 +499,7 @@ int run_send(int argc, char** argv) {
   }
   sleep_until_ns(start_at);
   std::vector<FlowResult> results(flows);
+  std::string rate_latency_json;
   if (fork_each) {
     // One process per connection, each reporting into a shared page: for
     // wrappers that are not thread-safe (trickle crashes with threads).
@@ -478,11 +547,27 @@ int run_send(int argc, char** argv) {
     }
     munmap(m, sizeof(Shared) * flows);
   } else {
+    std::unique_ptr<RateWatch> watch;
+    std::thread watcher;
+    if (rate_latency) {
+      watch = std::make_unique<RateWatch>(flows);
+      o.watch = watch.get();
+      watcher = std::thread([&watch] { watch->run(); });
+    }
     std::vector<std::thread> threads;
     threads.reserve(flows);
     for (unsigned f = 0; f < flows; ++f)
       threads.emplace_back([&o, f, &results] { send_flow(o, f, results[f]); });
     for (auto& t : threads) t.join();
+    if (watch) {
+      watch->stop = true;
+      watcher.join();
+      rate_latency_json = ",\"rate_latency_us\":[";
+      for (unsigned f = 0; f < flows; ++f) {
+        rate_latency_json += (f ? "," : "") + std::to_string(watch->slots[f].latency_us);
+      }
+      rate_latency_json += "]";
+    }
   }
 
   std::uint64_t sent = 0;
@@ -508,9 +593,10 @@ int run_send(int argc, char** argv) {
     stats = b;
     ft_client_close(o.ft);
   }
-  std::printf("{\"sender\":%u,\"flows\":%u,\"bytes\":%llu,\"errors\":%u%s%s%s%s}\n", o.sender, flows,
-              static_cast<unsigned long long>(sent), errors, errors ? ",\"first_error\":\"" : "",
-              first_error.c_str(), errors ? "\"" : "", stats.c_str());
+  std::printf("{\"sender\":%u,\"flows\":%u,\"bytes\":%llu,\"errors\":%u%s%s%s%s%s}\n", o.sender,
+              flows, static_cast<unsigned long long>(sent), errors,
+              errors ? ",\"first_error\":\"" : "", first_error.c_str(), errors ? "\"" : "",
+              stats.c_str(), rate_latency_json.c_str());
   if (errors) std::fprintf(stderr, "flowtune-traffic: %u of %u connections failed: %s\n", errors,
                            flows, first_error.c_str());
   return errors ? 1 : 0;

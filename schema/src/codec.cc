@@ -149,7 +149,7 @@ EndpointEvent read_event(s::EndpointEvent::Reader r, const Where& where, Budget&
       auto h = r.getHello();
       const Where hello{&where, "hello"};
       return Hello{text(h.getEndpointId(), Where{&hello, "endpointId"}),
-                   text(h.getHostId(), Where{&hello, "hostId"})};
+                   text(h.getHostId(), Where{&hello, "hostId"}), h.getHostPacer()};
     }
     case s::EndpointEvent::START:
       return read_start(r.getStart(), Where{&where, "start"});
@@ -288,6 +288,7 @@ std::vector<std::uint8_t> encode(const EndpointMessage& m) {
                             auto o = e.initHello();
                             o.setEndpointId(as_text(h.endpoint_id));
                             o.setHostId(as_text(h.host_id));
+                            o.setHostPacer(h.host_pacer);
                           },
                           [&](const FlowletStart& f) { fill(e.initStart(), f); },
                           [&](const FlowletEnd& f) { e.setEnd(f.flow_key); },
@@ -316,6 +317,7 @@ std::vector<std::uint8_t> encode(const AllocatorMessage& m) {
   root.setLeaseRefreshUs(m.lease_refresh_us);
   root.setHelloAck(m.hello_ack);
   root.setAckSeq(m.ack_seq);
+  root.setHostRate(m.host_rate);
   if (m.rate_digest) {
     auto d = root.initRateDigest();
     d.setFlows(m.rate_digest->flows);
@@ -370,6 +372,7 @@ DecodeStatus decode(std::span<const std::uint8_t> bytes, AllocatorMessage* out) 
     m.lease_refresh_us = root.getLeaseRefreshUs();
     m.hello_ack = root.getHelloAck();
     m.ack_seq = root.getAckSeq();
+    m.host_rate = root.getHostRate();
     if (root.hasRateDigest()) {
       auto d = root.getRateDigest();
       m.rate_digest = StateDigest{d.getFlows(), d.getKeySum()};

@@ -104,6 +104,11 @@ void Allocator::on_message(std::string_view peer, std::span<const std::uint8_t> 
              "events before hello: send hello (and resync) first", 0, now_us);
       return;
     }
+    if (e->pacer && !std::holds_alternative<wire::Heartbeat>(ev)) {
+      refuse(peer, e, Cause::kBadValue, "a host pacer holds no flows: it sends hello and heartbeats only",
+             0, now_us);
+      continue;
+    }
     if (const auto* s = std::get_if<wire::FlowletStart>(&ev)) {
       ++counters_.starts;
       on_start(*e, *s, now_us);
@@ -204,6 +209,7 @@ void Allocator::iterate(std::uint64_t now_us) {
   ++settle_iterations_;
 
   queue_moved_rates();
+  tell_pacers();
 }
 
 // The update check (paper §5.3.2): stream each FlowBlock's ids and rates and
@@ -223,10 +229,34 @@ void Allocator::queue_moved_rates() {
         ++counters_.rate_updates_suppressed;
         continue;
       }
-      sent_[id] = rate;
+      set_sent(id, rate);
       tell_holders(id, rate);
     }
   }
+}
+
+void Allocator::set_sent(alloc::FlowId id, std::uint64_t rate) {
+  const alloc::HostId h = flows_[id].src;
+  if (h >= host_sent_.size()) host_sent_.resize(static_cast<std::size_t>(h) + 1, 0);
+  // Unsigned arithmetic: the sum stays exact whatever the order of changes.
+  host_sent_[h] += rate - sent_[id];
+  sent_[id] = rate;
+  if (pacers_.empty() || !pacers_.contains(h)) return;  // the common case: no pacer
+  if (std::find(pacer_dirty_.begin(), pacer_dirty_.end(), h) == pacer_dirty_.end()) {
+    pacer_dirty_.push_back(h);
+  }
+}
+
+void Allocator::tell_pacers() {
+  for (alloc::HostId h : pacer_dirty_) {
+    const auto it = pacers_.find(h);
+    if (it == pacers_.end()) continue;
+    for (EndpointIdx idx : it->second) {
+      pending(*endpoints_[idx]);  // the outbox stamps the host's rate
+      ++counters_.host_rate_updates;
+    }
+  }
+  pacer_dirty_.clear();
 }
 
 void Allocator::tell_holders(alloc::FlowId id, std::uint64_t rate) {
@@ -244,11 +274,11 @@ void Allocator::retell(Endpoint& e, std::uint64_t key, alloc::FlowId id) {
   const std::uint64_t rate = to_bytes_per_sec(engine_->rate_bps(id));
   if (rate != sent_[id] && flows_[id].co_holders > 0) {
     // The others hold the old rate: what was told must stay one number.
-    sent_[id] = rate;
+    set_sent(id, rate);
     tell_holders(id, rate);
     return;
   }
-  sent_[id] = rate;
+  set_sent(id, rate);
   pending(e).rates.push_back({key, rate, config_.lease_us});
   ++counters_.rate_updates;
 }
@@ -278,7 +308,13 @@ void Allocator::on_timer(std::uint64_t now_us) {
     }
     // A refresh must not let rates outlive the endpoint's deadline: its
     // capacity is handed to others then.
-    if (e->flows.empty() || now_us + config_.lease_us > deadline) continue;
+    if (now_us + config_.lease_us > deadline) continue;
+    if (e->pacer) {
+      pending(*e).lease_refresh_us = config_.lease_us;  // with the host's rate
+      ++counters_.lease_refreshes;
+      continue;
+    }
+    if (e->flows.empty()) continue;
     wire::AllocatorMessage& out = pending(*e);
     out.lease_refresh_us = config_.lease_us;
     ++counters_.lease_refreshes;
@@ -330,6 +366,7 @@ void split_into(std::string_view peer, wire::AllocatorMessage&& m, std::uint64_t
   while (r < m.rates.size() || first) {
     wire::AllocatorMessage part;
     part.epoch = epoch;
+    part.host_rate = m.host_rate;
     if (first) {
       part.errors = std::move(m.errors);
       part.lease_refresh_us = m.lease_refresh_us;
@@ -357,6 +394,7 @@ std::vector<Outgoing> Allocator::take_outbox() {
     Endpoint* e = idx < endpoints_.size() ? endpoints_[idx].get() : nullptr;
     if (e == nullptr || !e->dirty) continue;
     e->dirty = false;
+    if (e->pacer) e->out.host_rate = e->host < host_sent_.size() ? host_sent_[e->host] : 0;
     split_into(e->peer, std::move(e->out), epoch_, &out);
     e->out = {};
   }

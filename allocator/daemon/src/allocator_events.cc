@@ -51,7 +51,8 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
     // A known endpoint on a new connection (it reconnected): keep its flows
     // until the resync that follows the hello replaces them.
     Endpoint& e = *endpoints_[it->second];
-    if (e.host != *host) {
+    // A new host or a new role (flows or host pacer) is a new registration.
+    if (e.host != *host || e.pacer != h.host_pacer) {
       drop_endpoint(it->second);
     } else {
       if (e.peer != peer_s) {
@@ -80,6 +81,8 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
   e->host = *host;
   e->last_heard_us = now_us;
   e->tokens = TokenBucket(config_.max_messages_per_sec, now_us);
+  e->pacer = h.host_pacer;
+  if (e->pacer) pacers_[*host].push_back(idx);
   endpoints_[idx] = std::move(e);
   by_peer_[peer_s] = idx;
   by_endpoint_id_[h.endpoint_id] = idx;
@@ -207,7 +210,7 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
           f.bytes = s.bytes;
           f.coflow_id = s.coflow_id;
         }
-        sent_[id] = 0;
+        set_sent(id, 0);
         flows_changed_ = true;
         continue;
       }
@@ -324,6 +327,7 @@ void Allocator::release(Endpoint& e, std::uint64_t key) {
 void Allocator::detach(EndpointIdx endpoint, std::uint64_t key, alloc::FlowId id) {
   Flow& f = flows_[id];
   if (f.co_holders == 0) {
+    set_sent(id, 0);  // before the record goes: the host's sum drops
     engine_->remove_flow(id);
     if (f.has_socket) by_socket_.erase(f.socket);
     f.has_socket = false;
@@ -351,6 +355,11 @@ void Allocator::detach(EndpointIdx endpoint, std::uint64_t key, alloc::FlowId id
 void Allocator::drop_endpoint(EndpointIdx idx) {
   Endpoint& e = *endpoints_[idx];
   for (const auto& [key, id] : e.flows) detach(idx, key, id);
+  if (e.pacer) {
+    std::vector<EndpointIdx>& p = pacers_[e.host];
+    std::erase(p, idx);
+    if (p.empty()) pacers_.erase(e.host);
+  }
   by_peer_.erase(e.peer);
   by_endpoint_id_.erase(e.id);
   endpoints_[idx].reset();

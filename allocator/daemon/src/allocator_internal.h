@@ -29,6 +29,9 @@ struct Allocator::Endpoint {
   bool dirty = false;
   // A send to it failed: the next lease refresh carries every current rate.
   bool resend_rates = false;
+  // The host's aggregate pacer (flowtune-pacer): holds no flows; every
+  // message to it carries its host's rate.
+  bool pacer = false;
 };
 
 // One socket is one flow, whatever processes write to it: forked children

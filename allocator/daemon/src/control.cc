@@ -48,6 +48,7 @@ json counters_json(const Counters& c) {
           {"rate_updates", c.rate_updates},
           {"rate_updates_suppressed", c.rate_updates_suppressed},
           {"lease_refreshes", c.lease_refreshes},
+          {"host_rate_updates", c.host_rate_updates},
           {"endpoints_timed_out", c.endpoints_timed_out},
           {"flows_expired", c.flows_expired},
           {"flows_joined", c.flows_joined},

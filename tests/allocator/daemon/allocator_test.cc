@@ -10,6 +10,7 @@
 #include <kj/io.h>
 
 #include <map>
+#include <optional>
 
 #include "flowtune.capnp.h"
 #include "flowtune/wire/codec.h"
@@ -839,6 +840,93 @@ TEST(LatencyHistogram, QuantilesAreWithinOneEighth) {
     EXPECT_LE(static_cast<double>(h.quantile_ns(q)), exact * 1.13);
   }
   EXPECT_EQ(LatencyHistogram{}.quantile_ns(0.5), 0u);
+}
+
+// ---- host pacers (flowtune-pacer) ----
+
+// The host rate the last message to `peer` carried; nullopt when none went.
+std::optional<std::uint64_t> last_host_rate(const std::vector<Outgoing>& out,
+                                            std::string_view peer) {
+  std::optional<std::uint64_t> r;
+  for (const auto& o : out) {
+    if (o.peer == peer) r = o.message.host_rate;
+  }
+  return r;
+}
+
+TEST_F(AllocatorTest, AHostPacerIsToldTheSumOfItsHostsRatesAcrossEndpoints) {
+  // Given: a pacer for h0, and two endpoints on h0 and one on h2, all sending to h1.
+  send("pacer", {wire::Hello{"pacer-h0", "h0", true}});
+  hello("a", "ea", "h0");
+  hello("b", "eb", "h0");
+  hello("c", "ec", "h2");
+  send("a", {start_of(1, 0, 1)});
+  send("b", {start_of(2, 0, 1), start_of(3, 0, 1)});
+  send("c", {start_of(4, 2, 1)});
+  // When: the allocator settles.
+  const auto out = settle();
+  // Expect: the pacer's last message carries exactly the sum of h0's three rates.
+  const auto rates = last_rates(out);
+  const std::uint64_t h0 = rates.at({"a", 1}) + rates.at({"b", 2}) + rates.at({"b", 3});
+  ASSERT_EQ(last_host_rate(out, "pacer"), h0);
+  EXPECT_NEAR(static_cast<double>(h0), 3 * share(4), share(4) * 1e-2);
+  EXPECT_GT(alloc_->counters().host_rate_updates, 0u);
+  // When: b's flows end.
+  send("b", {wire::FlowletEnd{2}, wire::FlowletEnd{3}});
+  const auto after = settle();
+  // Expect: the pacer is told a's rate alone (now half the link).
+  const auto r2 = last_rates(after);
+  ASSERT_TRUE(last_host_rate(after, "pacer").has_value());
+  EXPECT_EQ(*last_host_rate(after, "pacer"), r2.at({"a", 1}));
+  // When: a's endpoint leaves too (timeout), with only the pacer heartbeating.
+  for (int i = 0; i < 4; ++i) {
+    now_ += 1'000'000;
+    send("pacer", {wire::Heartbeat{}});
+    send("c", {wire::Heartbeat{}});
+    alloc_->on_timer(now_);
+  }
+  const auto gone = settle();
+  // Expect: h0's sum is 0 and the pacer was told so.
+  EXPECT_EQ(last_host_rate(gone, "pacer"), 0u);
+}
+
+TEST_F(AllocatorTest, AHostPacerGetsLeaseRefreshesAndMayNotHoldFlows) {
+  send("pacer", {wire::Hello{"pacer-h0", "h0", true}});
+  hello("a", "ea", "h0");
+  send("a", {start_of(1, 0, 1)});
+  auto out = settle();
+  const auto told = last_host_rate(out, "pacer");
+  ASSERT_TRUE(told.has_value());
+  // When: the lease timer runs with no change in rates.
+  now_ += 300'000;
+  send("pacer", {wire::Heartbeat{}});
+  send("a", {wire::Heartbeat{}});
+  alloc_->on_timer(now_);
+  out = alloc_->take_outbox();
+  // Expect: the pacer gets a lease refresh carrying the same host rate.
+  bool refreshed = false;
+  for (const auto& o : out) {
+    if (o.peer != "pacer") continue;
+    refreshed = o.message.lease_refresh_us > 0;
+    EXPECT_EQ(o.message.host_rate, *told);
+  }
+  EXPECT_TRUE(refreshed);
+  // When: the pacer tries to start a flowlet.
+  send("pacer", {start_of(9, 0, 1)});
+  out = settle();
+  // Expect: refused with badValue, and no flow added.
+  const auto errs = errors_to(out, "pacer");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].code, ErrorCode::kBadValue);
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+}
+
+TEST_F(AllocatorTest, AnEndpointWithoutAPacerIsNeverToldAHostRate) {
+  hello("a", "ea", "h0");
+  send("a", {start_of(1, 0, 1)});
+  const auto out = settle();
+  for (const auto& o : out) EXPECT_EQ(o.message.host_rate, 0u);
+  EXPECT_EQ(alloc_->counters().host_rate_updates, 0u);
 }
 
 }  // namespace

@@ -56,6 +56,8 @@ struct FlowletStart {
 struct Hello {
   std::string endpoint_id;
   std::string host_id;
+  // The host's aggregate pacer: holds no flows, is told the host's rate.
+  bool host_pacer = false;
   bool operator==(const Hello&) const = default;
 };
 
@@ -161,6 +163,9 @@ struct AllocatorMessage {
   // seq of the endpoint's last message handled before it.
   std::optional<StateDigest> rate_digest;
   std::uint64_t ack_seq = 0;
+  // To a host pacer: bytes/s, the sum of the rates last told to the flows
+  // whose source is its host.
+  std::uint64_t host_rate = 0;
   bool operator==(const AllocatorMessage&) const = default;
 };
 

@@ -209,6 +209,11 @@ class Allocator {
   void drop_endpoint(EndpointIdx idx);
 
   void queue_moved_rates();
+  // Records `rate` as what flow `id`'s holders were told, and keeps its
+  // source host's sum (host pacers are told it).
+  void set_sent(alloc::FlowId id, std::uint64_t rate);
+  // Queues each changed host sum to that host's pacers.
+  void tell_pacers();
   // Queues `rate` (bytes/s) for every holder of flow `id`.
   void tell_holders(alloc::FlowId id, std::uint64_t rate);
   // Queues flow `id`'s current rate for e's `key`; when it differs from what
@@ -240,6 +245,13 @@ class Allocator {
   std::unordered_map<alloc::FlowId, std::vector<Holder>> co_holders_;
   // Live socket flows by identity, so a second holder finds the first.
   std::unordered_map<SocketId, alloc::FlowId, SocketIdHash> by_socket_;
+
+  // Host pacers: per host (HostId), the sum of sent_ over flows it sources
+  // and the pacers registered for it; hosts whose sum moved while they have
+  // a pacer wait in pacer_dirty_ for the end of the iteration.
+  std::vector<std::uint64_t> host_sent_;
+  std::unordered_map<alloc::HostId, std::vector<EndpointIdx>> pacers_;
+  std::vector<alloc::HostId> pacer_dirty_;
 
   // Replies to peers that are not (or no longer) registered endpoints.
   std::unordered_map<std::string, wire::AllocatorMessage> stray_;

@@ -1,0 +1,329 @@
+// flowtune-pacer: the host's aggregate pacer (flowtune/pacer/pacer.h). Runs
+// in the host's network namespace, as root (CAP_NET_ADMIN), one per host;
+// the allocator tells it the host's rate and it keeps a tbf on the host's
+// egress at that rate. Removing the qdisc on exit puts the host back as it was.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+#include <zmq.h>
+
+#include "flowtune/common/cli.h"
+#include "flowtune/pacer/pacer.h"
+#include "flowtune/wire/codec.h"
+#include "flowtune/wire/messages.h"
+
+namespace {
+
+using namespace flowtune;
+
+constexpr const char* kUsage = R"(usage: flowtune-pacer --dev DEV --host HOST [options]
+
+Paces a whole host: keeps a tbf on DEV (the host's egress) at the sum of the
+rates the allocator gave the host's flows, so the host never sends more than
+its rates however its sockets' pacing timers fire. Traffic to the allocator
+bypasses the tbf (a prio band of its own), so control messages never wait
+behind data. Needs root (tc) and runs in
+the host's network namespace, one per host. The qdisc is removed on exit
+(SIGTERM, SIGINT); if the allocator goes silent for a lease, DEV is shaped to
+the link rate until it answers again.
+
+options:
+  --dev DEV              the host's egress device (required)
+  --host HOST            the host's name or address in the allocator's
+                         topology (required; default $FLOWTUNE_HOST)
+  --allocator ENDPOINT   default $FLOWTUNE_ALLOCATOR or tcp://127.0.0.1:5555
+  --link-rate RATE       the host's link, e.g. 1gbit, 100mbit (default 1gbit)
+  --margin F             shape to the sum times (1 + F) (default 0.02)
+  --overhead F           wire bytes per payload byte (default 1514/1448)
+  --floor RATE           added for unscheduled traffic (default 10mbit)
+  --idle-rate RATE       the rate while no flow of the host is rated
+                         (default: the link rate)
+  --burst BYTES          tbf bucket (default 3028: two full frames)
+  --idle-hold-ms MS      keep the host's last rate this long after its last
+                         rated flow ends (default 100)
+  --lease-ms MS          shape to the allocator's rate this long after its
+                         last message (default 1000, the allocator's lease)
+  --qdisc tbf|htb        tbf (default): one tbf for all of DEV's traffic;
+                         htb: traffic to the allocator in a class of its
+                         own, never queued behind data
+  --while-pid PID        exit (removing the qdisc) when process PID exits
+                         (flowtune-run --pacer uses it)
+  --verbose              print every change on standard error
+  -h, --help             show this help
+
+Prints "registered" on standard output once the allocator has accepted it
+("busy" when another pacer shapes DEV).
+
+One pacer per device: a second one for the same device (in the same network
+namespace) exits with status 3 and leaves the first in charge.
+
+exit status: 0 stopped (a signal, or --while-pid's process ended), 1 tc or
+ZeroMQ failed, 2 bad usage, 3 another pacer already shapes DEV.
+)";
+
+volatile std::sig_atomic_t g_stop = 0;
+void on_signal(int) { g_stop = 1; }
+
+std::uint64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// "1gbit", "116mbit", "500kbit", "1000000" (bit/s).
+double parse_rate(cli::Args& args) {
+  const std::string v = args.value();
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  const std::string unit(end);
+  double mult = unit == "" || unit == "bit" ? 1 : unit == "kbit" ? 1e3
+              : unit == "mbit" ? 1e6 : unit == "gbit" ? 1e9 : -1;
+  if (end == v.c_str() || mult < 0 || !(x >= 0)) {
+    args.fail("expected a rate such as 1gbit or 100mbit, got '" + v + "'");
+  }
+  return x * mult;
+}
+
+struct Options {
+  pacer::PacerConfig config;
+  std::string dev, host, allocator;
+  pacer::Qdisc qdisc = pacer::Qdisc::kTbf;
+  int while_pid = 0;
+  bool verbose = false;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  if (const char* h = std::getenv("FLOWTUNE_HOST")) o.host = h;
+  const char* a = std::getenv("FLOWTUNE_ALLOCATOR");
+  o.allocator = a != nullptr && *a != 0 ? a : "tcp://127.0.0.1:5555";
+  cli::Args args("flowtune-pacer", kUsage, argc, argv);
+  while (args.next()) {
+    if (args.is("--dev")) o.dev = args.value();
+    else if (args.is("--host")) o.host = args.value();
+    else if (args.is("--allocator")) o.allocator = args.value();
+    else if (args.is("--link-rate")) o.config.link_bps = parse_rate(args);
+    else if (args.is("--margin")) o.config.margin = args.number();
+    else if (args.is("--overhead")) o.config.overhead = args.number();
+    else if (args.is("--floor")) o.config.floor_bps = parse_rate(args);
+    else if (args.is("--idle-rate")) o.config.idle_bps = parse_rate(args);
+    else if (args.is("--burst")) o.config.burst_bytes = static_cast<std::uint32_t>(args.number());
+    else if (args.is("--idle-hold-ms")) o.config.idle_hold_us = static_cast<std::uint64_t>(args.number() * 1000);
+    else if (args.is("--lease-ms")) o.config.lease_us = static_cast<std::uint64_t>(args.number() * 1000);
+    else if (args.is("--qdisc")) o.qdisc = args.choice<pacer::Qdisc>({{"tbf", pacer::Qdisc::kTbf}, {"htb", pacer::Qdisc::kHtb}});
+    else if (args.is("--while-pid")) o.while_pid = static_cast<int>(args.count(1 << 22));
+    else if (args.is("--verbose")) o.verbose = true;
+    else args.unknown();
+  }
+  if (o.dev.empty()) args.usage_error("flowtune-pacer", "--dev is required");
+  if (o.host.empty()) args.usage_error("flowtune-pacer", "--host (or $FLOWTUNE_HOST) is required");
+  try {
+    pacer::validate(o.config);
+  } catch (const std::invalid_argument& e) {
+    args.usage_error("flowtune-pacer", e.what());
+  }
+  return o;
+}
+
+class Link {
+ public:
+  Link(const std::string& endpoint) {
+    ctx_ = zmq_ctx_new();
+    sock_ = ctx_ != nullptr ? zmq_socket(ctx_, ZMQ_DEALER) : nullptr;
+    const int linger = 0;
+    if (sock_ == nullptr || zmq_setsockopt(sock_, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+        zmq_connect(sock_, endpoint.c_str()) != 0) {
+      throw std::runtime_error("cannot connect to " + endpoint + ": " + zmq_strerror(zmq_errno()));
+    }
+  }
+  ~Link() {
+    if (sock_ != nullptr) zmq_close(sock_);
+    if (ctx_ != nullptr) zmq_ctx_term(ctx_);
+  }
+  void send(std::vector<wire::EndpointEvent> events) {
+    wire::EndpointMessage m;
+    m.seq = ++seq_;
+    m.events = std::move(events);
+    const std::vector<std::uint8_t> bytes = wire::encode(m);
+    (void)zmq_send(sock_, bytes.data(), bytes.size(), ZMQ_DONTWAIT);  // lost: retried
+  }
+  // Waits up to timeout_ms for a message; false on timeout, a signal, or
+  // `also` (an fd, -1 = none) becoming readable (*also_ready is set).
+  bool receive(long timeout_ms, wire::AllocatorMessage* out, int also, bool* also_ready) {
+    zmq_pollitem_t items[2] = {{sock_, 0, ZMQ_POLLIN, 0}, {nullptr, also, ZMQ_POLLIN, 0}};
+    if (zmq_poll(items, also >= 0 ? 2 : 1, timeout_ms) <= 0) return false;
+    if (also >= 0 && (items[1].revents & ZMQ_POLLIN) != 0) {
+      *also_ready = true;
+      return false;
+    }
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    bool ok = false;
+    if (zmq_msg_recv(&msg, sock_, ZMQ_DONTWAIT) >= 0) {
+      const auto* p = static_cast<const std::uint8_t*>(zmq_msg_data(&msg));
+      ok = wire::decode({p, zmq_msg_size(&msg)}, out).ok();
+    }
+    zmq_msg_close(&msg);
+    return ok;
+  }
+
+ private:
+  void* ctx_ = nullptr;
+  void* sock_ = nullptr;
+  std::uint64_t seq_ = 0;
+};
+
+// The allocator's IPv4 address and port from a tcp:// endpoint, for the
+// shaper's control band; {0, 0} for other transports (ipc:// is local).
+std::pair<std::uint32_t, std::uint16_t> control_address(const std::string& endpoint) {
+  const std::string prefix = "tcp://";
+  if (endpoint.rfind(prefix, 0) != 0) return {0, 0};
+  const std::string rest = endpoint.substr(prefix.size());
+  const auto colon = rest.rfind(':');
+  if (colon == std::string::npos) return {0, 0};
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(rest.substr(0, colon).c_str(), nullptr, &hints, &res) != 0 || res == nullptr) {
+    throw std::runtime_error("cannot resolve the allocator's address in " + endpoint);
+  }
+  const std::uint32_t ip = ntohl(reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr.s_addr);
+  freeaddrinfo(res);
+  const long port = std::strtol(rest.c_str() + colon + 1, nullptr, 10);
+  if (port <= 0 || port > 65535) throw std::runtime_error("bad port in " + endpoint);
+  return {ip, static_cast<std::uint16_t>(port)};
+}
+
+constexpr int kExitBusy = 3;
+
+// One pacer per (network namespace, device): an exclusive lock named after
+// both, held for the process's life. False when another pacer holds it.
+bool lock_device(const std::string& dev) {
+  struct stat ns{};
+  if (stat("/proc/self/ns/net", &ns) != 0) return true;  // cannot tell: go on
+  const std::string path = "/run/flowtune-pacer." + std::to_string(ns.st_ino) + "." + dev + ".lock";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return true;  // no /run: no guard, as before
+  return flock(fd, LOCK_EX | LOCK_NB) == 0;  // fd stays open: the lock lives with us
+}
+
+// A pidfd that becomes readable when `pid` exits; -1 when none is watched.
+int watch_pid(int pid) {
+  if (pid <= 0) return -1;
+  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) throw std::runtime_error("--while-pid " + std::to_string(pid) + ": no such process");
+  return fd;
+}
+
+int run(const Options& o) {
+  if (!lock_device(o.dev)) {
+    std::fprintf(stderr, "flowtune-pacer: another pacer already shapes %s; leaving it in charge\n",
+                 o.dev.c_str());
+    std::printf("busy\n");  // for scripts that wait for "registered"
+    return kExitBusy;
+  }
+  const int pidfd = watch_pid(o.while_pid);
+  pacer::HostPacer state(o.config);
+  const auto [control_ip, control_port] = control_address(o.allocator);
+  pacer::Shaper shaper(o.dev, o.qdisc, o.config.burst_bytes, o.config.link_bps, control_ip,
+                       control_port);
+  Link link(o.allocator);
+  std::mt19937_64 rng(std::random_device{}());
+  const std::string id = "pacer-" + o.host + "-" + std::to_string(getpid()) + "-" +
+                         std::to_string(rng() % 1000000);
+  constexpr std::uint64_t kHeartbeatUs = 1'000'000;
+  bool registered = false, told_unknown = false, said_registered = false;
+  std::uint64_t epoch = 0, backoff_us = 10'000, next_send_us = 0;
+  const auto apply = [&](std::optional<double> bps, const char* why) {
+    if (!bps) return true;
+    if (o.verbose) {
+      std::fprintf(stderr, "flowtune-pacer: %s: %s now %.1f Mbit/s (host rate %.1f Mbit/s)\n",
+                   why, o.dev.c_str(), *bps / 1e6, static_cast<double>(state.host_rate()) * 8e-6);
+    }
+    return shaper.set(*bps);
+  };
+  while (g_stop == 0) {
+    const std::uint64_t now = now_us();
+    if (now >= next_send_us) {
+      if (registered) {
+        link.send({wire::Heartbeat{}});
+        next_send_us = now + kHeartbeatUs;
+      } else {
+        link.send({wire::Hello{id, o.host, true}});
+        // Unanswered or refused hellos back off, with jitter, up to 10 s.
+        next_send_us = now + backoff_us / 2 + rng() % (backoff_us / 2 + 1);
+        backoff_us = std::min<std::uint64_t>(backoff_us * 2, 10'000'000);
+      }
+    }
+    if (!apply(state.on_tick(now), "lease lapsed or idle")) return 1;
+    const std::uint64_t wake = std::min(next_send_us, state.next_tick_us());
+    const long timeout_ms = static_cast<long>((wake > now ? wake - now : 0) / 1000) + 1;
+    wire::AllocatorMessage m;
+    bool owner_gone = false;
+    if (!link.receive(timeout_ms, &m, pidfd, &owner_gone)) {
+      if (owner_gone) break;
+      continue;
+    }
+    if (epoch != 0 && m.epoch != epoch) registered = false;  // a new allocator: hello again
+    epoch = m.epoch;
+    bool refused = false;
+    for (const wire::ErrorReport& e : m.errors) {
+      if (e.code == wire::ErrorCode::kNotRegistered) refused = true, registered = false;
+      if (e.code == wire::ErrorCode::kUnknownHost) {
+        refused = true;
+        if (!told_unknown) std::fprintf(stderr, "flowtune-pacer: %s\n", e.text.c_str());
+        told_unknown = true;
+      }
+    }
+    if (m.hello_ack) {
+      if (!registered && !said_registered) {
+        // For scripts that wait for it (the first time only).
+        std::printf("registered\n");
+        std::fflush(stdout);
+        said_registered = true;
+      }
+      registered = true;
+      backoff_us = 10'000;
+      next_send_us = now_us() + kHeartbeatUs;
+    }
+    if (!registered) {
+      if (!refused) next_send_us = 0;  // say hello at once
+      continue;
+    }
+    if (!apply(state.on_message(m, now_us()), "allocator")) return 1;
+  }
+  if (o.verbose) {
+    std::fprintf(stderr, "flowtune-pacer: %llu changes; removing the qdisc from %s\n",
+                 static_cast<unsigned long long>(shaper.changes()), o.dev.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "flowtune-pacer: %s\n", e.what());
+    return 1;
+  }
+}

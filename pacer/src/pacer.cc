@@ -1,0 +1,173 @@
+#include "flowtune/pacer/pacer.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <stdexcept>
+#include <vector>
+
+extern char** environ;
+
+namespace flowtune::pacer {
+
+void validate(const PacerConfig& c) {
+  auto need = [](bool ok, const char* what) {
+    if (!ok) throw std::invalid_argument(what);
+  };
+  need(c.link_bps >= 1e6 && std::isfinite(c.link_bps), "link rate must be at least 1 Mbit/s");
+  need(c.overhead >= 1 && c.overhead <= 2, "overhead must be within [1, 2]");
+  need(c.margin >= 0 && c.margin <= 1, "margin must be within [0, 1]");
+  need(c.floor_bps >= 0 && c.floor_bps <= c.link_bps, "floor must be within [0, link rate]");
+  need(c.idle_bps >= 0 && c.idle_bps <= c.link_bps, "idle rate must be within [0, link rate]");
+  need(c.burst_bytes >= 1600 && c.burst_bytes <= (64u << 20),
+       "burst must hold a full frame (1600 bytes at least) and at most 64 MiB");
+  need(c.lease_us > 0, "lease must be positive");
+}
+
+double HostPacer::shaping_bps(std::uint64_t host_rate) const {
+  if (host_rate == 0) return c_.idle_bps > 0 ? c_.idle_bps : c_.link_bps;
+  const double wire = static_cast<double>(host_rate) * 8.0 * c_.overhead * (1.0 + c_.margin);
+  return std::clamp(wire + c_.floor_bps, c_.floor_bps, c_.link_bps);
+}
+
+std::optional<double> HostPacer::set(double bps) {
+  if (bps == current_bps_) return std::nullopt;
+  current_bps_ = bps;
+  return bps;
+}
+
+std::optional<double> HostPacer::on_message(const wire::AllocatorMessage& m,
+                                            std::uint64_t now_us) {
+  // Every message to a pacer carries the host's rate; it lasts a lease.
+  const bool was_rated = leased_ && host_rate_ > 0;
+  host_rate_ = m.host_rate;
+  leased_ = true;
+  lease_until_us_ = now_us + c_.lease_us;
+  if (host_rate_ == 0 && c_.idle_hold_us > 0 && (was_rated || idle_at_us_ != UINT64_MAX)) {
+    // Hold the last allocation for a while (PacerConfig::idle_hold_us).
+    if (idle_at_us_ == UINT64_MAX) idle_at_us_ = now_us + c_.idle_hold_us;
+    return std::nullopt;
+  }
+  idle_at_us_ = UINT64_MAX;
+  return set(shaping_bps(host_rate_));
+}
+
+std::optional<double> HostPacer::on_tick(std::uint64_t now_us) {
+  if (now_us >= idle_at_us_) {
+    idle_at_us_ = UINT64_MAX;
+    if (host_rate_ == 0) return set(shaping_bps(0));
+  }
+  if (!leased_ || now_us < lease_until_us_) return std::nullopt;
+  // The sockets' own caps lapse after the same lease: the host goes back
+  // to TCP as a whole.
+  leased_ = false;
+  host_rate_ = 0;
+  idle_at_us_ = UINT64_MAX;
+  return set(c_.link_bps);
+}
+
+namespace {
+
+// Runs argv, waits; its exit status, or -1 when it could not start.
+int run(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid;
+  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string bits(double bps) { return std::to_string(std::llround(bps)) + "bit"; }
+
+// Bytes tbf may queue: TCP small queues keep each socket's share small, so
+// this only has to be large enough never to drop what the sockets hand it.
+constexpr const char* kLimit = "8000000";
+
+}  // namespace
+
+std::string Shaper::line(const char* verb, double bps) const {
+  const std::string b = std::to_string(burst_);
+  // The tbf does the shaping in both layouts: it splits GSO packets larger
+  // than its bucket into frames, where htb would send a 64 KB GSO packet as
+  // one burst into the switch.
+  const std::string where = qdisc_ == Qdisc::kTbf ? " root handle 1:" : " parent 1:2 handle 10:";
+  return std::string("qdisc ") + verb + " dev " + dev_ + where + " tbf rate " + bits(bps) +
+         " burst " + b + " limit " + kLimit;
+}
+
+Shaper::Shaper(std::string dev, Qdisc qdisc, std::uint32_t burst_bytes, double bps,
+               std::uint32_t control_ip, std::uint16_t control_port)
+    : dev_(std::move(dev)), qdisc_(qdisc), burst_(burst_bytes) {
+  if (dev_.empty() || dev_.find_first_of(" \t\n/") != std::string::npos) {
+    throw std::runtime_error("bad device name '" + dev_ + "'");
+  }
+  const auto split = [](const std::string& l) {
+    std::vector<std::string> v{"tc"};
+    std::size_t i = 0;
+    while (i < l.size()) {
+      const std::size_t j = l.find(' ', i);
+      v.push_back(l.substr(i, j - i));
+      i = j == std::string::npos ? l.size() : j + 1;
+    }
+    return v;
+  };
+  // Class 1:2 (the default) is the host's data at its rate; 1:1, only by
+  // the filter, is control traffic, never held behind it.
+  std::vector<std::vector<std::string>> steps;
+  if (qdisc_ == Qdisc::kTbf) {
+    steps.push_back(split(line("replace", bps)));
+  } else {
+    // htb only classifies: both classes may use the whole link.
+    steps = {{"tc", "qdisc", "replace", "dev", dev_, "root", "handle", "1:", "htb", "default", "2"},
+             split("class add dev " + dev_ + " parent 1: classid 1:2 htb rate " + bits(bps) +
+                   " ceil " + bits(bps)),
+             split(line("add", bps))};
+  }
+  if (qdisc_ == Qdisc::kHtb && control_ip != 0) {
+    const std::string ip = std::to_string(control_ip >> 24) + "." +
+                           std::to_string(control_ip >> 16 & 255) + "." +
+                           std::to_string(control_ip >> 8 & 255) + "." +
+                           std::to_string(control_ip & 255) + "/32";
+    steps.push_back(split("class add dev " + dev_ + " parent 1: classid 1:1 htb rate " +
+                          bits(bps) + " ceil " + bits(bps)));
+    steps.push_back({"tc", "filter", "add", "dev", dev_, "parent", "1:", "protocol", "ip",
+                     "prio", "1", "u32", "match", "ip", "dst", ip, "match", "ip", "dport",
+                     std::to_string(control_port), "0xffff", "flowid", "1:1"});
+  }
+  for (const auto& step : steps) {
+    const int rc = run(step);
+    if (rc == 0) continue;
+    (void)run({"tc", "qdisc", "del", "dev", dev_, "root"});
+    throw std::runtime_error(
+        rc < 0 ? "cannot run tc (is iproute2 installed?)"
+               : "tc could not shape " + dev_ + " (" + step[1] + " " + step[2] +
+                     "): does the device exist, and do we have CAP_NET_ADMIN?");
+  }
+  // A write to a tc that died must fail, not kill us.
+  std::signal(SIGPIPE, SIG_IGN);
+  tc_ = popen("exec tc -force -batch -", "w");
+  if (tc_ == nullptr) throw std::runtime_error("cannot start tc -batch");
+}
+
+Shaper::~Shaper() {
+  if (tc_ != nullptr) pclose(tc_);
+  (void)run({"tc", "qdisc", "del", "dev", dev_, "root"});
+}
+
+bool Shaper::set(double bps) {
+  const std::string l = line("change", bps) + "\n";
+  if (std::fputs(l.c_str(), tc_) < 0 || std::fflush(tc_) != 0) return false;
+  ++changes_;
+  return true;
+}
+
+}  // namespace flowtune::pacer

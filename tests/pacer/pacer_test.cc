@@ -1,0 +1,112 @@
+// HostPacer: what the host is shaped to, from the allocator's messages and
+// the lease (no tc here: the e2e smoke runs flowtune-pacer for real).
+#include "flowtune/pacer/pacer.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+namespace flowtune::pacer {
+namespace {
+
+PacerConfig config() {
+  PacerConfig c;
+  c.link_bps = 1e9;
+  c.overhead = 1.05;
+  c.margin = 0.02;
+  c.floor_bps = 10e6;
+  c.lease_us = 1'000'000;
+  c.idle_hold_us = 0;
+  return c;
+}
+
+wire::AllocatorMessage told(std::uint64_t host_rate) {
+  wire::AllocatorMessage m;
+  m.host_rate = host_rate;
+  return m;
+}
+
+TEST(HostPacer, ShapesToTheSumOnTheWireWithMarginAndFloor) {
+  HostPacer p(config());
+  // 100 Mbit/s of payload: 100e6 * 1.05 * 1.02 + 10e6 on the wire.
+  const auto bps = p.on_message(told(12'500'000), 0);
+  ASSERT_TRUE(bps.has_value());
+  EXPECT_DOUBLE_EQ(*bps, 100e6 * 1.05 * 1.02 + 10e6);
+  // More than the link is the link.
+  EXPECT_DOUBLE_EQ(p.shaping_bps(200'000'000), 1e9);
+  // Nothing rated: the idle rate (the link by default, or as configured).
+  EXPECT_DOUBLE_EQ(p.shaping_bps(0), 1e9);
+  PacerConfig c = config();
+  c.idle_bps = 50e6;
+  EXPECT_DOUBLE_EQ(HostPacer(c).shaping_bps(0), 50e6);
+}
+
+TEST(HostPacer, ReportsAChangeOnlyWhenTheRateMoves) {
+  HostPacer p(config());
+  EXPECT_TRUE(p.on_message(told(1'000'000), 0).has_value());
+  EXPECT_FALSE(p.on_message(told(1'000'000), 10).has_value());
+  EXPECT_TRUE(p.on_message(told(2'000'000), 20).has_value());
+  EXPECT_EQ(p.host_rate(), 2'000'000u);
+}
+
+TEST(HostPacer, ASilentAllocatorReturnsTheHostToTheLinkRateAfterALease) {
+  HostPacer p(config());
+  ASSERT_TRUE(p.on_message(told(1'000'000), 0).has_value());
+  // Within the lease: nothing happens.
+  EXPECT_FALSE(p.on_tick(999'999).has_value());
+  EXPECT_EQ(p.next_tick_us(), 1'000'000u);
+  // A message extends it.
+  EXPECT_FALSE(p.on_message(told(1'000'000), 500'000).has_value());
+  EXPECT_FALSE(p.on_tick(1'400'000).has_value());
+  // Past it: the link rate, once.
+  const auto bps = p.on_tick(1'500'000);
+  ASSERT_TRUE(bps.has_value());
+  EXPECT_DOUBLE_EQ(*bps, 1e9);
+  EXPECT_FALSE(p.leased());
+  EXPECT_FALSE(p.on_tick(3'000'000).has_value());
+  EXPECT_EQ(p.next_tick_us(), UINT64_MAX);
+}
+
+TEST(HostPacer, AnIdleHostKeepsItsLastRateForTheHoldThenGoesIdle) {
+  PacerConfig c = config();
+  c.idle_hold_us = 100'000;
+  c.idle_bps = 0;  // the link
+  HostPacer p(c);
+  const double rated = *p.on_message(told(12'500'000), 0);
+  // The last flow ends: the rate is held.
+  EXPECT_FALSE(p.on_message(told(0), 10'000).has_value());
+  EXPECT_DOUBLE_EQ(p.current_bps(), rated);
+  EXPECT_EQ(p.next_tick_us(), 110'000u);
+  // A refresh within the hold does not restart it.
+  EXPECT_FALSE(p.on_message(told(0), 50'000).has_value());
+  EXPECT_FALSE(p.on_tick(109'999).has_value());
+  // The hold ends: the idle rate.
+  const auto idle = p.on_tick(110'000);
+  ASSERT_TRUE(idle.has_value());
+  EXPECT_DOUBLE_EQ(*idle, 1e9);
+  // A new rated flow within a hold cancels it.
+  ASSERT_TRUE(p.on_message(told(1'000'000), 200'000).has_value());
+  EXPECT_FALSE(p.on_message(told(0), 210'000).has_value());
+  ASSERT_TRUE(p.on_message(told(2'000'000), 220'000).has_value());
+  EXPECT_FALSE(p.on_tick(310'000).has_value());
+  EXPECT_EQ(p.host_rate(), 2'000'000u);
+}
+
+TEST(HostPacer, BadConfigurationsAreRefusedByName) {
+  PacerConfig c = config();
+  EXPECT_NO_THROW(validate(c));
+  c.burst_bytes = 1000;
+  EXPECT_THROW(validate(c), std::invalid_argument);
+  c = config();
+  c.margin = -0.1;
+  EXPECT_THROW(validate(c), std::invalid_argument);
+  c = config();
+  c.floor_bps = 2e9;
+  EXPECT_THROW(validate(c), std::invalid_argument);
+  c = config();
+  c.link_bps = 0;
+  EXPECT_THROW(validate(c), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace flowtune::pacer
