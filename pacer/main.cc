@@ -46,9 +46,9 @@ options:
                          topology (required; default $FLOWTUNE_HOST)
   --allocator ENDPOINT   default $FLOWTUNE_ALLOCATOR or tcp://127.0.0.1:5555
   --link-rate RATE       the host's link, e.g. 1gbit, 100mbit (default 1gbit)
-  --margin F             shape to the sum times (1 + F) (default 0.02)
+  --margin F             shape to the sum times (1 + F) (default 0.01)
   --overhead F           wire bytes per payload byte (default 1514/1448)
-  --floor RATE           added for unscheduled traffic (default 10mbit)
+  --floor RATE           added for unscheduled traffic (default 0)
   --idle-rate RATE       the rate while no flow of the host is rated
                          (default: the link rate)
   --burst BYTES          tbf bucket (default 3028: two full frames)
