@@ -49,6 +49,7 @@ options:
   --margin F             shape to the sum times (1 + F) (default 0.01)
   --overhead F           wire bytes per payload byte (default 1514/1448)
   --floor RATE           added for unscheduled traffic (default 0)
+  --min-rate RATE        never shape below this (default: link rate / 100)
   --idle-rate RATE       the rate while no flow of the host is rated
                          (default: the link rate)
   --burst BYTES          tbf bucket (default 3028: two full frames)
@@ -119,6 +120,7 @@ Options parse(int argc, char** argv) {
     else if (args.is("--margin")) o.config.margin = args.number();
     else if (args.is("--overhead")) o.config.overhead = args.number();
     else if (args.is("--floor")) o.config.floor_bps = parse_rate(args);
+    else if (args.is("--min-rate")) o.config.min_bps = parse_rate(args);
     else if (args.is("--idle-rate")) o.config.idle_bps = parse_rate(args);
     else if (args.is("--burst")) o.config.burst_bytes = static_cast<std::uint32_t>(args.number());
     else if (args.is("--idle-hold-ms")) o.config.idle_hold_us = static_cast<std::uint64_t>(args.number() * 1000);
@@ -247,13 +249,24 @@ int run(const Options& o) {
   constexpr std::uint64_t kHeartbeatUs = 1'000'000;
   bool registered = false, told_unknown = false, said_registered = false;
   std::uint64_t epoch = 0, backoff_us = 10'000, next_send_us = 0;
+  double applied = o.config.link_bps;
   const auto apply = [&](std::optional<double> bps, const char* why) {
     if (!bps) return true;
+    const bool raised = *bps > applied;
+    applied = *bps;
     if (o.verbose) {
       std::fprintf(stderr, "flowtune-pacer: %s: %s now %.1f Mbit/s (host rate %.1f Mbit/s)\n",
                    why, o.dev.c_str(), *bps / 1e6, static_cast<double>(state.host_rate()) * 8e-6);
     }
-    return shaper.set(*bps);
+    if (!shaper.set(*bps)) return false;
+    // tbf does not re-arm a timer set at the old, lower rate: a frame of
+    // our own through DEV runs the qdisc now (in the tbf layout our control
+    // traffic goes through it), so the raised rate applies at once.
+    if (raised && registered) {
+      link.send({wire::Heartbeat{}});
+      next_send_us = now_us() + kHeartbeatUs;
+    }
+    return true;
   };
   while (g_stop == 0) {
     const std::uint64_t now = now_us();

@@ -19,6 +19,8 @@ EXPERIMENTS = [
                                      ("queue_p99_ms", "queue p99 (ms)", "%.2f"),
                                      ("ping_p99_ms", "ping p99 (ms)", "%.2f"),
                                      ("drop_fraction", "dropped", "%.4f"),
+                                     ("rate_latency_p50_us", "rate latency p50 (µs)", "%d"),
+                                     ("rate_latency_p99_us", "p99 (µs)", "%d"),
                                      ("incomplete_runs", "runs timed out", "%d")]),
     ("convergence", "summary_by_buffer", [("converge_ms_median", "median (ms)", "%.0f"),
                            ("converge_ms_p90", "p90 (ms)", "%.0f"),
@@ -34,7 +36,7 @@ EXPERIMENTS = [
 
 
 # Counts, not figures of merit: no ratio.
-NO_RATIO = {"incomplete_runs", "never_converged"}
+NO_RATIO = {"incomplete_runs", "never_converged", "rate_latency_p50_us", "rate_latency_p99_us"}
 
 
 def cell(key, v, fmt, ft):

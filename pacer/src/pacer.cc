@@ -23,6 +23,8 @@ void validate(const PacerConfig& c) {
   need(c.margin >= 0 && c.margin <= 1, "margin must be within [0, 1]");
   need(c.floor_bps >= 0 && c.floor_bps <= c.link_bps, "floor must be within [0, link rate]");
   need(c.idle_bps >= 0 && c.idle_bps <= c.link_bps, "idle rate must be within [0, link rate]");
+  need(c.min_bps >= 0 && c.min_bps <= c.link_bps, "minimum rate must be within [0, link rate]");
+  need(c.lower_hysteresis >= 0 && c.lower_hysteresis < 1, "hysteresis must be within [0, 1)");
   need(c.burst_bytes >= 1600 && c.burst_bytes <= (64u << 20),
        "burst must hold a full frame (1600 bytes at least) and at most 64 MiB");
   need(c.lease_us > 0, "lease must be positive");
@@ -31,7 +33,8 @@ void validate(const PacerConfig& c) {
 double HostPacer::shaping_bps(std::uint64_t host_rate) const {
   if (host_rate == 0) return c_.idle_bps > 0 ? c_.idle_bps : c_.link_bps;
   const double wire = static_cast<double>(host_rate) * 8.0 * c_.overhead * (1.0 + c_.margin);
-  return std::clamp(wire + c_.floor_bps, c_.floor_bps, c_.link_bps);
+  const double lowest = std::max(c_.min_bps > 0 ? c_.min_bps : c_.link_bps / 100, c_.floor_bps);
+  return std::clamp(wire + c_.floor_bps, std::min(lowest, c_.link_bps), c_.link_bps);
 }
 
 std::optional<double> HostPacer::set(double bps) {
@@ -53,7 +56,16 @@ std::optional<double> HostPacer::on_message(const wire::AllocatorMessage& m,
     return std::nullopt;
   }
   idle_at_us_ = UINT64_MAX;
-  return set(shaping_bps(host_rate_));
+  const double want = shaping_bps(host_rate_);
+  // A raise applies at once (the host must not be held below its
+  // allocation); a small cut waits: every change costs a tc call and a
+  // wake-up on a busy host, and a tbf a little above the allocation
+  // loosens the bound only by that much.
+  if (host_rate_ > 0 && was_rated && want < current_bps_ &&
+      want >= current_bps_ * (1 - c_.lower_hysteresis)) {
+    return std::nullopt;
+  }
+  return set(want);
 }
 
 std::optional<double> HostPacer::on_tick(std::uint64_t now_us) {

@@ -17,6 +17,7 @@ PacerConfig config() {
   c.floor_bps = 10e6;
   c.lease_us = 1'000'000;
   c.idle_hold_us = 0;
+  c.lower_hysteresis = 0;
   return c;
 }
 
@@ -32,6 +33,14 @@ TEST(HostPacer, ShapesToTheSumOnTheWireWithMarginAndFloor) {
   const auto bps = p.on_message(told(12'500'000), 0);
   ASSERT_TRUE(bps.has_value());
   EXPECT_DOUBLE_EQ(*bps, 100e6 * 1.05 * 1.02 + 10e6);
+  // A tiny allocation is shaped to a hundredth of the link at least.
+  HostPacer q(config());
+  EXPECT_NEAR(q.shaping_bps(10), 10e6, 100);  // the floor plus next to nothing
+  PacerConfig c0 = config();
+  c0.floor_bps = 0;
+  EXPECT_DOUBLE_EQ(HostPacer(c0).shaping_bps(10), 1e9 / 100);
+  c0.min_bps = 1e6;
+  EXPECT_DOUBLE_EQ(HostPacer(c0).shaping_bps(10), 1e6);
   // More than the link is the link.
   EXPECT_DOUBLE_EQ(p.shaping_bps(200'000'000), 1e9);
   // Nothing rated: the idle rate (the link by default, or as configured).
@@ -47,6 +56,22 @@ TEST(HostPacer, ReportsAChangeOnlyWhenTheRateMoves) {
   EXPECT_FALSE(p.on_message(told(1'000'000), 10).has_value());
   EXPECT_TRUE(p.on_message(told(2'000'000), 20).has_value());
   EXPECT_EQ(p.host_rate(), 2'000'000u);
+}
+
+TEST(HostPacer, RaisesApplyAtOnceAndSmallCutsWait) {
+  PacerConfig c = config();
+  c.lower_hysteresis = 0.05;
+  HostPacer p(c);
+  const double first = *p.on_message(told(12'500'000), 0);
+  // 3% less: kept.
+  EXPECT_FALSE(p.on_message(told(12'125'000), 10).has_value());
+  EXPECT_DOUBLE_EQ(p.current_bps(), first);
+  // 10% less: applied.
+  EXPECT_TRUE(p.on_message(told(11'250'000), 20).has_value());
+  // Any raise: applied.
+  const auto up = p.on_message(told(11'300'000), 30);
+  ASSERT_TRUE(up.has_value());
+  EXPECT_GT(*up, p.shaping_bps(11'250'000));
 }
 
 TEST(HostPacer, ASilentAllocatorReturnsTheHostToTheLinkRateAfterALease) {

@@ -39,6 +39,15 @@ struct PacerConfig {
   // Added for traffic the allocator does not schedule (mice, control); it
   // is given to every host, scheduled or not, so it costs fairness too.
   double floor_bps = 0;
+  // Never shaped below this (0 = link_bps / 100). tbf arms its timer for
+  // the next frame at the rate of the moment, and a change does not re-arm
+  // it: after a brief drop to a tiny allocation, a raised rate would wait
+  // for that timer (a frame at 100 kbit/s: 120 ms). At a hundredth of the
+  // link the wait is at most 1.2 ms.
+  double min_bps = 0;
+  // A lower rate is applied only once it is this fraction below the one in
+  // force (raises always are): fewer tc calls while flows come and go.
+  double lower_hysteresis = 0.05;
   // The rate while the host has no rated flow (new flowlets start before
   // their rates arrive): the link by default.
   double idle_bps = 0;  // 0 = link_bps
