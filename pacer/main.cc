@@ -38,7 +38,8 @@ bypasses the tbf (a prio band of its own), so control messages never wait
 behind data. Needs root (tc) and runs in
 the host's network namespace, one per host. The qdisc is removed on exit
 (SIGTERM, SIGINT); if the allocator goes silent for a lease, DEV is shaped to
-the link rate until it answers again.
+the link rate until it answers again. Killed outright (SIGKILL), it leaves its
+qdisc: starting it again replaces it.
 
 options:
   --dev DEV              the host's egress device (required)
@@ -142,7 +143,7 @@ Options parse(int argc, char** argv) {
 
 class Link {
  public:
-  Link(const std::string& endpoint) {
+  explicit Link(const std::string& endpoint) {
     ctx_ = zmq_ctx_new();
     sock_ = ctx_ != nullptr ? zmq_socket(ctx_, ZMQ_DEALER) : nullptr;
     const int linger = 0;

@@ -105,8 +105,8 @@ void Allocator::on_message(std::string_view peer, std::span<const std::uint8_t> 
       return;
     }
     if (e->pacer && !std::holds_alternative<wire::Heartbeat>(ev)) {
-      refuse(peer, e, Cause::kBadValue, "a host pacer holds no flows: it sends hello and heartbeats only",
-             0, now_us);
+      refuse(peer, e, Cause::kBadValue,
+             "a host pacer holds no flows: it sends hello and heartbeats only", 0, now_us);
       continue;
     }
     if (const auto* s = std::get_if<wire::FlowletStart>(&ev)) {
@@ -242,13 +242,16 @@ void Allocator::set_sent(alloc::FlowId id, std::uint64_t rate) {
   host_sent_[h] += rate - sent_[id];
   sent_[id] = rate;
   if (pacers_.empty() || !pacers_.contains(h)) return;  // the common case: no pacer
-  if (std::find(pacer_dirty_.begin(), pacer_dirty_.end(), h) == pacer_dirty_.end()) {
+  if (h >= pacer_marked_.size()) pacer_marked_.resize(static_cast<std::size_t>(h) + 1, 0);
+  if (pacer_marked_[h] == 0) {
+    pacer_marked_[h] = 1;
     pacer_dirty_.push_back(h);
   }
 }
 
 void Allocator::tell_pacers() {
   for (alloc::HostId h : pacer_dirty_) {
+    pacer_marked_[h] = 0;
     const auto it = pacers_.find(h);
     if (it == pacers_.end()) continue;
     for (EndpointIdx idx : it->second) {

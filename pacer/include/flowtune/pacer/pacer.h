@@ -46,8 +46,11 @@ struct PacerConfig {
   // link the wait is at most 1.2 ms.
   double min_bps = 0;
   // A lower rate is applied only once it is this fraction below the one in
-  // force (raises always are): fewer tc calls while flows come and go.
-  double lower_hysteresis = 0.05;
+  // force (raises always are): fewer tc calls while flows come and go. Off
+  // by default: hosts' tbfs then add up past what the allocator scheduled
+  // (5% on top of 97.3% of the wire), and coflow rounds dropped packets
+  // again (up to 695 a round).
+  double lower_hysteresis = 0;
   // The rate while the host has no rated flow (new flowlets start before
   // their rates arrive): the link by default.
   double idle_bps = 0;  // 0 = link_bps

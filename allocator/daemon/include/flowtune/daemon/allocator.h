@@ -252,6 +252,7 @@ class Allocator {
   std::vector<std::uint64_t> host_sent_;
   std::unordered_map<alloc::HostId, std::vector<EndpointIdx>> pacers_;
   std::vector<alloc::HostId> pacer_dirty_;
+  std::vector<char> pacer_marked_;  // by HostId: already in pacer_dirty_
 
   // Replies to peers that are not (or no longer) registered endpoints.
   std::unordered_map<std::string, wire::AllocatorMessage> stray_;
