@@ -50,7 +50,7 @@ options:
   --margin F             shape to the sum times (1 + F) (default 0.01)
   --overhead F           wire bytes per payload byte (default 1514/1448)
   --floor RATE           added for unscheduled traffic (default 0)
-  --min-rate RATE        never shape below this (default: link rate / 100)
+  --min-rate RATE        never shape an allocation below this (default 0)
   --idle-rate RATE       the rate while no flow of the host is rated
                          (default: the link rate)
   --burst BYTES          tbf bucket (default 3028: two full frames)
@@ -250,24 +250,13 @@ int run(const Options& o) {
   constexpr std::uint64_t kHeartbeatUs = 1'000'000;
   bool registered = false, told_unknown = false, said_registered = false;
   std::uint64_t epoch = 0, backoff_us = 10'000, next_send_us = 0;
-  double applied = o.config.link_bps;
   const auto apply = [&](std::optional<double> bps, const char* why) {
     if (!bps) return true;
-    const bool raised = *bps > applied;
-    applied = *bps;
     if (o.verbose) {
       std::fprintf(stderr, "flowtune-pacer: %s: %s now %.1f Mbit/s (host rate %.1f Mbit/s)\n",
                    why, o.dev.c_str(), *bps / 1e6, static_cast<double>(state.host_rate()) * 8e-6);
     }
-    if (!shaper.set(*bps)) return false;
-    // tbf does not re-arm a timer set at the old, lower rate: a frame of
-    // our own through DEV runs the qdisc now (in the tbf layout our control
-    // traffic goes through it), so the raised rate applies at once.
-    if (raised && registered) {
-      link.send({wire::Heartbeat{}});
-      next_send_us = now_us() + kHeartbeatUs;
-    }
-    return true;
+    return shaper.set(*bps);
   };
   while (g_stop == 0) {
     const std::uint64_t now = now_us();

@@ -33,7 +33,7 @@ void validate(const PacerConfig& c) {
 double HostPacer::shaping_bps(std::uint64_t host_rate) const {
   if (host_rate == 0) return c_.idle_bps > 0 ? c_.idle_bps : c_.link_bps;
   const double wire = static_cast<double>(host_rate) * 8.0 * c_.overhead * (1.0 + c_.margin);
-  const double lowest = std::max(c_.min_bps > 0 ? c_.min_bps : c_.link_bps / 100, c_.floor_bps);
+  const double lowest = std::max(c_.min_bps, c_.floor_bps);
   return std::clamp(wire + c_.floor_bps, std::min(lowest, c_.link_bps), c_.link_bps);
 }
 

@@ -33,12 +33,12 @@ TEST(HostPacer, ShapesToTheSumOnTheWireWithMarginAndFloor) {
   const auto bps = p.on_message(told(12'500'000), 0);
   ASSERT_TRUE(bps.has_value());
   EXPECT_DOUBLE_EQ(*bps, 100e6 * 1.05 * 1.02 + 10e6);
-  // A tiny allocation is shaped to a hundredth of the link at least.
+  // A tiny allocation: the floor plus next to nothing, or the minimum.
   HostPacer q(config());
-  EXPECT_NEAR(q.shaping_bps(10), 10e6, 100);  // the floor plus next to nothing
+  EXPECT_NEAR(q.shaping_bps(10), 10e6, 100);
   PacerConfig c0 = config();
   c0.floor_bps = 0;
-  EXPECT_DOUBLE_EQ(HostPacer(c0).shaping_bps(10), 1e9 / 100);
+  EXPECT_NEAR(HostPacer(c0).shaping_bps(10), 10 * 8 * 1.05 * 1.02, 1e-6);
   c0.min_bps = 1e6;
   EXPECT_DOUBLE_EQ(HostPacer(c0).shaping_bps(10), 1e6);
   // More than the link is the link.

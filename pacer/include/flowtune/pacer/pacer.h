@@ -39,11 +39,13 @@ struct PacerConfig {
   // Added for traffic the allocator does not schedule (mice, control); it
   // is given to every host, scheduled or not, so it costs fairness too.
   double floor_bps = 0;
-  // Never shaped below this (0 = link_bps / 100). tbf arms its timer for
-  // the next frame at the rate of the moment, and a change does not re-arm
-  // it: after a brief drop to a tiny allocation, a raised rate would wait
-  // for that timer (a frame at 100 kbit/s: 120 ms). At a hundredth of the
-  // link the wait is at most 1.2 ms.
+  // An allocation is never shaped below this (0: no minimum). tbf arms its
+  // timer for the next frame at the rate of the moment; should a change not
+  // re-arm it, a raise after a cut to a tiny allocation would wait for that
+  // timer (a frame at 100 kbit/s: 120 ms), and a minimum bounds the wait.
+  // Off by default: no such stall was measured, and a full run with a
+  // minimum of link / 100 dropped packets in 14 of 40 shallow rounds where
+  // the run without had none.
   double min_bps = 0;
   // A lower rate is applied only once it is this fraction below the one in
   // force (raises always are): fewer tc calls while flows come and go. Off
