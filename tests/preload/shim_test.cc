@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
+#include <sstream>
 #include <mutex>
 #include <thread>
 
@@ -161,9 +163,9 @@ TEST_P(ShimTest, BytesArriveIntactAndTheAllocatorSeesTheFlowlets) {
   if (GetParam().rfind("close", 0) == 0) {
     EXPECT_GT(max_rate_, 0u) << "never paced";
   }
-  // Nine processes writing one socket hold one flow: it moves at the whole
-  // link's rate (123.75 MB/s scheduled), not a ninth of it as nine flows
-  // would (the sender reports bytes / time for this mode).
+  // Nine processes writing one socket hold one flow: its cap is the whole
+  // link's rate (123.75 MB/s scheduled), never a ninth of it as nine flows
+  // would get (the sender reports the lowest cap it saw for this mode).
   if (GetParam() == "forkshare") {
     EXPECT_GT(max_rate_, 50'000'000u) << "the socket was counted as several flows";
   }
@@ -261,6 +263,30 @@ int free_port(std::uint32_t ip) {
 
 bool have(const char* tool) { return ::access(tool, X_OK) == 0; }
 
+// Waits (up to 20 s) until a TCP socket listens on `port`: a server started
+// under the shim can take seconds to come up on a loaded machine, and a
+// probe connection would use up a one-shot server (iperf3 -1), so the
+// kernel's table is read instead.
+bool wait_listening(int port) {
+  char want[8];
+  std::snprintf(want, sizeof want, ":%04X", port);
+  for (int i = 0; i < 1000; ++i) {
+    std::ifstream tcp("/proc/net/tcp");
+    std::string line;
+    std::getline(tcp, line);  // the header
+    while (std::getline(tcp, line)) {
+      std::istringstream f(line);
+      std::string slot, local, remote, state;
+      f >> slot >> local >> remote >> state;
+      if (state == "0A" && local.size() > 5 && local.compare(local.size() - 5, 5, want) == 0) {
+        return true;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 // Each real program runs against a live allocator (true) and with the
 // allocator down (false): it must behave the same, bytes intact, either way.
 class RealProgram : public ::testing::TestWithParam<bool> {
@@ -289,7 +315,7 @@ TEST_P(RealProgram, Iperf3) {
   const int port = free_port(0x7f000002);
   const std::string srv = "iperf3 -s -1 -B 127.0.0.2 -p " + std::to_string(port);
   FILE* server = ::popen(srv.c_str(), "r");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(wait_listening(port)) << "iperf3 -s never listened";
   const Output o = run(run_under("iperf3 -c 127.0.0.2 -p " + std::to_string(port) +
                                  " -B 127.0.0.1 -t 1 2>&1"));
   ::pclose(server);
@@ -309,7 +335,7 @@ TEST_P(RealProgram, PythonHttpServerToCurl) {
   const std::string srv = run_under("python3 -m http.server " + std::to_string(port) +
                                     " --bind 127.0.0.2 --directory " + dir + " 2>/dev/null");
   FILE* server = ::popen(("exec " + srv).c_str(), "r");
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_TRUE(wait_listening(port)) << "python3 -m http.server never listened";
   const Output o = run("curl -sS --interface 127.0.0.1 -o " + file + ".got http://127.0.0.2:" +
                        std::to_string(port) + "/blob 2>&1 && cmp " + file + " " + file + ".got");
   ::system(("pkill -f 'http.server " + std::to_string(port) + "'").c_str());
@@ -341,7 +367,7 @@ TEST_P(RealProgram, NginxSendfileAndWritevToCurl) {
                         << "  scgi_temp_path " << d << "/s;\n"
                         << "  server { listen 127.0.0.2:" << port << "; root " << d << "; } }\n";
     FILE* server = ::popen(("exec " + run_under("/usr/sbin/nginx -c " + conf + " 2>&1")).c_str(), "r");
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_TRUE(wait_listening(port)) << "nginx never listened";
     const Output o = run("curl -sS --interface 127.0.0.1 -o " + d + "/got http://127.0.0.2:" +
                          std::to_string(port) + "/blob 2>&1 && cmp " + d + "/blob " + d + "/got");
     ::system(("pkill -TERM -f 'nginx -c " + conf + "'").c_str());
