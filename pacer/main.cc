@@ -53,7 +53,11 @@ options:
   --min-rate RATE        never shape an allocation below this (default 0)
   --idle-rate RATE       the rate while no flow of the host is rated
                          (default: the link rate)
-  --burst BYTES          tbf bucket (default 3028: two full frames)
+  --burst BYTES          the smallest tbf bucket, and an idle host's
+                         (default 3028: two full frames)
+  --burst-us US          an allocated host's bucket: US microseconds at its
+                         rate, at least --burst (default 0: --burst
+                         always)
   --idle-hold-ms MS      keep the host's last rate this long after its last
                          rated flow ends (default 100)
   --lease-ms MS          shape to the allocator's rate this long after its
@@ -123,7 +127,8 @@ Options parse(int argc, char** argv) {
     else if (args.is("--floor")) o.config.floor_bps = parse_rate(args);
     else if (args.is("--min-rate")) o.config.min_bps = parse_rate(args);
     else if (args.is("--idle-rate")) o.config.idle_bps = parse_rate(args);
-    else if (args.is("--burst")) o.config.burst_bytes = static_cast<std::uint32_t>(args.number());
+    else if (args.is("--burst")) o.config.burst_bytes = static_cast<std::uint32_t>(args.count(64u << 20));
+    else if (args.is("--burst-us")) o.config.burst_us = args.count(1'000'000);
     else if (args.is("--idle-hold-ms")) o.config.idle_hold_us = static_cast<std::uint64_t>(args.number() * 1000);
     else if (args.is("--lease-ms")) o.config.lease_us = static_cast<std::uint64_t>(args.number() * 1000);
     else if (args.is("--qdisc")) o.qdisc = args.choice<pacer::Qdisc>({{"tbf", pacer::Qdisc::kTbf}, {"htb", pacer::Qdisc::kHtb}});
@@ -241,8 +246,12 @@ int run(const Options& o) {
   const int pidfd = watch_pid(o.while_pid);
   pacer::HostPacer state(o.config);
   const auto [control_ip, control_port] = control_address(o.allocator);
-  pacer::Shaper shaper(o.dev, o.qdisc, o.config.burst_bytes, o.config.link_bps, control_ip,
-                       control_port);
+  // Until the allocator answers, the host runs as if unpaced: the link's rate
+  // and bucket.
+  const pacer::Shape unshaped{o.config.link_bps,
+                              state.bucket_bytes(o.config.link_bps, /*allocated=*/true)};
+  pacer::Shaper shaper(o.dev, o.qdisc, o.config.link_bps, o.config.burst_bytes, unshaped,
+                       control_ip, control_port);
   Link link(o.allocator);
   std::mt19937_64 rng(std::random_device{}());
   const std::string id = "pacer-" + o.host + "-" + std::to_string(getpid()) + "-" +
@@ -250,13 +259,15 @@ int run(const Options& o) {
   constexpr std::uint64_t kHeartbeatUs = 1'000'000;
   bool registered = false, told_unknown = false, said_registered = false;
   std::uint64_t epoch = 0, backoff_us = 10'000, next_send_us = 0;
-  const auto apply = [&](std::optional<double> bps, const char* why) {
-    if (!bps) return true;
+  const auto apply = [&](std::optional<pacer::Shape> s, const char* why) {
+    if (!s) return true;
     if (o.verbose) {
-      std::fprintf(stderr, "flowtune-pacer: %s: %s now %.1f Mbit/s (host rate %.1f Mbit/s)\n",
-                   why, o.dev.c_str(), *bps / 1e6, static_cast<double>(state.host_rate()) * 8e-6);
+      std::fprintf(stderr,
+                   "flowtune-pacer: %s: %s now %.1f Mbit/s, bucket %u B (host rate %.1f Mbit/s)\n",
+                   why, o.dev.c_str(), s->bps / 1e6, s->burst_bytes,
+                   static_cast<double>(state.host_rate()) * 8e-6);
     }
-    return shaper.set(*bps);
+    return shaper.set(*s);
   };
   while (g_stop == 0) {
     const std::uint64_t now = now_us();

@@ -27,6 +27,7 @@ void validate(const PacerConfig& c) {
   need(c.lower_hysteresis >= 0 && c.lower_hysteresis < 1, "hysteresis must be within [0, 1)");
   need(c.burst_bytes >= 1600 && c.burst_bytes <= (64u << 20),
        "burst must hold a full frame (1600 bytes at least) and at most 64 MiB");
+  need(c.burst_us <= 1'000'000, "burst time must be at most 1 s");
   need(c.lease_us > 0, "lease must be positive");
 }
 
@@ -37,14 +38,21 @@ double HostPacer::shaping_bps(std::uint64_t host_rate) const {
   return std::clamp(wire + c_.floor_bps, std::min(lowest, c_.link_bps), c_.link_bps);
 }
 
-std::optional<double> HostPacer::set(double bps) {
-  if (bps == current_bps_) return std::nullopt;
-  current_bps_ = bps;
-  return bps;
+std::uint32_t HostPacer::bucket_bytes(double bps, bool allocated) const {
+  if (!allocated || c_.burst_us == 0) return c_.burst_bytes;
+  const double b = bps * static_cast<double>(c_.burst_us) / 8e6;
+  return static_cast<std::uint32_t>(std::clamp(b, double(c_.burst_bytes), double(64u << 20)));
 }
 
-std::optional<double> HostPacer::on_message(const wire::AllocatorMessage& m,
-                                            std::uint64_t now_us) {
+std::optional<Shape> HostPacer::set(double bps, bool allocated) {
+  const Shape s{bps, bucket_bytes(bps, allocated)};
+  if (s == current_) return std::nullopt;
+  current_ = s;
+  return s;
+}
+
+std::optional<Shape> HostPacer::on_message(const wire::AllocatorMessage& m,
+                                           std::uint64_t now_us) {
   // Every message to a pacer carries the host's rate; it lasts a lease.
   const bool was_rated = leased_ && host_rate_ > 0;
   host_rate_ = m.host_rate;
@@ -61,25 +69,25 @@ std::optional<double> HostPacer::on_message(const wire::AllocatorMessage& m,
   // allocation); a small cut waits: every change costs a tc call and a
   // wake-up on a busy host, and a tbf a little above the allocation
   // loosens the bound only by that much.
-  if (host_rate_ > 0 && was_rated && want < current_bps_ &&
-      want >= current_bps_ * (1 - c_.lower_hysteresis)) {
+  if (host_rate_ > 0 && was_rated && want < current_.bps &&
+      want >= current_.bps * (1 - c_.lower_hysteresis)) {
     return std::nullopt;
   }
-  return set(want);
+  return set(want, host_rate_ > 0);
 }
 
-std::optional<double> HostPacer::on_tick(std::uint64_t now_us) {
+std::optional<Shape> HostPacer::on_tick(std::uint64_t now_us) {
   if (now_us >= idle_at_us_) {
     idle_at_us_ = UINT64_MAX;
-    if (host_rate_ == 0) return set(shaping_bps(0));
+    if (host_rate_ == 0) return set(shaping_bps(0), false);
   }
   if (!leased_ || now_us < lease_until_us_) return std::nullopt;
   // The sockets' own caps lapse after the same lease: the host goes back
-  // to TCP as a whole.
+  // to TCP as a whole (with the link's bucket: unshaped, as far as it can be).
   leased_ = false;
   host_rate_ = 0;
   idle_at_us_ = UINT64_MAX;
-  return set(c_.link_bps);
+  return set(c_.link_bps, true);
 }
 
 namespace {
@@ -104,21 +112,27 @@ std::string bits(double bps) { return std::to_string(std::llround(bps)) + "bit";
 // this only has to be large enough never to drop what the sockets hand it.
 constexpr const char* kLimit = "8000000";
 
+// The peak rate, in links: high enough that its bucket of frame_bytes refills
+// between any two dequeues (3028 bytes at 1 Tbit/s: 24 ns), so only the
+// bucket's size, never its rate, matters.
+constexpr double kPeakTimes = 1000;
+
 }  // namespace
 
-std::string Shaper::line(const char* verb, double bps) const {
-  const std::string b = std::to_string(burst_);
+std::string tbf_line(const std::string& dev, Qdisc qdisc, double link_bps,
+                     std::uint32_t frame_bytes, const char* verb, const Shape& s) {
   // The tbf does the shaping in both layouts: it splits GSO packets larger
-  // than its bucket into frames, where htb would send a 64 KB GSO packet as
-  // one burst into the switch.
-  const std::string where = qdisc_ == Qdisc::kTbf ? " root handle 1:" : " parent 1:2 handle 10:";
-  return std::string("qdisc ") + verb + " dev " + dev_ + where + " tbf rate " + bits(bps) +
-         " burst " + b + " limit " + kLimit;
+  // than its peak bucket into frames, where htb would send a 64 KB GSO
+  // packet as one burst into the switch.
+  const std::string where = qdisc == Qdisc::kTbf ? " root handle 1:" : " parent 1:2 handle 10:";
+  return std::string("qdisc ") + verb + " dev " + dev + where + " tbf rate " + bits(s.bps) +
+         " burst " + std::to_string(s.burst_bytes) + " peakrate " + bits(link_bps * kPeakTimes) +
+         " mtu " + std::to_string(frame_bytes) + " limit " + kLimit;
 }
 
-Shaper::Shaper(std::string dev, Qdisc qdisc, std::uint32_t burst_bytes, double bps,
-               std::uint32_t control_ip, std::uint16_t control_port)
-    : dev_(std::move(dev)), qdisc_(qdisc), burst_(burst_bytes) {
+Shaper::Shaper(std::string dev, Qdisc qdisc, double link_bps, std::uint32_t frame_bytes,
+               Shape initial, std::uint32_t control_ip, std::uint16_t control_port)
+    : dev_(std::move(dev)), qdisc_(qdisc), link_bps_(link_bps), frame_bytes_(frame_bytes) {
   if (dev_.empty() || dev_.find_first_of(" \t\n/") != std::string::npos) {
     throw std::runtime_error("bad device name '" + dev_ + "'");
   }
@@ -136,13 +150,13 @@ Shaper::Shaper(std::string dev, Qdisc qdisc, std::uint32_t burst_bytes, double b
   // the filter, is control traffic, never held behind it.
   std::vector<std::vector<std::string>> steps;
   if (qdisc_ == Qdisc::kTbf) {
-    steps.push_back(split(line("replace", bps)));
+    steps.push_back(split(tbf_line(dev_, qdisc_, link_bps_, frame_bytes_, "replace", initial)));
   } else {
     // htb only classifies: both classes may use the whole link.
     steps = {{"tc", "qdisc", "replace", "dev", dev_, "root", "handle", "1:", "htb", "default", "2"},
-             split("class add dev " + dev_ + " parent 1: classid 1:2 htb rate " + bits(bps) +
-                   " ceil " + bits(bps)),
-             split(line("add", bps))};
+             split("class add dev " + dev_ + " parent 1: classid 1:2 htb rate " +
+                   bits(link_bps_) + " ceil " + bits(link_bps_)),
+             split(tbf_line(dev_, qdisc_, link_bps_, frame_bytes_, "add", initial))};
   }
   if (qdisc_ == Qdisc::kHtb && control_ip != 0) {
     const std::string ip = std::to_string(control_ip >> 24) + "." +
@@ -150,7 +164,7 @@ Shaper::Shaper(std::string dev, Qdisc qdisc, std::uint32_t burst_bytes, double b
                            std::to_string(control_ip >> 8 & 255) + "." +
                            std::to_string(control_ip & 255) + "/32";
     steps.push_back(split("class add dev " + dev_ + " parent 1: classid 1:1 htb rate " +
-                          bits(bps) + " ceil " + bits(bps)));
+                          bits(link_bps_) + " ceil " + bits(link_bps_)));
     steps.push_back({"tc", "filter", "add", "dev", dev_, "parent", "1:", "protocol", "ip",
                      "prio", "1", "u32", "match", "ip", "dst", ip, "match", "ip", "dport",
                      std::to_string(control_port), "0xffff", "flowid", "1:1"});
@@ -175,8 +189,8 @@ Shaper::~Shaper() {
   (void)run({"tc", "qdisc", "del", "dev", dev_, "root"});
 }
 
-bool Shaper::set(double bps) {
-  const std::string l = line("change", bps) + "\n";
+bool Shaper::set(const Shape& s) {
+  const std::string l = tbf_line(dev_, qdisc_, link_bps_, frame_bytes_, "change", s) + "\n";
   if (std::fputs(l.c_str(), tc_) < 0 || std::fflush(tc_) != 0) return false;
   ++changes_;
   return true;

@@ -32,7 +32,7 @@ TEST(HostPacer, ShapesToTheSumOnTheWireWithMarginAndFloor) {
   // 100 Mbit/s of payload: 100e6 * 1.05 * 1.02 + 10e6 on the wire.
   const auto bps = p.on_message(told(12'500'000), 0);
   ASSERT_TRUE(bps.has_value());
-  EXPECT_DOUBLE_EQ(*bps, 100e6 * 1.05 * 1.02 + 10e6);
+  EXPECT_DOUBLE_EQ(bps->bps, 100e6 * 1.05 * 1.02 + 10e6);
   // A tiny allocation: the floor plus next to nothing, or the minimum.
   HostPacer q(config());
   EXPECT_NEAR(q.shaping_bps(10), 10e6, 100);
@@ -62,7 +62,7 @@ TEST(HostPacer, RaisesApplyAtOnceAndSmallCutsWait) {
   PacerConfig c = config();
   c.lower_hysteresis = 0.05;
   HostPacer p(c);
-  const double first = *p.on_message(told(12'500'000), 0);
+  const double first = p.on_message(told(12'500'000), 0)->bps;
   // 3% less: kept.
   EXPECT_FALSE(p.on_message(told(12'125'000), 10).has_value());
   EXPECT_DOUBLE_EQ(p.current_bps(), first);
@@ -71,7 +71,7 @@ TEST(HostPacer, RaisesApplyAtOnceAndSmallCutsWait) {
   // Any raise: applied.
   const auto up = p.on_message(told(11'300'000), 30);
   ASSERT_TRUE(up.has_value());
-  EXPECT_GT(*up, p.shaping_bps(11'250'000));
+  EXPECT_GT(up->bps, p.shaping_bps(11'250'000));
 }
 
 TEST(HostPacer, ASilentAllocatorReturnsTheHostToTheLinkRateAfterALease) {
@@ -86,7 +86,7 @@ TEST(HostPacer, ASilentAllocatorReturnsTheHostToTheLinkRateAfterALease) {
   // Past it: the link rate, once.
   const auto bps = p.on_tick(1'500'000);
   ASSERT_TRUE(bps.has_value());
-  EXPECT_DOUBLE_EQ(*bps, 1e9);
+  EXPECT_DOUBLE_EQ(bps->bps, 1e9);
   EXPECT_FALSE(p.leased());
   EXPECT_FALSE(p.on_tick(3'000'000).has_value());
   EXPECT_EQ(p.next_tick_us(), UINT64_MAX);
@@ -97,7 +97,7 @@ TEST(HostPacer, AnIdleHostKeepsItsLastRateForTheHoldThenGoesIdle) {
   c.idle_hold_us = 100'000;
   c.idle_bps = 0;  // the link
   HostPacer p(c);
-  const double rated = *p.on_message(told(12'500'000), 0);
+  const double rated = p.on_message(told(12'500'000), 0)->bps;
   // The last flow ends: the rate is held.
   EXPECT_FALSE(p.on_message(told(0), 10'000).has_value());
   EXPECT_DOUBLE_EQ(p.current_bps(), rated);
@@ -108,13 +108,67 @@ TEST(HostPacer, AnIdleHostKeepsItsLastRateForTheHoldThenGoesIdle) {
   // The hold ends: the idle rate.
   const auto idle = p.on_tick(110'000);
   ASSERT_TRUE(idle.has_value());
-  EXPECT_DOUBLE_EQ(*idle, 1e9);
+  EXPECT_DOUBLE_EQ(idle->bps, 1e9);
   // A new rated flow within a hold cancels it.
   ASSERT_TRUE(p.on_message(told(1'000'000), 200'000).has_value());
   EXPECT_FALSE(p.on_message(told(0), 210'000).has_value());
   ASSERT_TRUE(p.on_message(told(2'000'000), 220'000).has_value());
   EXPECT_FALSE(p.on_tick(310'000).has_value());
   EXPECT_EQ(p.host_rate(), 2'000'000u);
+}
+
+TEST(HostPacer, TheBucketCoversBurstTimeAtTheAllocationAndStaysSmallWhenIdle) {
+  PacerConfig c = config();
+  c.floor_bps = 0;
+  c.margin = 0;
+  c.overhead = 1;
+  c.burst_bytes = 3028;
+  c.burst_us = 200;
+  HostPacer p(c);
+  // 800 Mbit/s for 200 us: 20 kB.
+  const auto fast = p.on_message(told(100'000'000), 0);
+  ASSERT_TRUE(fast.has_value());
+  EXPECT_DOUBLE_EQ(fast->bps, 800e6);
+  EXPECT_EQ(fast->burst_bytes, 20'000u);
+  // 8 Mbit/s for 200 us is 200 bytes: two frames at least.
+  const auto slow = p.on_message(told(1'000'000), 10);
+  ASSERT_TRUE(slow.has_value());
+  EXPECT_EQ(slow->burst_bytes, 3028u);
+  // Idle (nothing rated, no hold): the link's rate with the small bucket, so
+  // hosts that idled together cannot burst together.
+  const auto idle = p.on_message(told(0), 20);
+  ASSERT_TRUE(idle.has_value());
+  EXPECT_DOUBLE_EQ(idle->bps, 1e9);
+  EXPECT_EQ(idle->burst_bytes, 3028u);
+  // The lease lapses: the link with the link's bucket (as unshaped as tbf gets).
+  const auto lapsed = p.on_tick(2'000'000);
+  ASSERT_TRUE(lapsed.has_value());
+  EXPECT_DOUBLE_EQ(lapsed->bps, 1e9);
+  EXPECT_EQ(lapsed->burst_bytes, 25'000u);
+  // burst_us 0: the constant bucket.
+  c.burst_us = 0;
+  EXPECT_EQ(HostPacer(c).bucket_bytes(800e6, true), 3028u);
+  // The same rate with only the bucket changing is a change.
+  c.burst_us = 200;
+  c.idle_bps = 800e6;
+  HostPacer q(c);
+  ASSERT_TRUE(q.on_message(told(100'000'000), 0).has_value());
+  const auto same_rate = q.on_message(told(0), 10);
+  ASSERT_TRUE(same_rate.has_value());
+  EXPECT_EQ(same_rate->burst_bytes, 3028u);
+}
+
+TEST(Shaper, TheTbfSplitsEveryPacketLargerThanTheSmallestBucket) {
+  // The peak bucket caps what tbf queues whole at the smallest bucket, so a
+  // bucket that shrinks can never strand a GSO packet queued under a larger
+  // one; the peak rate is far above the link, never the limit.
+  const std::string l = tbf_line("eth0", Qdisc::kTbf, 1e9, 3028, "change", Shape{5e8, 20'000});
+  EXPECT_EQ(l,
+            "qdisc change dev eth0 root handle 1: tbf rate 500000000bit burst 20000 "
+            "peakrate 1000000000000bit mtu 3028 limit 8000000");
+  const std::string h = tbf_line("v1", Qdisc::kHtb, 1e8, 3028, "add", Shape{1e6, 3028});
+  EXPECT_NE(h.find("parent 1:2 handle 10: tbf rate 1000000bit burst 3028 "), std::string::npos)
+      << h;
 }
 
 TEST(HostPacer, BadConfigurationsAreRefusedByName) {
@@ -130,6 +184,9 @@ TEST(HostPacer, BadConfigurationsAreRefusedByName) {
   EXPECT_THROW(validate(c), std::invalid_argument);
   c = config();
   c.link_bps = 0;
+  EXPECT_THROW(validate(c), std::invalid_argument);
+  c = config();
+  c.burst_us = 2'000'000;
   EXPECT_THROW(validate(c), std::invalid_argument);
 }
 

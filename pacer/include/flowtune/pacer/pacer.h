@@ -61,14 +61,29 @@ struct PacerConfig {
   // time a socket's queue drains between writes) leaves at the host's last
   // allocation, not at the link rate, until its own rate arrives.
   std::uint64_t idle_hold_us = 100'000;
-  // The tbf's bucket, bytes: two full frames. A bucket larger than the
-  // GSO packets a socket hands down lets them through whole, and all hosts
-  // idling with full buckets then burst together into a shared port (with
-  // 16 KB: 1.5% of packets dropped in coflow rounds, against none); one that
-  // varies with the rate can strand a packet queued under a larger one
-  // (tbf never sends a packet larger than its bucket).
-  std::uint32_t burst_bytes = 3028;
+  // The tbf's bucket. At a rate R the bucket must cover the delay of the
+  // tbf's own timer: tokens beyond the bucket are lost, so a host whose
+  // timer fires D late is held to about bucket / (bucket / R + D). With the
+  // constant two-frame bucket one flow alone on a host moved 635-787 Mbit/s
+  // of its 930 in a full run, and one paced iperf3 flow through a 975 Mbit/s
+  // tbf 604-646 Mbit/s against 866-871 with a 24 KB bucket. burst_us > 0
+  // gives an allocated host burst_us at its rate (never less than
+  // burst_bytes; an idle host keeps burst_bytes, so hosts that idled
+  // together cannot burst together: 16 KB each dropped 1.5% of packets in
+  // coflow rounds). Off by default: tbf refills its bucket on every change,
+  // so each rate change is a free bucket, and coflow rounds with 200 us
+  // dropped 0.1-0.6% of packets in 3 of 5 sets against 1 of 5 without
+  // (docs/pacer.md).
+  std::uint32_t burst_bytes = 3028;  // two full frames
+  std::uint64_t burst_us = 0;        // 0: always burst_bytes
   std::uint64_t lease_us = 1'000'000;  // until a refresh: then unshaped
+};
+
+// What the tbf is set to: rate (bit/s on the wire) and bucket (bytes).
+struct Shape {
+  double bps = 0;
+  std::uint32_t burst_bytes = 0;
+  bool operator==(const Shape&) const = default;
 };
 
 // Throws std::invalid_argument naming the field.
@@ -78,12 +93,11 @@ class HostPacer {
  public:
   explicit HostPacer(const PacerConfig& c) : c_(c) {}
 
-  // A message from the allocator; returns the new shaping rate (bit/s) when
-  // it changed.
-  std::optional<double> on_message(const wire::AllocatorMessage& m, std::uint64_t now_us);
+  // A message from the allocator; returns the new shape when it changed.
+  std::optional<Shape> on_message(const wire::AllocatorMessage& m, std::uint64_t now_us);
   // The lease lapsed (the allocator is silent): back to the link rate; or
   // the idle hold ended: the idle rate.
-  std::optional<double> on_tick(std::uint64_t now_us);
+  std::optional<Shape> on_tick(std::uint64_t now_us);
   // When on_tick() has work next; UINT64_MAX when nothing is due.
   std::uint64_t next_tick_us() const {
     return std::min(leased_ ? lease_until_us_ : UINT64_MAX, idle_at_us_);
@@ -91,56 +105,66 @@ class HostPacer {
 
   // Wire bit/s that carries `host_rate` payload bytes/s, within [floor, link].
   double shaping_bps(std::uint64_t host_rate) const;
-  double current_bps() const { return current_bps_; }
+  // The bucket at `bps` for an allocation (PacerConfig::burst_us); an
+  // unallocated host gets burst_bytes.
+  std::uint32_t bucket_bytes(double bps, bool allocated) const;
+  double current_bps() const { return current_.bps; }
+  std::uint32_t current_burst() const { return current_.burst_bytes; }
   std::uint64_t host_rate() const { return host_rate_; }
   bool leased() const { return leased_; }
 
  private:
-  std::optional<double> set(double bps);
+  std::optional<Shape> set(double bps, bool allocated);
 
   PacerConfig c_;
   std::uint64_t host_rate_ = 0;
   bool leased_ = false;
   std::uint64_t lease_until_us_ = 0;
   std::uint64_t idle_at_us_ = UINT64_MAX;  // the idle hold ends
-  double current_bps_ = -1;  // nothing applied yet
+  Shape current_{-1, 0};  // nothing applied yet
 };
 
 // Keeps DEV's egress shaped through one long-lived `tc -batch` (a fork per
-// change would cost more than the change): a two-band prio qdisc at the
-// root, whose first band (unshaped) takes the traffic to the allocator
-// (a u32 filter on its address and port) and whose second, everything else,
-// goes through the tbf. Control messages must not wait behind the host's
-// own data: a flowlet's start would reach the allocator only after the
-// bytes queued before it, and its rate come back that much later. Must run
-// in the host's network namespace with CAP_NET_ADMIN.
+// change would cost more than the change). The tbf does the shaping in both
+// layouts; with htb, traffic to the allocator has a class of its own (a u32
+// filter on its address and port), so a flowlet's start never waits behind
+// the host's data. Must run in the host's network namespace with
+// CAP_NET_ADMIN.
 enum class Qdisc {
   kTbf,  // one tbf at the root: the tightest bound, control traffic shaped too
   kHtb,  // htb: the data class at the rate, control traffic in a class of its own
 };
 
+// The tc batch line that sets DEV's tbf to `s` ("qdisc VERB dev DEV ... tbf
+// ..."). Its peak bucket (frame_bytes at a peak rate far above the link, so
+// never the limit) caps the packets tbf queues at frame_bytes: larger GSO
+// packets are split into frames as they arrive. Without it tbf would queue
+// them whole under a large bucket and never send them once the bucket
+// shrank below them.
+std::string tbf_line(const std::string& dev, Qdisc qdisc, double link_bps,
+                     std::uint32_t frame_bytes, const char* verb, const Shape& s);
+
 class Shaper {
  public:
-  // Installs the qdiscs with the tbf at `bps`, the link rate (with htb, both
-  // classes may use it all: htb only classifies); control_ip (IPv4, host order)
-  // and control_port name the allocator (0: no control band). Throws
+  // Installs the qdiscs shaped to `initial`; link_bps is the device's rate
+  // (with htb, both classes may use it all: htb only classifies), frame_bytes
+  // the smallest bucket ever set. control_ip (IPv4, host order) and
+  // control_port name the allocator (0: no control class). Throws
   // std::runtime_error with tc's reason.
-  Shaper(std::string dev, Qdisc qdisc, std::uint32_t burst_bytes, double bps,
+  Shaper(std::string dev, Qdisc qdisc, double link_bps, std::uint32_t frame_bytes, Shape initial,
          std::uint32_t control_ip, std::uint16_t control_port);
   ~Shaper();  // removes the qdisc: the device is back to its default
   Shaper(const Shaper&) = delete;
   Shaper& operator=(const Shaper&) = delete;
 
   // False when tc has gone away (the reason on stderr).
-  bool set(double bps);
+  bool set(const Shape& s);
   std::uint64_t changes() const { return changes_; }
-
  private:
-  std::string line(const char* verb, double bps) const;
-
   std::string dev_;
   Qdisc qdisc_;
-  std::uint32_t burst_;
+  double link_bps_;
+  std::uint32_t frame_bytes_;
   FILE* tc_ = nullptr;
   std::uint64_t changes_ = 0;
 };
