@@ -195,7 +195,8 @@ class Link {
 };
 
 // The allocator's IPv4 address and port from a tcp:// endpoint, for the
-// shaper's control band; {0, 0} for other transports (ipc:// is local).
+// shaper's control class (--qdisc htb); {0, 0} for other transports (ipc://
+// is local).
 std::pair<std::uint32_t, std::uint16_t> control_address(const std::string& endpoint) {
   const std::string prefix = "tcp://";
   if (endpoint.rfind(prefix, 0) != 0) return {0, 0};

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,43 +55,42 @@ exit status: COMMAND's (same process); 2 bad usage; 126/127 COMMAND not executab
   std::exit(2);
 }
 
-// The shim installed or built beside this binary.
-std::string default_preload(const char* argv0) {
-  if (const char* env = std::getenv("FLOWTUNE_PRELOAD"); env != nullptr && *env != '\0') return env;
+// The first of `rels` (relative to this program's directory) that `mode`
+// (access(2)) allows, or "" when none does.
+std::string beside_self(const char* argv0, std::initializer_list<const char*> rels, int mode) {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   std::string dir = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : std::string(argv0);
   dir = dir.substr(0, dir.rfind('/') + 1);
-  for (const char* rel : {"libflowtune-preload.so", "../lib/libflowtune-preload.so",
-                          "../lib/x86_64-linux-gnu/libflowtune-preload.so"}) {
-    const std::string p = dir + rel;
-    if (access(p.c_str(), R_OK) == 0) return p;
+  for (const char* rel : rels) {
+    if (access((dir + rel).c_str(), mode) == 0) return dir + rel;
   }
-  return FT_PRELOAD_BUILD_PATH;
+  return "";
+}
+
+// The shim installed or built beside this binary.
+std::string default_preload(const char* argv0) {
+  if (const char* env = std::getenv("FLOWTUNE_PRELOAD"); env != nullptr && *env != '\0') return env;
+  const std::string p = beside_self(argv0, {"libflowtune-preload.so", "../lib/libflowtune-preload.so",
+                                            "../lib/x86_64-linux-gnu/libflowtune-preload.so"},
+                                    R_OK);
+  return p.empty() ? FT_PRELOAD_BUILD_PATH : p;
 }
 
 // flowtune-pacer installed or built beside this binary, else from PATH.
-std::string pacer_path() {
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    std::string dir(self, static_cast<std::size_t>(n));
-    dir = dir.substr(0, dir.rfind('/') + 1);
-    for (const char* rel : {"flowtune-pacer", "../pacer/flowtune-pacer"}) {
-      if (access((dir + rel).c_str(), X_OK) == 0) return dir + rel;
-    }
-  }
-  return "flowtune-pacer";
+std::string pacer_path(const char* argv0) {
+  const std::string p = beside_self(argv0, {"flowtune-pacer", "../pacer/flowtune-pacer"}, X_OK);
+  return p.empty() ? "flowtune-pacer" : p;
 }
 
 // Starts flowtune-pacer for this process (it follows our pid through exec)
 // and waits until the allocator has registered it. Never fatal: the command
 // runs either way, since its bytes do not depend on the pacer.
-void start_pacer(const std::string& dev, const std::string& link_rate) {
+void start_pacer(const char* argv0, const std::string& dev, const std::string& link_rate) {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return;
   const std::string self = std::to_string(getpid());
-  const std::string bin = pacer_path();
+  const std::string bin = pacer_path(argv0);
   const pid_t pid = fork();
   if (pid < 0) {
     std::fprintf(stderr, "flowtune-run: --pacer: fork: %s\n", std::strerror(errno));
@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
     if (geteuid() != 0) {
       std::fprintf(stderr, "flowtune-run: --pacer needs root (tc); running without it\n");
     } else {
-      start_pacer(pacer_dev, link_rate);
+      start_pacer(argv[0], pacer_dev, link_rate);
     }
   }
   setenv("LD_PRELOAD", ld.c_str(), 1);
