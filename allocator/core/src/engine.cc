@@ -51,7 +51,9 @@ const char* to_string(FlowError e) {
     case FlowError::kBadWeight: return "weight must be between 1e-6 and 1e6";
     case FlowError::kBadMaxRate: return "max rate must be 0 (none) or between 1e3 and 1e15 bits/s";
     case FlowError::kBadSite: return "site out of range";
-    case FlowError::kBlockFull: return "flow block touches too many links (use more blocks)";
+    case FlowError::kBlockFull:
+      return "flow block touches too many (class, link) pairs (use more blocks)";
+    case FlowError::kBadClass: return "class must be between 0 and 7";
   }
   return "?";
 }
@@ -96,8 +98,9 @@ struct BasicEngine<Real>::Block {
             weight.data(), floor_price.data(), cap.data(), x.data(), xn.data()};
   }
 
-  std::uint32_t local_of(LinkId l, std::size_t num_links, bool* created) {
-    if (global_to_local.empty()) global_to_local.assign(num_links, 0);
+  // l is a virtual link (layer * links + link); num_links counts them all.
+  std::uint32_t local_of(std::uint32_t l, std::size_t num_links, bool* created) {
+    if (global_to_local.size() < num_links) global_to_local.resize(num_links, 0);
     std::uint32_t& loc = global_to_local[l];
     if (loc == 0) {
       loc = static_cast<std::uint32_t>(local_to_global.size());
@@ -147,6 +150,12 @@ BasicEngine<Real>::BasicEngine(std::vector<double> link_capacity_bps, std::uint3
   // persist across flow arrivals and departures.
   price_.assign(capacity_.size(), Real{1});
   ratio_.assign(capacity_.size(), Real{0});
+  // The default class's layer exists from the start: an engine whose flows
+  // all carry the default class is the single-layer engine.
+  layer_of_.fill(-1);
+  layer_of_[kDefaultClass] = 0;
+  layer_class_ = {kDefaultClass};
+  layers_by_class_ = {0};
   std::size_t nb = std::size_t{config.blocks} * config.blocks;
   for (std::size_t b = 0; b < nb; ++b) blocks_.push_back(std::make_unique<Block>());
 }
@@ -169,9 +178,14 @@ FlowError BasicEngine<Real>::check_flow(const FlowSpec& f) const {
     return FlowError::kBadMaxRate;
   }
   if (f.src_site >= num_sites_ || f.dst_site >= num_sites_) return FlowError::kBadSite;
+  if (f.priority >= kNumClasses) return FlowError::kBadClass;
   const Block& k = *blocks_[block_of(f)];
   std::size_t fresh = 0;
-  for (LinkId l : f.path) fresh += k.global_to_local.empty() || k.global_to_local[l] == 0;
+  const int lay = layer_of_[f.priority];
+  for (LinkId l : f.path) {
+    const std::uint32_t v = lay < 0 ? 0 : virtual_link(static_cast<std::uint32_t>(lay), l);
+    fresh += lay < 0 || k.global_to_local.size() <= v || k.global_to_local[v] == 0;
+  }
   if (k.local_to_global.size() + fresh > detail::kMaxLocalLinks) return FlowError::kBlockFull;
   return FlowError::kOk;
 }
@@ -198,11 +212,13 @@ FlowId BasicEngine<Real>::add_flow(const FlowSpec& f) {
   std::uint32_t b = block_of(f);
   Block& k = *blocks_[b];
 
+  const std::uint32_t lay = layer(f.priority);
   bool created = false;
   const auto pad = static_cast<std::uint32_t>(k.size() % kNullSlots);
   for (int j = 0; j < kMaxPathLinks; ++j) {
     std::uint32_t loc =
-        j < f.path.size ? k.local_of(f.path.links[j], capacity_.size(), &created) : pad;
+        j < f.path.size ? k.local_of(virtual_link(lay, f.path.links[j]), price_.size(), &created)
+                        : pad;
     k.path[j].push_back(static_cast<detail::LocalLink>(loc));
   }
   if (created) contributions_dirty_ = true;
@@ -224,6 +240,44 @@ FlowId BasicEngine<Real>::add_flow(const FlowSpec& f) {
   slots_[id] = {b, static_cast<std::uint32_t>(k.size() - 1)};
   ++live_flows_;
   return id;
+}
+
+template <typename Real>
+std::uint32_t BasicEngine<Real>::layer(std::uint8_t c) {
+  FT_ASSERT(c < kNumClasses, c);
+  if (layer_of_[c] >= 0) return static_cast<std::uint32_t>(layer_of_[c]);
+  const auto lay = static_cast<std::uint32_t>(layer_class_.size());
+  layer_of_[c] = static_cast<std::int8_t>(lay);
+  layer_class_.push_back(c);
+  // Prices start at 1, as the first layer's did (Algorithm 1).
+  price_.resize(price_.size() + capacity_.size(), Real{1});
+  ratio_.resize(ratio_.size() + capacity_.size(), Real{0});
+  layers_by_class_.clear();
+  for (std::uint32_t k = 0; k < kNumClasses; ++k) {
+    if (layer_of_[k] >= 0) layers_by_class_.push_back(static_cast<std::uint32_t>(layer_of_[k]));
+  }
+  contributions_dirty_ = true;
+  return lay;
+}
+
+template <typename Real>
+double BasicEngine<Real>::price(LinkId l, std::uint8_t c) const {
+  FT_ASSERT(c < kNumClasses && l < capacity_.size(), l);
+  if (layer_of_[c] < 0) return 0;
+  return static_cast<double>(price_[virtual_link(static_cast<std::uint32_t>(layer_of_[c]), l)]);
+}
+
+template <typename Real>
+void BasicEngine<Real>::set_price(LinkId l, double p, std::uint8_t c) {
+  FT_ASSERT(l < capacity_.size(), l);
+  price_[virtual_link(layer(c), l)] = static_cast<Real>(p);
+}
+
+template <typename Real>
+std::vector<std::uint8_t> BasicEngine<Real>::classes() const {
+  std::vector<std::uint8_t> v;
+  for (std::uint32_t lay : layers_by_class_) v.push_back(layer_class_[lay]);
+  return v;
 }
 
 template <typename Real>
@@ -256,7 +310,7 @@ void BasicEngine<Real>::remove_flow(FlowId id) {
 
 template <typename Real>
 void BasicEngine<Real>::rebuild_contributions() {
-  std::size_t nl = capacity_.size();
+  std::size_t nl = price_.size();  // virtual links: every layer's
   contrib_begin_.assign(nl + 1, 0);
   for (const auto& k : blocks_) {
     for (std::size_t loc = kNullSlots; loc < k->local_to_global.size(); ++loc) {
@@ -325,6 +379,7 @@ void BasicEngine<Real>::rate_pass(std::size_t b) {
 template <typename Real>
 typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links(std::size_t begin,
                                                                         std::size_t end) {
+  if (layer_class_.size() > 1) return update_links_layered(begin, end);
   LinkPartial part;
   const Real gamma = static_cast<Real>(config_.gamma);
   const Real step = static_cast<Real>(config_.gradient_step);
@@ -355,6 +410,62 @@ typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links(std::siz
   part.max_residual = static_cast<double>(max_residual);
   part.max_raw_utilization = static_cast<double>(max_util);
   part.max_ratio = part.max_raw_utilization;
+  return part;
+}
+
+// update_links with several classes in use. For each link, its layers in
+// class order: class k's capacity there is what the classes above it left,
+// R_k = c - Σ_{j<k} min(y_j, R_j) (this iteration's raw loads), and its price
+// takes the Newton step against R_k. Its F-NORM ratio is y_k / R_k, and at
+// least 1 where a lower class also crosses the link: a class with classes
+// below it is never scaled up there, so it keeps at most min(y_k, R_k) and
+// the classes together never exceed c (the last one is held to the rest).
+template <typename Real>
+typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links_layered(std::size_t begin,
+                                                                                std::size_t end) {
+  LinkPartial part;
+  const Real gamma = static_cast<Real>(config_.gamma);
+  const Real step = static_cast<Real>(config_.gradient_step);
+  const bool ned = config_.algorithm == Algorithm::kNed;
+  const std::size_t nlay = layers_by_class_.size();
+  Real max_residual = 0, max_util = 0, max_ratio = 0;
+  for (std::size_t l = begin; l < end; ++l) {
+    const Real cap = capacity_[l];
+    const Real inv_cap = inv_capacity_[l];
+    const Real min_residual = cap * static_cast<Real>(kMinResidualShare);
+    Real used = 0, total = 0;
+    // The lowest layer with flows' accumulators on this link.
+    std::size_t last = 0;
+    for (std::size_t i = 0; i < nlay; ++i) {
+      const std::uint32_t v = virtual_link(layers_by_class_[i], static_cast<LinkId>(l));
+      if (contrib_begin_[v] != contrib_begin_[v + 1]) last = i;
+    }
+    for (std::size_t i = 0; i < nlay; ++i) {
+      const std::uint32_t v = virtual_link(layers_by_class_[i], static_cast<LinkId>(l));
+      Real yl = 0, hl = 0;
+      for (std::uint32_t c = contrib_begin_[v]; c < contrib_begin_[v + 1]; ++c) {
+        yl += contrib_[c]->y;
+        hl += contrib_[c]->h;
+      }
+      const Real R = std::max(cap - used, min_residual);
+      Real r = yl / R;
+      if (i < last) r = std::max(r, Real{1});
+      ratio_[v] = r;
+      max_ratio = std::max(max_ratio, r);
+      used += std::min(yl, R);
+      total += yl;
+      if (!(hl > 0)) continue;
+      const Real g = yl - R;
+      const Real p = price_[v];
+      max_residual = std::max(max_residual, (p > 0 ? std::abs(g) : std::max(g, Real{0})) * inv_cap);
+      const Real np = ned ? p + gamma * g / hl : p + step * g;
+      price_[v] = std::max(np, Real{0});
+    }
+    max_util = std::max(max_util, total * inv_cap);
+  }
+  part.max_residual = static_cast<double>(max_residual);
+  part.max_raw_utilization = static_cast<double>(max_util);
+  part.max_ratio = static_cast<double>(max_ratio);
   return part;
 }
 
@@ -459,7 +570,8 @@ std::vector<double> BasicEngine<Real>::link_allocation_bps() const {
     for (std::size_t s = 0; s < k->size(); ++s) {
       for (const auto& p : k->path) {
         if (p[s] >= kNullSlots) {
-          alloc[k->local_to_global[p[s]]] += static_cast<double>(k->xn[s]) * kUnitBps;
+          alloc[k->local_to_global[p[s]] % capacity_.size()] +=
+              static_cast<double>(k->xn[s]) * kUnitBps;
         }
       }
     }

@@ -58,6 +58,9 @@ FlowSpec random_flow(const Topology& t, Rng& rng) {
   f.path = t.path(src, dst, rng.next());
   f.weight = rng.uniform(0.2, 5);
   f.max_bps = rng.below(5) == 0 ? rng.uniform(0.5e9, 8e9) : 0;
+  // A third of the flows in a random strict-priority class (their own layer
+  // of prices), the rest in the default one.
+  if (rng.below(3) == 0) f.priority = static_cast<std::uint8_t>(rng.below(kNumClasses));
   f.src_site = t.site_of_host(src);
   f.dst_site = t.site_of_host(dst);
   return f;

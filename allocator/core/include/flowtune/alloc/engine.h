@@ -10,10 +10,19 @@
 // calling thread. The per-link aggregation always sums blocks in block order,
 // so any driver produces bit-identical results for the same block count.
 //
+// Strict priority classes (0 highest ... kNumClasses - 1): class k maximizes
+// its utility on the capacity classes < k leave (lexicographic optimum).
+// Each class in use has its own layer of link prices (a "virtual link" per
+// class and link); one iteration updates the layers of a link in class order,
+// each against the capacity the classes above it left, and F-NORM keeps the
+// sum over all classes within every link (docs/policy.md). With one class in
+// use (the default) the engine runs the single-layer loops unchanged.
+//
 // Units: the API speaks bits/s. Internally rates are Gbit/s (so prices start at
 // 1 in a sensible range, as in the paper) stored as Real (float or double).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -66,6 +75,14 @@ inline constexpr double kMinWeight = 1e-6;
 inline constexpr double kMaxWeight = 1e6;
 inline constexpr double kMinRateBps = 1e3;   // 1 kbit/s
 inline constexpr double kMaxRateBps = 1e15;  // 1 Pbit/s
+// Strict priority classes: 0 is served first. Unmarked flows are in the
+// middle, so operators can place traffic above and below them.
+inline constexpr std::uint32_t kNumClasses = 8;
+inline constexpr std::uint8_t kDefaultClass = 4;
+// A class left less than this share of a link by the classes above it is
+// allocated this share there instead (so prices and ratios stay finite): the
+// sum over classes may exceed a link by at most (classes in use - 1) times it.
+inline constexpr double kMinResidualShare = 1e-9;
 
 struct FlowSpec {
   Path path;
@@ -76,6 +93,8 @@ struct FlowSpec {
   // Sites (racks) of the endpoints, for FlowBlock partitioning only.
   std::uint32_t src_site = 0;
   std::uint32_t dst_site = 0;
+  // Strict priority class, 0 (highest) .. kNumClasses - 1.
+  std::uint8_t priority = kDefaultClass;
 };
 
 // The spec of a flow from src to dst on a host topology: its path (ECMP spine
@@ -92,7 +111,8 @@ enum class FlowError {
   kBadWeight,
   kBadMaxRate,
   kBadSite,
-  kBlockFull,  // a FlowBlock may touch at most 65,519 distinct links
+  kBlockFull,  // a FlowBlock may touch at most 65,519 distinct (class, link) pairs
+  kBadClass,
 };
 const char* to_string(FlowError e);
 
@@ -135,8 +155,12 @@ class BasicEngine {
   double rate_bps(FlowId id) const;
   // Optimizer rate before normalization, bits/s.
   double raw_rate_bps(FlowId id) const;
-  double price(LinkId l) const { return static_cast<double>(price_[l]); }
-  void set_price(LinkId l, double p) { price_[l] = static_cast<Real>(p); }
+  // Link l's price for class `priority` (per Gbit/s); 0 for a class no flow
+  // has used yet.
+  double price(LinkId l, std::uint8_t priority = kDefaultClass) const;
+  void set_price(LinkId l, double p, std::uint8_t priority = kDefaultClass);
+  // Classes in use (each has a layer of prices), highest first.
+  std::vector<std::uint8_t> classes() const;
   double capacity_bps(LinkId l) const;
   // Σ normalized rates on a link (bits/s); computed on demand, O(flows).
   std::vector<double> link_allocation_bps() const;
@@ -191,6 +215,12 @@ class BasicEngine {
   static constexpr std::uint32_t kFreeSlot = std::numeric_limits<std::uint32_t>::max();
 
   std::uint32_t block_of(const FlowSpec& f) const;
+  // The layer of class c, created (prices 1) when c is first used.
+  std::uint32_t layer(std::uint8_t c);
+  std::uint32_t virtual_link(std::uint32_t layer, LinkId l) const {
+    return layer * static_cast<std::uint32_t>(capacity_.size()) + l;
+  }
+  LinkPartial update_links_layered(std::size_t begin, std::size_t end);
   void rebuild_contributions();
   double min_path_capacity(const Path& p) const;
 
@@ -201,8 +231,15 @@ class BasicEngine {
   // Global link state (internal units: Gbit/s and price per Gbit/s).
   AlignedVector<Real> capacity_;
   AlignedVector<Real> inv_capacity_;
+  // Per virtual link (layer * links + link): price, and the load ratio F-NORM
+  // divides by (Σ raw rate / capacity with one class in use).
   AlignedVector<Real> price_;
-  AlignedVector<Real> ratio_;  // Σ raw rate / capacity, for normalization
+  AlignedVector<Real> ratio_;
+  // Layers: layer_of_[class] (-1: unused), layer_class_[layer], and the
+  // layers in class order (the order a link's layers are updated in).
+  std::array<std::int8_t, kNumClasses> layer_of_;
+  std::vector<std::uint8_t> layer_class_;
+  std::vector<std::uint32_t> layers_by_class_;
   std::vector<std::unique_ptr<Block>> blocks_;
   // For each global link, the blocks' private accumulators to sum, in block
   // order (CSR). Rebuilt when a block gains a local link, which is also the
