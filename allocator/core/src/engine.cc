@@ -22,6 +22,22 @@ constexpr std::uint32_t kNullSlots = 16;
 template <typename Real>
 using Acc = detail::LinkAcc<Real>;
 
+// One price step for a link (or a class's layer of it) with load y and
+// Hessian diagonal h against capacity c: NED's Newton step (eq. 4) or
+// Gradient's. Returns the link's KKT residual, relative to its capacity.
+template <typename Real>
+struct PriceStep {
+  Real gamma, step;
+  bool ned;
+  Real operator()(Real& p, Real y, Real h, Real c, Real inv_cap) const {
+    const Real g = y - c;
+    const Real residual = (p > 0 ? std::abs(g) : std::max(g, Real{0})) * inv_cap;
+    const Real np = ned ? p + gamma * g / h : p + step * g;
+    p = std::max(np, Real{0});
+    return residual;
+  }
+};
+
 }  // namespace
 
 const char* to_string(Algorithm a) {
@@ -154,7 +170,6 @@ BasicEngine<Real>::BasicEngine(std::vector<double> link_capacity_bps, std::uint3
   // all carry the default class is the single-layer engine.
   layer_of_.fill(-1);
   layer_of_[kDefaultClass] = 0;
-  layer_class_ = {kDefaultClass};
   layers_by_class_ = {0};
   std::size_t nb = std::size_t{config.blocks} * config.blocks;
   for (std::size_t b = 0; b < nb; ++b) blocks_.push_back(std::make_unique<Block>());
@@ -182,9 +197,13 @@ FlowError BasicEngine<Real>::check_flow(const FlowSpec& f) const {
   const Block& k = *blocks_[block_of(f)];
   std::size_t fresh = 0;
   const int lay = layer_of_[f.priority];
-  for (LinkId l : f.path) {
-    const std::uint32_t v = lay < 0 ? 0 : virtual_link(static_cast<std::uint32_t>(lay), l);
-    fresh += lay < 0 || k.global_to_local.size() <= v || k.global_to_local[v] == 0;
+  if (lay < 0) {
+    fresh = static_cast<std::size_t>(f.path.size);  // a class not used yet: every pair is new
+  } else {
+    for (LinkId l : f.path) {
+      const std::uint32_t v = virtual_link(static_cast<std::uint32_t>(lay), l);
+      fresh += k.global_to_local.size() <= v || k.global_to_local[v] == 0;
+    }
   }
   if (k.local_to_global.size() + fresh > detail::kMaxLocalLinks) return FlowError::kBlockFull;
   return FlowError::kOk;
@@ -246,9 +265,8 @@ template <typename Real>
 std::uint32_t BasicEngine<Real>::layer(std::uint8_t c) {
   FT_ASSERT(c < kNumClasses, c);
   if (layer_of_[c] >= 0) return static_cast<std::uint32_t>(layer_of_[c]);
-  const auto lay = static_cast<std::uint32_t>(layer_class_.size());
+  const auto lay = static_cast<std::uint32_t>(layers_by_class_.size());
   layer_of_[c] = static_cast<std::int8_t>(lay);
-  layer_class_.push_back(c);
   // Prices start at 1, as the first layer's did (Algorithm 1).
   price_.resize(price_.size() + capacity_.size(), Real{1});
   ratio_.resize(ratio_.size() + capacity_.size(), Real{0});
@@ -276,7 +294,9 @@ void BasicEngine<Real>::set_price(LinkId l, double p, std::uint8_t c) {
 template <typename Real>
 std::vector<std::uint8_t> BasicEngine<Real>::classes() const {
   std::vector<std::uint8_t> v;
-  for (std::uint32_t lay : layers_by_class_) v.push_back(layer_class_[lay]);
+  for (std::uint8_t k = 0; k < kNumClasses; ++k) {
+    if (layer_of_[k] >= 0) v.push_back(k);
+  }
   return v;
 }
 
@@ -377,35 +397,35 @@ void BasicEngine<Real>::rate_pass(std::size_t b) {
 // [begin, end): sums the blocks' private copies in block order, so the result
 // does not depend on how a driver schedules blocks.
 template <typename Real>
+detail::LinkAcc<Real> BasicEngine<Real>::link_sum(std::size_t v) const {
+  Acc<Real> a{0, 0};
+  for (std::uint32_t c = contrib_begin_[v]; c < contrib_begin_[v + 1]; ++c) {
+    a.y += contrib_[c]->y;
+    a.h += contrib_[c]->h;
+  }
+  return a;
+}
+
+template <typename Real>
 typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links(std::size_t begin,
                                                                         std::size_t end) {
-  if (layer_class_.size() > 1) return update_links_layered(begin, end);
+  if (layers_by_class_.size() > 1) return update_links_layered(begin, end);
   LinkPartial part;
-  const Real gamma = static_cast<Real>(config_.gamma);
-  const Real step = static_cast<Real>(config_.gradient_step);
-  const bool ned = config_.algorithm == Algorithm::kNed;
+  const PriceStep<Real> step{static_cast<Real>(config_.gamma),
+                             static_cast<Real>(config_.gradient_step),
+                             config_.algorithm == Algorithm::kNed};
   Real max_residual = 0;
   Real max_util = 0;
   for (std::size_t l = begin; l < end; ++l) {
-    Real yl = 0;
-    Real hl = 0;
-    for (std::uint32_t c = contrib_begin_[l]; c < contrib_begin_[l + 1]; ++c) {
-      yl += contrib_[c]->y;
-      hl += contrib_[c]->h;
-    }
+    const Acc<Real> a = link_sum(l);
     // One division per link (the Newton step); capacities are inverted once.
     const Real inv_cap = inv_capacity_[l];
-    const Real r = yl * inv_cap;
+    const Real r = a.y * inv_cap;
     ratio_[l] = r;
     // A link without flows has no information about its price: it keeps it.
-    if (!(hl > 0)) continue;
-    const Real g = yl - capacity_[l];
-    const Real p = price_[l];
-    const Real residual = (p > 0 ? std::abs(g) : std::max(g, Real{0})) * inv_cap;
-    max_residual = std::max(max_residual, residual);
+    if (!(a.h > 0)) continue;
+    max_residual = std::max(max_residual, step(price_[l], a.y, a.h, capacity_[l], inv_cap));
     max_util = std::max(max_util, r);
-    const Real np = ned ? p + gamma * g / hl : p + step * g;
-    price_[l] = std::max(np, Real{0});
   }
   part.max_residual = static_cast<double>(max_residual);
   part.max_raw_utilization = static_cast<double>(max_util);
@@ -424,9 +444,9 @@ template <typename Real>
 typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links_layered(std::size_t begin,
                                                                                 std::size_t end) {
   LinkPartial part;
-  const Real gamma = static_cast<Real>(config_.gamma);
-  const Real step = static_cast<Real>(config_.gradient_step);
-  const bool ned = config_.algorithm == Algorithm::kNed;
+  const PriceStep<Real> step{static_cast<Real>(config_.gamma),
+                             static_cast<Real>(config_.gradient_step),
+                             config_.algorithm == Algorithm::kNed};
   const std::size_t nlay = layers_by_class_.size();
   Real max_residual = 0, max_util = 0, max_ratio = 0;
   for (std::size_t l = begin; l < end; ++l) {
@@ -442,24 +462,16 @@ typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links_layered(
     }
     for (std::size_t i = 0; i < nlay; ++i) {
       const std::uint32_t v = virtual_link(layers_by_class_[i], static_cast<LinkId>(l));
-      Real yl = 0, hl = 0;
-      for (std::uint32_t c = contrib_begin_[v]; c < contrib_begin_[v + 1]; ++c) {
-        yl += contrib_[c]->y;
-        hl += contrib_[c]->h;
-      }
+      const Acc<Real> a = link_sum(v);
       const Real R = std::max(cap - used, min_residual);
-      Real r = yl / R;
+      Real r = a.y / R;
       if (i < last) r = std::max(r, Real{1});
       ratio_[v] = r;
       max_ratio = std::max(max_ratio, r);
-      used += std::min(yl, R);
-      total += yl;
-      if (!(hl > 0)) continue;
-      const Real g = yl - R;
-      const Real p = price_[v];
-      max_residual = std::max(max_residual, (p > 0 ? std::abs(g) : std::max(g, Real{0})) * inv_cap);
-      const Real np = ned ? p + gamma * g / hl : p + step * g;
-      price_[v] = std::max(np, Real{0});
+      used += std::min(a.y, R);
+      total += a.y;
+      if (!(a.h > 0)) continue;
+      max_residual = std::max(max_residual, step(price_[v], a.y, a.h, R, inv_cap));
     }
     max_util = std::max(max_util, total * inv_cap);
   }

@@ -221,6 +221,8 @@ class BasicEngine {
     return layer * static_cast<std::uint32_t>(capacity_.size()) + l;
   }
   LinkPartial update_links_layered(std::size_t begin, std::size_t end);
+  // Σ of the blocks' accumulators for virtual link v (in block order).
+  detail::LinkAcc<Real> link_sum(std::size_t v) const;
   void rebuild_contributions();
   double min_path_capacity(const Path& p) const;
 
@@ -235,10 +237,9 @@ class BasicEngine {
   // divides by (Σ raw rate / capacity with one class in use).
   AlignedVector<Real> price_;
   AlignedVector<Real> ratio_;
-  // Layers: layer_of_[class] (-1: unused), layer_class_[layer], and the
-  // layers in class order (the order a link's layers are updated in).
+  // Layers: layer_of_[class] (-1: unused), and the layers in class order
+  // (the order a link's layers are updated in; its size is their number).
   std::array<std::int8_t, kNumClasses> layer_of_;
-  std::vector<std::uint8_t> layer_class_;
   std::vector<std::uint32_t> layers_by_class_;
   std::vector<std::unique_ptr<Block>> blocks_;
   // For each global link, the blocks' private accumulators to sum, in block
