@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "src/socket_policy.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +37,22 @@ options:
   --min-flowlet-bytes N      flowlets smaller than N bytes are not scheduled
                              (FLOWTUNE_MIN_FLOWLET_BYTES; default 65536)
   --log LEVEL                0 quiet .. 4 debug (FLOWTUNE_LOG; default 2)
+
+policy (docs/policy.md; the allocator may lower a class its operator does
+not allow):
+  --class N                  strict priority class of COMMAND's flowlets,
+                             0 (served first) .. 7 (FLOWTUNE_CLASS; default:
+                             the allocator's, 4)
+  --weight W                 share under contention (FLOWTUNE_WEIGHT; default 1)
+  --tenant NAME              the tenant its flowlets count against
+                             (FLOWTUNE_TENANT)
+  --deadline-ms MS           each flowlet should end within MS of its first
+                             write (FLOWTUNE_DEADLINE_MS)
+  --rule "MATCH... SET..."   other settings for some sockets; repeatable, the
+                             first match wins (FLOWTUNE_RULES, ';' between
+                             rules). MATCH: dst=CIDR src=CIDR dport=P[-Q]
+                             sport=P[-Q]; SET: class= weight= tenant=
+                             deadline-ms=. Example: --rule "dport=6379 class=0"
   --preload PATH             the shim library (default: next to this program,
                              then FLOWTUNE_PRELOAD)
   --pacer DEV                also pace the host as a whole while COMMAND runs:
@@ -139,6 +157,7 @@ int main(int argc, char** argv) {
   std::string preload;
   std::string pacer_dev;
   std::string link_rate = "1gbit";
+  std::string rules;
   int i = 1;
   for (; i < argc; ++i) {
     const std::string_view a = argv[i];
@@ -166,7 +185,19 @@ int main(int argc, char** argv) {
     } else if (a == "--preload") preload = v;
     else if (a == "--pacer") pacer_dev = v;
     else if (a == "--link-rate") link_rate = v;
+    else if (a == "--class") setenv("FLOWTUNE_CLASS", v, 1);
+    else if (a == "--weight") setenv("FLOWTUNE_WEIGHT", v, 1);
+    else if (a == "--tenant") setenv("FLOWTUNE_TENANT", v, 1);
+    else if (a == "--deadline-ms") setenv("FLOWTUNE_DEADLINE_MS", v, 1);
+    else if (a == "--rule") rules += (rules.empty() ? "" : ";") + std::string(v);
     else usage_error("unknown option: " + std::string(a));
+  }
+  if (!rules.empty()) setenv("FLOWTUNE_RULES", rules.c_str(), 1);
+  // The shim parses the same way; a mistake stops here, not silently there.
+  std::string policy_error;
+  if (!flowtune::preload::parse_policy(flowtune::preload::PolicyEnv::from_environment(),
+                                       &policy_error)) {
+    usage_error(policy_error);
   }
   if (i >= argc) usage_error("no command given");
   if (preload.empty()) preload = default_preload(argv[0]);

@@ -35,6 +35,16 @@ struct FlowletStart {
   bytes @3 :UInt64;      # bytes in the flowlet, 0 = not known
   weight @4 :Float32 = 1.0;
   coflowId @5 :UInt64;   # 0 = none
+  # Policy (docs/policy.md). Added in protocol version 1 without a bump:
+  # an allocator that predates them reads none of them (every flowlet in the
+  # default class, no tenant, no deadline), and one that knows them reads an
+  # older endpoint's starts as "not set".
+  priorityClass @6 :UInt8 = 255;  # strict priority, 0 (highest) .. 7;
+                                  # 255 = not set: the operator's default
+  tenant @7 :Text;       # empty = not set: the operator's rule for the endpoint
+  deadlineUs @8 :UInt64; # 0 = none; else the time left to the flowlet's
+                         # deadline when the message was built, relative so
+                         # that no clocks need agree
 }
 
 struct Hello {

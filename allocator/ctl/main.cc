@@ -128,6 +128,19 @@ std::string rate(double bps) {
   return s.str();
 }
 
+void print_policy(const json& p) {
+  std::cout << "classes  ";
+  for (const auto& [k, s] : p["classes"].items()) {
+    std::cout << " " << k << ": " << s["flows"] << " flows " << rate(s["rate_bps"].get<double>());
+  }
+  std::cout << (p["classes"].empty() ? " none\n" : "\n") << "tenants  ";
+  for (const auto& [name, s] : p["tenants"].items()) {
+    std::cout << " " << (name.empty() ? "(none)" : name) << ": " << s["flows"] << " flows "
+              << rate(s["rate_bps"].get<double>());
+  }
+  std::cout << (p["tenants"].empty() ? " none\n" : "\n");
+}
+
 void print_status(const json& j) {
   const json& c = j["counters"];
   std::cout << "allocator " << j["listen"].get<std::string>() << "  epoch " << j["epoch"]
@@ -156,6 +169,11 @@ void print_status(const json& j) {
             << c["iteration_ns"]["p999"].get<double>() / 1e3 << " us\n"
             << "expired   " << c["endpoints_timed_out"] << " endpoints, " << c["flows_expired"]
             << " flows\n"
+            << "deadlines " << c.value("deadlines_met", 0u) << " met, "
+            << c.value("deadlines_missed", 0u) << " missed; " << c.value("classes_lowered", 0u)
+            << " class asks lowered to the top class\n";
+  if (j.contains("policy")) print_policy(j["policy"]);
+  std::cout
             << "refused  ";
   bool any = false;
   for (const auto& [cause, n] : c["errors"].items()) {
@@ -179,9 +197,24 @@ void print_endpoints(const json& j) {
   }
 }
 
+std::string tenant_of(const json& f) {
+  const std::string t = f.value("tenant", std::string());
+  return t.empty() ? "-" : t.size() > 11 ? t.substr(0, 10) + "~" : t;
+}
+
+// Time left to the flow's deadline ("-3.2ms" once overdue), or "-".
+std::string deadline_of(const json& f) {
+  const double ms = f.value("deadline_left_ms", 0.0);
+  if (ms == 0) return "-";
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1) << ms << "ms";
+  return s.str();
+}
+
 void print_flows(const json& j) {
   std::cout << std::left << std::setw(24) << "ENDPOINT" << std::setw(10) << "KEY" << std::setw(12)
             << "SRC" << std::setw(12) << "DST" << std::right << std::setw(8) << "WEIGHT"
+            << std::setw(6) << "CLASS" << std::setw(12) << "TENANT" << std::setw(12) << "DEADLINE"
             << std::setw(10) << "RATE" << std::setw(10) << "SENT" << std::setw(8) << "HOLDERS"
             << "  PATH\n";
   for (const json& f : j["flows"]) {
@@ -190,7 +223,9 @@ void print_flows(const json& j) {
     std::cout << std::left << std::setw(24) << f["endpoint"].get<std::string>() << std::setw(10)
               << f["key"].get<std::uint64_t>() << std::setw(12) << f["src"].get<std::string>() << std::setw(12)
               << f["dst"].get<std::string>() << std::right << std::setw(8) << std::setprecision(2)
-              << f["weight"].get<double>() << std::setw(10) << rate(f["rate_bps"].get<double>())
+              << f["weight"].get<double>() << std::setw(6) << f.value("class", 4u) << std::setw(12)
+              << tenant_of(f) << std::setw(12) << deadline_of(f)
+              << std::setw(10) << rate(f["rate_bps"].get<double>())
               << std::setw(10) << rate(f["sent_rate_bps"].get<double>()) << std::setw(8)
               << f.value("holders", 1u) << "  " << path << "\n";
   }

@@ -52,6 +52,12 @@ engine:
   --max-settle-iterations N  iterations after a change before giving up on
                              convergence (default 2000)
 
+policy (docs/policy.md):
+  --default-class N          strict priority class of flowlets that name none,
+                             0 (served first) .. 7 (default 4)
+  --top-class N              the highest class (lowest number) endpoints may ask
+                             for; higher asks are lowered to it (default 0)
+
 leases and limits:
   --lease-ms MS              lifetime of a rate at the endpoint (default 1000)
   --lease-refresh-ms MS      how often live leases are renewed and endpoint
@@ -112,6 +118,8 @@ Options parse(int argc, char** argv) {
           {{"fnorm", Normalizer::kFNorm}, {"unorm", Normalizer::kUNorm}, {"none", Normalizer::kNone}});
     } else if (args.is("--threshold")) o.alloc.threshold = args.number();
     else if (args.is("--headroom")) o.alloc.headroom = args.number();
+    else if (args.is("--default-class")) o.alloc.default_class = static_cast<std::uint8_t>(args.count(7));
+    else if (args.is("--top-class")) o.alloc.top_class = static_cast<std::uint8_t>(args.count(7));
     else if (args.is("--max-settle-iterations")) o.alloc.max_settle_iterations = args.count();
     else if (args.is("--lease-ms")) o.alloc.lease_us = static_cast<std::uint32_t>(args.count(3'600'000) * 1000);
     else if (args.is("--lease-refresh-ms")) o.alloc.lease_refresh_us = args.count(3'600'000) * 1000;
@@ -165,6 +173,8 @@ std::string describe(const Options& o, const Network& n, const Allocator& a) {
        std::to_string(o.alloc.threads) + " thread(s), " + a.engine().kernel_name() + " kernels";
   s += "; threshold " + std::to_string(o.alloc.threshold) + ", headroom " +
        std::to_string(o.alloc.headroom) + "; unknown hosts: " + o.unknown_hosts;
+  s += "; classes: default " + std::to_string(o.alloc.default_class) + ", top " +
+       std::to_string(o.alloc.top_class);
   return s;
 }
 

@@ -8,7 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +26,7 @@
 namespace {
 
 using flowtune::client::Event;
+using flowtune::client::FlowletPolicy;
 using flowtune::client::SocketRef;
 
 // Bumped in every child after fork(): a client opened before the fork is
@@ -41,6 +44,56 @@ std::string default_endpoint_id() {
   if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "host");
   std::random_device rd;
   return std::string(host) + "-" + std::to_string(getpid()) + "-" + std::to_string(rd());
+}
+
+// The first ft_flowlet_opts had no struct_size: {float weight; uint64_t
+// coflow_id;}. Its first word is a weight in [1e-6, 1e6], whose bits
+// (>= 0x358637bd) are far above any struct size: so a first word below this
+// is a size, and anything else is that first layout.
+constexpr std::uint32_t kMaxOptsSize = 0x10000;
+struct LegacyOpts {
+  float weight;
+  std::uint64_t coflow_id;
+};
+
+bool valid_weight(float w) { return w >= 1e-6f && w <= 1e6f; }
+
+// Reads a caller's options of any version into *p; FT_EINVAL for bad values.
+int policy_of(const ft_flowlet_opts* o, flowtune::client::TenantNames& tenants,
+              FlowletPolicy* p) {
+  std::uint32_t size = 0;
+  std::memcpy(&size, o, sizeof size);
+  if (size >= kMaxOptsSize) {
+    LegacyOpts legacy;
+    std::memcpy(&legacy, o, sizeof legacy);
+    if (!valid_weight(legacy.weight)) return FT_EINVAL;
+    p->weight = legacy.weight;
+    p->coflow_id = legacy.coflow_id;
+    return FT_OK;
+  }
+  // A struct from a newer header may be longer; fields we know are read
+  // only as far as the caller's struct reaches.
+  ft_flowlet_opts v;
+  ft_flowlet_opts_init(&v);
+  if (size < offsetof(ft_flowlet_opts, coflow_id) + sizeof v.coflow_id) return FT_EINVAL;
+  std::memcpy(&v, o, std::min<std::size_t>(size, sizeof v));
+  if (!valid_weight(v.weight)) return FT_EINVAL;
+  if (v.priority_class != FT_CLASS_DEFAULT &&
+      (v.priority_class < 0 || v.priority_class >= FT_NUM_CLASSES)) {
+    return FT_EINVAL;
+  }
+  p->weight = v.weight;
+  p->coflow_id = v.coflow_id;
+  p->priority_class = v.priority_class == FT_CLASS_DEFAULT
+                          ? flowtune::wire::kClassUnset
+                          : static_cast<std::uint8_t>(v.priority_class);
+  p->deadline_ms = v.deadline_ms;
+  if (v.tenant != nullptr) {
+    const int t = tenants.intern(v.tenant);
+    if (t < 0) return FT_EINVAL;
+    p->tenant = static_cast<std::uint8_t>(t);
+  }
+  return FT_OK;
 }
 
 // Addresses and ports of a connected IPv4 TCP socket, host byte order.
@@ -84,6 +137,8 @@ int tuple_of(int fd, flowtune::wire::FiveTuple* t) {
 
 struct ft_client {
   flowtune::client::SocketTable table;
+  std::shared_ptr<flowtune::client::TenantNames> tenants =
+      std::make_shared<flowtune::client::TenantNames>();
   std::unique_ptr<flowtune::client::Runtime> runtime;
   std::uint64_t fork_generation = 0;
 
@@ -98,7 +153,7 @@ struct ft_client {
   // socket's slot, which the runtime sweeps. Never lost, so never an error.
   void deliver(const Event& e, flowtune::client::SocketTable::SpillKind kind, bool urgent = true) {
     if (!table.spilling(e.ref.fd) && runtime->push(e, urgent)) return;
-    table.spill(e.ref.fd, kind, e.bytes, e.weight, e.coflow_id);
+    table.spill(e.ref.fd, kind, e.bytes, e.policy);
     runtime->wake();
   }
   // The registration of fd, or an error for the caller.
@@ -112,6 +167,14 @@ struct ft_client {
 };
 
 extern "C" {
+
+void ft_flowlet_opts_init(ft_flowlet_opts* o) {
+  if (o == nullptr) return;
+  std::memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->weight = 1;
+  o->priority_class = FT_CLASS_DEFAULT;
+}
 
 void ft_config_init(ft_config* cfg) {
   if (cfg == nullptr) return;
@@ -157,6 +220,7 @@ int ft_client_open(const ft_config* cfg, ft_client** out) {
     }
     auto c = std::make_unique<ft_client>();
     c->fork_generation = g_fork_generation.load();
+    s.tenants = c->tenants;
     c->runtime = std::make_unique<flowtune::client::Runtime>(std::move(r), std::move(s), c->table);
     if (const int rc = c->runtime->start(); rc != FT_OK) return rc;
     *out = c.release();
@@ -182,11 +246,18 @@ int ft_client_close(ft_client* c) {
   return FT_OK;
 }
 
-int ft_socket_register(ft_client* c, int fd) {
+int ft_socket_register(ft_client* c, int fd) { return ft_socket_register_opts(c, fd, nullptr); }
+
+int ft_socket_register_opts(ft_client* c, int fd, const ft_flowlet_opts* defaults) {
   if (c == nullptr) return FT_EINVAL;
   if (c->forked()) return FT_EFORKED;
   Event e;
   e.kind = Event::kRegister;
+  if (defaults != nullptr) {
+    FlowletPolicy p;
+    if (const int rc = policy_of(defaults, *c->tenants, &p); rc != FT_OK) return rc;
+    e.policy = p;
+  }
   if (const int rc = tuple_of(fd, &e.tuple); rc != FT_OK) return rc;
   int mss = 0;
   socklen_t len = sizeof mss;
@@ -217,9 +288,9 @@ int ft_flowlet_begin(ft_client* c, int fd, uint64_t bytes, const ft_flowlet_opts
   Event e;
   e.kind = Event::kBegin;
   if (opts != nullptr) {
-    if (!(opts->weight >= 1e-6f && opts->weight <= 1e6f)) return FT_EINVAL;
-    e.weight = opts->weight;
-    e.coflow_id = opts->coflow_id;
+    FlowletPolicy p;
+    if (const int rc = policy_of(opts, *c->tenants, &p); rc != FT_OK) return rc;
+    e.policy = p;
   }
   if (const int rc = c->ref_of(fd, &e.ref); rc != FT_OK) return rc;
   e.bytes = bytes;

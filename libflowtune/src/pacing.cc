@@ -46,8 +46,8 @@ bool SocketTable::spilling(int fd) const {
   return s != nullptr && s->spilling.load(std::memory_order_acquire);
 }
 
-void SocketTable::spill(int fd, SpillKind kind, std::uint64_t bytes, float weight,
-                        std::uint64_t coflow_id) {
+void SocketTable::spill(int fd, SpillKind kind, std::uint64_t bytes,
+                        const std::optional<FlowletPolicy>& policy) {
   Slot* s = slot(fd);
   if (s == nullptr) return;
   lock(*s);
@@ -59,8 +59,7 @@ void SocketTable::spill(int fd, SpillKind kind, std::uint64_t bytes, float weigh
       // live flowlet does), so the end is dropped, not reordered.
       p.end_last = false;
       p.begin_bytes += bytes;
-      p.weight = weight;
-      p.coflow_id = coflow_id;
+      p.policy = policy;
       break;
     case SpillKind::kSent: p.sent += bytes; break;
     case SpillKind::kWrote:

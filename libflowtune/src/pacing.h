@@ -25,6 +25,8 @@
 #include <memory>
 #include <optional>
 
+#include "policy.h"
+
 namespace flowtune::client {
 
 // A registration: fd plus the slot's generation when it was claimed.
@@ -91,8 +93,7 @@ class SocketTable {
     std::uint32_t gen = 0;  // the registration they belong to (0: none)
     bool end_first = false;
     std::uint64_t begin_bytes = 0;
-    float weight = 1;
-    std::uint64_t coflow_id = 0;
+    std::optional<FlowletPolicy> policy;  // the last begin's; none: the socket's defaults
     std::uint64_t sent = 0;
     std::uint64_t wrote = 0;  // begin-or-extend bytes (ft_flowlet_wrote)
     bool collect = false;     // collect the slot's unreported bytes
@@ -105,8 +106,8 @@ class SocketTable {
   // Application side: true while fd's events must go to its slot.
   bool spilling(int fd) const;
   // Application side: records one event in fd's slot and marks it dirty.
-  void spill(int fd, SpillKind kind, std::uint64_t bytes = 0, float weight = 1,
-             std::uint64_t coflow_id = 0);
+  void spill(int fd, SpillKind kind, std::uint64_t bytes = 0,
+             const std::optional<FlowletPolicy>& policy = std::nullopt);
   // Runtime side: calls visit(fd) for each slot marked dirty since the last
   // sweep (spilled events, or an unregistration), clearing the marks.
   template <class Visit>

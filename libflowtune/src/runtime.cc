@@ -449,12 +449,12 @@ void Runtime::dispatch(const Event& e, std::uint64_t now) {
       if (old != known_.end() && old->second != e.ref.gen) {
         session_.on_unregister(SocketRef{e.ref.fd, old->second}, now);  // replaced
       }
-      session_.on_register(e.ref, e.tuple, e.mss, now);
+      session_.on_register(e.ref, e.tuple, e.mss, now, e.policy.value_or(FlowletPolicy{}));
       known_[e.ref.fd] = e.ref.gen;
       return;
     }
     case Event::kUnregister: session_.on_unregister(e.ref, now); return;
-    case Event::kBegin: session_.on_begin(e.ref, e.bytes, e.weight, e.coflow_id, now); return;
+    case Event::kBegin: session_.on_begin(e.ref, e.bytes, e.policy, now); return;
     case Event::kSent: session_.on_sent(e.ref, e.bytes, now); return;
     case Event::kWrote: {
       const std::uint64_t bytes = e.bytes + table_.take_unreported(e.ref);
@@ -482,7 +482,7 @@ void Runtime::apply_spill(int fd, const SocketTable::Spilled& p, std::uint64_t n
   if (p.gen == 0 || it == known_.end() || it->second != p.gen) return;
   const SocketRef ref{fd, p.gen};
   if (p.end_first) app_end(ref, now);
-  if (p.begin_bytes != 0) session_.on_begin(ref, p.begin_bytes, p.weight, p.coflow_id, now);
+  if (p.begin_bytes != 0) session_.on_begin(ref, p.begin_bytes, p.policy, now);
   if (p.sent != 0) session_.on_sent(ref, p.sent, now);
   const std::uint64_t wrote = p.wrote + (p.collect ? table_.take_unreported(ref) : 0);
   if (wrote != 0) session_.on_wrote(ref, wrote, now);

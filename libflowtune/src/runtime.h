@@ -50,8 +50,9 @@ struct Event {
   Kind kind = kBegin;
   SocketRef ref;
   std::uint64_t bytes = 0;
-  float weight = 1;
-  std::uint64_t coflow_id = 0;
+  // kBegin: the flowlet's (none: the socket's defaults); kRegister: the
+  // socket's defaults.
+  std::optional<FlowletPolicy> policy;
   wire::FiveTuple tuple;
   std::uint32_t mss = 0;
 };

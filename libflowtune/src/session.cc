@@ -58,7 +58,7 @@ std::vector<FlowletView> Session::flowlets() const {
 // ---- sockets ----
 
 void Session::on_register(SocketRef s, const wire::FiveTuple& tuple, std::uint32_t mss,
-                          std::uint64_t) {
+                          std::uint64_t, const FlowletPolicy& defaults) {
   Sock& k = sockets_[s.packed()];
   if (k.in_progress()) --active_count_;
   if (k.key != 0) {
@@ -67,6 +67,7 @@ void Session::on_register(SocketRef s, const wire::FiveTuple& tuple, std::uint32
   }
   k = Sock{};
   k.tuple = tuple;
+  k.defaults = defaults;
   // Paced TCP releases at least two segments at a time (64 kB segments on
   // loopback): the queue's last step can be that large.
   k.last_burst = std::max<std::uint64_t>(kLastBurstBytes, 2 * std::uint64_t{mss} + 1);
@@ -79,13 +80,12 @@ void Session::on_unregister(SocketRef s, std::uint64_t now_us) {
   sockets_.erase(s.packed());
 }
 
-void Session::on_begin(SocketRef s, std::uint64_t bytes, float weight, std::uint64_t coflow_id,
-                       std::uint64_t now_us) {
+void Session::on_begin(SocketRef s, std::uint64_t bytes,
+                       const std::optional<FlowletPolicy>& policy, std::uint64_t now_us) {
   Sock* k = find(s);
   if (k == nullptr) return;  // unregistered meanwhile
   In in{Input::kBegin, bytes};
-  in.weight = weight;
-  in.coflow_id = coflow_id;
+  in.policy = policy.value_or(k->defaults);
   step(s, *k, in, now_us);
 }
 
@@ -97,7 +97,8 @@ void Session::on_wrote(SocketRef s, std::uint64_t bytes, std::uint64_t now_us) {
   Sock* k = find(s);
   if (k == nullptr) return;
   const bool extends = k->in_progress();
-  on_begin(s, bytes, extends ? k->weight : 1.0f, extends ? k->coflow_id : 0, now_us);
+  // Extending keeps the flowlet's policy (step ignores a begin's policy then).
+  on_begin(s, bytes, std::nullopt, now_us);
   if (extends) --stats_.flowlets_coalesced;  // one flowlet written piecewise, not a new begin
   on_sent(s, bytes, now_us);
 }
@@ -172,8 +173,9 @@ void Session::begin_flowlet(SocketRef ref, Sock& k, const In& in, std::uint64_t 
   k.state = FlowletState::kSending;
   k.declared = in.bytes;
   k.handed = 0;
-  k.weight = in.weight;
-  k.coflow_id = in.coflow_id;
+  k.policy = in.policy;
+  k.deadline_at_us =
+      in.policy.deadline_ms != 0 ? now_us + std::uint64_t{in.policy.deadline_ms} * 1000 : 0;
   k.key = 0;
   k.refused = false;
   k.rated = false;
@@ -308,13 +310,21 @@ void Session::end_flowlet(SocketRef ref, Sock& k, std::uint64_t now_us) {
 
 // ---- reports and rates ----
 
-wire::FlowletStart Session::start_of(const Sock& k) const {
+wire::FlowletStart Session::start_of(const Sock& k, std::uint64_t now_us) const {
   wire::FlowletStart f;
   f.flow_key = k.key;
   f.endpoints = k.tuple;
   f.bytes = std::min<std::uint64_t>(k.declared, wire::kMaxFlowletBytes);
-  f.weight = k.weight;
-  f.coflow_id = k.coflow_id;
+  f.weight = k.policy.weight;
+  f.coflow_id = k.policy.coflow_id;
+  f.priority_class = k.policy.priority_class;
+  if (k.policy.tenant != 0 && config_.tenants) f.tenant = config_.tenants->name(k.policy.tenant);
+  // Time left, not a time: no clocks need agree. A deadline already passed
+  // says 1 µs (the allocator counts it missed).
+  if (k.deadline_at_us != 0) {
+    f.deadline_us = std::clamp<std::uint64_t>(k.deadline_at_us > now_us ? k.deadline_at_us - now_us : 1,
+                                              1, wire::kMaxDeadlineUs);
+  }
   return f;
 }
 
@@ -322,7 +332,7 @@ void Session::report_start(SocketRef ref, Sock& k, std::uint64_t now_us) {
   k.key = next_key_++;
   by_key_[k.key] = ref.packed();
   digest_.add(k.key);
-  queue_event(start_of(k));
+  queue_event(start_of(k, now_us));
   k.started_us = now_us;
   k.ask_backoff_us = std::max<std::uint64_t>(10 * rtt_us_, kFirstAskUs);
   k.ask_at_us = now_us + k.ask_backoff_us;
@@ -575,7 +585,7 @@ std::optional<wire::EndpointMessage> Session::take_message(std::uint64_t now_us)
     wire::Resync r;
     for (auto& [packed, k] : sockets_) {
       if (k.in_progress() && k.key != 0 && r.flows.size() < wire::kMaxResyncFlows) {
-        r.flows.push_back(start_of(k));
+        r.flows.push_back(start_of(k, now_us));
         // The allocator resends every resynced flow's rate; ask only if it does not.
         if (!k.rated) k.ask_at_us = now_us + std::max<std::uint64_t>(10 * rtt_us_, kFirstAskUs);
       }

@@ -56,6 +56,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -64,6 +65,7 @@
 #include "flowtune/flowtune.h"
 #include "flowtune/wire/messages.h"
 #include "pacing.h"
+#include "policy.h"
 
 namespace flowtune::client {
 
@@ -75,6 +77,8 @@ struct SessionConfig {
   std::uint64_t heartbeat_us = 1'000'000;
   // Control round trip assumed until one is measured (start -> first rate).
   std::uint64_t initial_rtt_us = 500;
+  // Where flowlets' tenant indexes are named; null: no tenants.
+  std::shared_ptr<const TenantNames> tenants{};
 };
 
 struct PacingAction {
@@ -138,10 +142,12 @@ class Session {
 
   // mss: the socket's segment size (TCP_MAXSEG), which sets how coarsely
   // its queue drains when paced; 0 if unknown.
+  // defaults: the policy of the socket's flowlets that bring none.
   void on_register(SocketRef s, const wire::FiveTuple& tuple, std::uint32_t mss,
-                   std::uint64_t now_us);
+                   std::uint64_t now_us, const FlowletPolicy& defaults = {});
   void on_unregister(SocketRef s, std::uint64_t now_us);
-  void on_begin(SocketRef s, std::uint64_t bytes, float weight, std::uint64_t coflow_id,
+  // policy: none = the socket's defaults. A deadline counts from now_us.
+  void on_begin(SocketRef s, std::uint64_t bytes, const std::optional<FlowletPolicy>& policy,
                 std::uint64_t now_us);
   void on_sent(SocketRef s, std::uint64_t bytes, std::uint64_t now_us);
   // Bytes written without a begin (the shim): begin-or-extend, then sent.
@@ -189,8 +195,9 @@ class Session {
     bool refused = false;         // the allocator will not schedule this flowlet
     std::uint64_t declared = 0;   // bytes declared by begins of this flowlet
     std::uint64_t handed = 0;     // bytes handed to the kernel
-    float weight = 1;
-    std::uint64_t coflow_id = 0;
+    FlowletPolicy defaults;        // for flowlets that bring no policy
+    FlowletPolicy policy;          // this flowlet's
+    std::uint64_t deadline_at_us = 0;  // this flowlet's deadline; 0 = none
     std::uint64_t rate = 0;          // cap applied, bytes/s
     // The cap is this flowlet's own rate (not the previous flowlet's, kept
     // for its tail, nor none): only then does a lease refresh extend it, and
@@ -214,8 +221,7 @@ class Session {
     Input kind;
     std::uint64_t bytes = 0;   // kBegin, kSent; kLook: unsent bytes
     bool writing = false;      // kLook
-    float weight = 1;          // kBegin
-    std::uint64_t coflow_id = 0;
+    FlowletPolicy policy{};    // kBegin
   };
   void step(SocketRef ref, Sock& k, const In& in, std::uint64_t now_us);
   void on_look(SocketRef ref, Sock& k, std::uint64_t unsent, bool writing, std::uint64_t now_us);
@@ -225,7 +231,7 @@ class Session {
   void end_flowlet(SocketRef ref, Sock& k, std::uint64_t now_us);
 
   Sock* find(SocketRef s);
-  wire::FlowletStart start_of(const Sock& k) const;
+  wire::FlowletStart start_of(const Sock& k, std::uint64_t now_us) const;
   void report_start(SocketRef ref, Sock& k, std::uint64_t now_us);
   void set_rate(SocketRef ref, Sock& k, std::uint64_t rate);
   void refuse_flow(Sock& k);

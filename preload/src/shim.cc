@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "flowtune/flowtune.h"
+#include "socket_policy.h"
 
 namespace flowtune::client {
 bool runtime_shares_fd_table();  // libflowtune/src/runtime.h
@@ -238,9 +239,27 @@ bool copy_env(const char* v, char* buf, std::size_t size) {
   return true;
 }
 
+// Per-socket policy (socket_policy.h), read with the configuration; null:
+// none set (or a bad one, said once), sockets register without options.
+const flowtune::preload::PolicyConfig* g_policy = nullptr;
+
+void snapshot_policy(int log_level) {
+  std::string error;
+  auto p = flowtune::preload::parse_policy(flowtune::preload::PolicyEnv::from_environment(), &error);
+  if (!p) {
+    if (log_level >= 1) {
+      std::fprintf(stderr, "flowtune-preload: %s; sockets get the allocator's default policy\n",
+                   error.c_str());
+    }
+    return;
+  }
+  if (!p->empty()) g_policy = new flowtune::preload::PolicyConfig(std::move(*p));
+}
+
 void snapshot_config() {
   ft_config cfg;
   ft_config_init(&cfg);
+  snapshot_policy(cfg.log_level);
   if (!copy_env(cfg.allocator, g_startup_allocator, sizeof g_startup_allocator) ||
       !copy_env(cfg.host, g_startup_host, sizeof g_startup_host)) {
     return;  // too long to keep: read the environment when the client opens
@@ -326,6 +345,33 @@ struct SocketsLock {
   ~SocketsLock() { pthread_mutex_unlock(&g_sockets_lock); }
 };
 
+int register_with_policy(ft_client* c, int fd) {
+  if (g_policy == nullptr) return ft_socket_register(c, fd);
+  flowtune::preload::SocketEnds ends;
+  sockaddr_storage local{}, peer{};
+  socklen_t ll = sizeof local, pl = sizeof peer;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) == 0 &&
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) == 0) {
+    if (local.ss_family == AF_INET && peer.ss_family == AF_INET) {
+      const auto& l = reinterpret_cast<const sockaddr_in&>(local);
+      const auto& p = reinterpret_cast<const sockaddr_in&>(peer);
+      ends = {true, ntohl(l.sin_addr.s_addr), ntohl(p.sin_addr.s_addr), ntohs(l.sin_port),
+              ntohs(p.sin_port)};
+    } else if (local.ss_family == AF_INET6 && peer.ss_family == AF_INET6) {
+      ends.sport = ntohs(reinterpret_cast<const sockaddr_in6&>(local).sin6_port);
+      ends.dport = ntohs(reinterpret_cast<const sockaddr_in6&>(peer).sin6_port);
+    }
+  }
+  const flowtune::preload::SocketPolicy p = g_policy->for_socket(ends);
+  ft_flowlet_opts opts;
+  ft_flowlet_opts_init(&opts);
+  opts.priority_class = p.priority_class;
+  opts.weight = p.weight;
+  opts.deadline_ms = p.deadline_ms;
+  opts.tenant = p.tenant.empty() ? nullptr : p.tenant.c_str();
+  return ft_socket_register_opts(c, fd, &opts);
+}
+
 // Registers fd, or makes it an alias of the fd that already did; holds the
 // lock across registration so two fds of one socket cannot both register.
 std::uint8_t register_socket(ft_client* c, int fd) {
@@ -342,7 +388,7 @@ std::uint8_t register_socket(ft_client* c, int fd) {
       return kAlias;
     }
   }
-  const int rc = ft_socket_register(c, fd);
+  const int rc = register_with_policy(c, fd);
   if (rc != FT_OK && rc != FT_EEXIST) return kIgnored;
   if (have_cookie) {
     (*g_by_cookie)[cookie] = SocketFds{fd, {}};

@@ -60,6 +60,9 @@ void fill(s::FlowletStart::Builder out, const FlowletStart& f) {
   out.setBytes(f.bytes);
   out.setWeight(f.weight);
   out.setCoflowId(f.coflow_id);
+  if (f.priority_class != kClassUnset) out.setPriorityClass(f.priority_class);
+  if (!f.tenant.empty()) out.setTenant(f.tenant);
+  if (f.deadline_us != 0) out.setDeadlineUs(f.deadline_us);
 }
 
 // ---- decoding: every field checked, failures named ----
@@ -125,6 +128,16 @@ FlowletStart read_start(s::FlowletStart::Reader r, const Where& where) {
   require(f.weight >= kMinWeight && f.weight <= kMaxWeight, DecodeError::kBadValue, where,
           [&] { return ".weight = " + std::to_string(f.weight) + " outside [1e-6, 1e6]"; });
   f.coflow_id = r.getCoflowId();
+  f.priority_class = r.getPriorityClass();
+  require(f.priority_class < kNumClasses || f.priority_class == kClassUnset,
+          DecodeError::kBadValue, where, [&] {
+            return ".priorityClass = " + std::to_string(f.priority_class) + " outside 0.." +
+                   std::to_string(kNumClasses - 1) + " (255 = not set)";
+          });
+  if (r.hasTenant()) f.tenant = text(r.getTenant(), Where{&where, "tenant"});
+  f.deadline_us = r.getDeadlineUs();
+  require(f.deadline_us <= kMaxDeadlineUs, DecodeError::kBadValue, where,
+          [&] { return ".deadlineUs = " + std::to_string(f.deadline_us) + " is absurd"; });
   return f;
 }
 

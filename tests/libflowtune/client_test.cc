@@ -31,6 +31,13 @@ using daemon::testing::unique_endpoint;
 
 constexpr double kLinkBytes = 0.1e9 / 8 * 0.99;  // scheduled 100 Mbit/s host link
 
+// ft_flowlet_opts as the first version of flowtune.h declared it (no
+// struct_size): binaries built then still pass this.
+struct LegacyOpts {
+  float weight;
+  std::uint64_t coflow_id;
+};
+
 // A connected pair: `send_fd` (127.0.0.1 -> 127.0.0.2) and a receiver
 // thread that reads everything and sums it.
 class Transfer {
@@ -415,8 +422,27 @@ TEST_F(ClientTest, BadUseGetsErrorCodes) {
   ASSERT_EQ(ft_socket_register(c, t.send_fd), FT_OK);
   EXPECT_EQ(ft_socket_register(c, t.send_fd), FT_EEXIST);
   EXPECT_EQ(ft_flowlet_begin(c, t.send_fd, 0, nullptr), FT_EINVAL);
-  const ft_flowlet_opts bad{-1.0f, 0};
+  ft_flowlet_opts bad;
+  ft_flowlet_opts_init(&bad);
+  bad.weight = -1;
   EXPECT_EQ(ft_flowlet_begin(c, t.send_fd, 100, &bad), FT_EINVAL);
+  ft_flowlet_opts_init(&bad);
+  bad.priority_class = FT_NUM_CLASSES;
+  EXPECT_EQ(ft_flowlet_begin(c, t.send_fd, 100, &bad), FT_EINVAL);
+  EXPECT_EQ(ft_socket_register_opts(c, t.send_fd, &bad), FT_EINVAL);
+  ft_flowlet_opts_init(&bad);
+  bad.priority_class = -2;
+  EXPECT_EQ(ft_flowlet_begin(c, t.send_fd, 100, &bad), FT_EINVAL);
+  ft_flowlet_opts_init(&bad);
+  const std::string long_tenant(300, 't');
+  bad.tenant = long_tenant.c_str();
+  EXPECT_EQ(ft_flowlet_begin(c, t.send_fd, 100, &bad), FT_EINVAL);
+  ft_flowlet_opts_init(&bad);
+  bad.struct_size = 8;  // too short to hold even the first version's fields
+  EXPECT_EQ(ft_flowlet_begin(c, t.send_fd, 100, &bad), FT_EINVAL);
+  const LegacyOpts legacy_bad{0.0f, 0};
+  EXPECT_EQ(ft_flowlet_begin(c, t.send_fd, 100, reinterpret_cast<const ft_flowlet_opts*>(&legacy_bad)),
+            FT_EINVAL);
   EXPECT_EQ(ft_flowlet_end(c, t.send_fd), FT_ENOFLOWLET);
   EXPECT_EQ(ft_flowlet_begin(c, t.send_fd, 100, nullptr), FT_OK);
   EXPECT_EQ(ft_flowlet_end(c, t.send_fd), FT_OK);
@@ -432,6 +458,78 @@ TEST_F(ClientTest, BadUseGetsErrorCodes) {
   EXPECT_EQ(ft_client_open(&cfg, &bad_client), FT_ECONNECT);
   for (int e = 0; e >= -10; --e) EXPECT_STRNE(ft_strerror(e), "unknown error") << e;
   EXPECT_EQ(ft_socket_unregister(c, t.send_fd), FT_OK);
+  EXPECT_EQ(ft_client_close(c), FT_OK);
+}
+
+// Options of every version reach the allocator: a socket's defaults (class
+// 0, a tenant), a flowlet's own, and the first struct layout (weight 3).
+TEST_F(ClientTest, ClassesWeightsAndTenantsReachTheAllocatorFromEveryOptionsVersion) {
+  start_allocator();
+  ft_client* c = open();
+  Transfer urgent, heavy, light;
+  ft_flowlet_opts first;
+  ft_flowlet_opts_init(&first);
+  first.priority_class = 0;
+  first.tenant = "interactive";
+  ASSERT_EQ(ft_socket_register_opts(c, urgent.send_fd, &first), FT_OK);
+  ASSERT_EQ(ft_socket_register(c, heavy.send_fd), FT_OK);
+  ASSERT_EQ(ft_socket_register(c, light.send_fd), FT_OK);
+  // Given: two default-class flowlets, weights 3 (old layout) and 1 (new).
+  const LegacyOpts legacy{3.0f, 5};
+  ASSERT_EQ(ft_flowlet_begin(c, heavy.send_fd, 100 << 20,
+                             reinterpret_cast<const ft_flowlet_opts*>(&legacy)),
+            FT_OK);
+  ft_flowlet_opts own;
+  ft_flowlet_opts_init(&own);
+  own.tenant = "bulk";
+  own.deadline_ms = 60'000;
+  ASSERT_EQ(ft_flowlet_begin(c, light.send_fd, 100 << 20, &own), FT_OK);
+  auto shares = [&](double heavy_share, double light_share) {
+    return near(rate(c, heavy.send_fd), kLinkBytes * heavy_share, 0.05) &&
+           near(rate(c, light.send_fd), kLinkBytes * light_share, 0.05);
+  };
+  EXPECT_TRUE(eventually([&] { return shares(0.75, 0.25); }))
+      << rate(c, heavy.send_fd) << " " << rate(c, light.send_fd);
+  // When: a flowlet begins on the class-0 socket with no options of its own.
+  ASSERT_EQ(ft_flowlet_begin(c, urgent.send_fd, 100 << 20, nullptr), FT_OK);
+  // Expect: it takes the link; the default class keeps only crumbs.
+  EXPECT_TRUE(eventually([&] {
+    return near(rate(c, urgent.send_fd), kLinkBytes, 0.05) &&
+           static_cast<double>(rate(c, heavy.send_fd)) < kLinkBytes * 0.05 &&
+           static_cast<double>(rate(c, light.send_fd)) < kLinkBytes * 0.05;
+  })) << rate(c, urgent.send_fd) << " " << rate(c, heavy.send_fd) << " "
+      << rate(c, light.send_fd);
+  // The allocator holds each flow with what the endpoint asked.
+  const nlohmann::json flows = daemon_.control("flows 10").value_or(nlohmann::json{});
+  ASSERT_EQ(flows["flows"].size(), 3u) << flows.dump();
+  for (const auto& f : flows["flows"]) {
+    const double w = f["weight"].get<double>();
+    if (f["class"] == 0) {
+      EXPECT_EQ(f["tenant"], "interactive");
+      EXPECT_EQ(w, 1.0);
+    } else if (w == 3.0) {
+      EXPECT_EQ(f["class"], 4);
+      EXPECT_EQ(f["coflow"], 5);
+      EXPECT_EQ(f["tenant"], "");
+    } else {
+      EXPECT_EQ(f["tenant"], "bulk");
+      EXPECT_GT(f["deadline_left_ms"].get<double>(), 50'000);
+    }
+  }
+  const nlohmann::json policy = daemon_.status()["policy"];
+  EXPECT_EQ(policy["classes"]["0"]["flows"], 1) << policy.dump();
+  EXPECT_EQ(policy["classes"]["4"]["flows"], 2) << policy.dump();
+  EXPECT_EQ(policy["tenants"]["bulk"]["flows"], 1) << policy.dump();
+  // When it ends, the default class gets the link back, 3:1.
+  ASSERT_EQ(ft_flowlet_end(c, urgent.send_fd), FT_OK);
+  EXPECT_TRUE(eventually([&] { return shares(0.75, 0.25); }))
+      << rate(c, heavy.send_fd) << " " << rate(c, light.send_fd);
+  ASSERT_EQ(ft_flowlet_end(c, light.send_fd), FT_OK);  // before its deadline
+  EXPECT_TRUE(eventually([&] { return daemon_.status()["counters"]["deadlines_met"] == 1; }));
+  EXPECT_EQ(daemon_.status()["counters"]["deadlines_missed"], 0);
+  for (const Transfer* t : {&urgent, &heavy, &light}) {
+    EXPECT_EQ(ft_socket_unregister(c, t->send_fd), FT_OK);
+  }
   EXPECT_EQ(ft_client_close(c), FT_OK);
 }
 

@@ -167,7 +167,10 @@ TEST(SocketTableSpill, EventsCollapseInOrderAndStopSpillingOnceTaken) {
   EXPECT_FALSE(table.spilling(fds[0]));
   EXPECT_FALSE(table.has_dirty());
   table.spill(fds[0], SocketTable::SpillKind::kEnd);
-  table.spill(fds[0], SocketTable::SpillKind::kBegin, 100, 2.0f, 7);
+  FlowletPolicy policy;
+  policy.weight = 2;
+  policy.coflow_id = 7;
+  table.spill(fds[0], SocketTable::SpillKind::kBegin, 100, policy);
   table.spill(fds[0], SocketTable::SpillKind::kSent, 40);
   table.spill(fds[0], SocketTable::SpillKind::kEnd);
   EXPECT_TRUE(table.spilling(fds[0]));
@@ -179,7 +182,7 @@ TEST(SocketTableSpill, EventsCollapseInOrderAndStopSpillingOnceTaken) {
   EXPECT_EQ(p.gen, ref.gen);
   EXPECT_TRUE(p.end_first);
   EXPECT_EQ(p.begin_bytes, 100u);
-  EXPECT_EQ(p.coflow_id, 7u);
+  EXPECT_EQ(p.policy, policy);
   EXPECT_EQ(p.sent, 40u);
   EXPECT_TRUE(p.end_last);
   // Still spilling until the runtime says it applied the batch.

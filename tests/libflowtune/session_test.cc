@@ -53,7 +53,7 @@ class SessionTest : public ::testing::Test {
 
 TEST_F(SessionTest, FirstMessageIsHelloWithStateThenStartsAreReported) {
   // Given: a flowlet begins before anything was said.
-  s_->on_begin(kSock, 5000, 1, 0, now_);
+  s_->on_begin(kSock, 5000, {}, now_);
   auto ev = said();
   // Expect: hello (host from the socket's local address) and a resync holding it.
   ASSERT_EQ(of<wire::Hello>(ev).size(), 1u);
@@ -62,7 +62,10 @@ TEST_F(SessionTest, FirstMessageIsHelloWithStateThenStartsAreReported) {
   ASSERT_EQ(of<wire::Resync>(ev)[0].flows.size(), 1u);
   EXPECT_EQ(of<wire::Resync>(ev)[0].flows[0].bytes, 5000u);
   // When: another socket begins, it is a plain start.
-  s_->on_begin(kOther, 5000, 2, 77, now_);
+  FlowletPolicy weighted;
+  weighted.weight = 2;
+  weighted.coflow_id = 77;
+  s_->on_begin(kOther, 5000, weighted, now_);
   ev = said();
   ASSERT_EQ(of<wire::FlowletStart>(ev).size(), 1u);
   EXPECT_EQ(of<wire::FlowletStart>(ev)[0].weight, 2.0f);
@@ -70,8 +73,85 @@ TEST_F(SessionTest, FirstMessageIsHelloWithStateThenStartsAreReported) {
   EXPECT_EQ(std::get<wire::FiveTuple>(of<wire::FlowletStart>(ev)[0].endpoints), tuple(2));
 }
 
+TEST_F(SessionTest, PolicyTravelsWithStartsAndResyncsAndDeadlinesCountDown) {
+  auto tenants = std::make_shared<TenantNames>();
+  SessionConfig c;
+  c.endpoint_id = "ep";
+  c.min_flowlet_bytes = 1000;
+  c.tenants = tenants;
+  Session s(c);
+  // Given: a socket registered with defaults (class 1, tenant "b", 50 ms
+  // deadline) and one without.
+  FlowletPolicy defaults;
+  defaults.priority_class = 1;
+  defaults.tenant = static_cast<std::uint8_t>(tenants->intern("b"));
+  defaults.deadline_ms = 50;
+  s.on_register(kSock, tuple(1), 1448, now_, defaults);
+  s.on_register(kOther, tuple(2), 1448, now_);
+  // When: the first socket's flowlet brings no policy, the other's its own.
+  s.on_begin(kSock, 5000, {}, now_);
+  FlowletPolicy own;
+  own.priority_class = 0;
+  own.tenant = static_cast<std::uint8_t>(tenants->intern("a"));
+  s.on_begin(kOther, 5000, own, now_);
+  now_ += 20'000;
+  auto m = s.take_message(now_);
+  ASSERT_TRUE(m);
+  // Expect: the resync after hello carries each flowlet's policy, the
+  // deadline as time left (50 ms from the begin, 20 ms ago).
+  const auto flows = std::get<wire::Resync>(m->events.at(1)).flows;
+  ASSERT_EQ(flows.size(), 2u);
+  for (const wire::FlowletStart& f : flows) {
+    const bool first = std::get<wire::FiveTuple>(f.endpoints) == tuple(1);
+    EXPECT_EQ(f.priority_class, first ? 1 : 0);
+    EXPECT_EQ(f.tenant, first ? "b" : "a");
+    EXPECT_EQ(f.deadline_us, first ? 30'000u : 0u);
+  }
+  s.on_message(rates({}), now_);
+  // When: the flowlet is extended, then the allocator restarts after its
+  // deadline passed.
+  s.on_begin(kSock, 5000, own, now_);  // coalesces: keeps the first policy
+  now_ += 100'000;
+  s.on_message(rates({}, 10), now_);
+  m = s.take_message(now_);
+  ASSERT_TRUE(m);
+  for (const wire::FlowletStart& f : std::get<wire::Resync>(m->events.at(1)).flows) {
+    if (std::get<wire::FiveTuple>(f.endpoints) != tuple(1)) continue;
+    EXPECT_EQ(f.priority_class, 1);
+    EXPECT_EQ(f.deadline_us, 1u);  // overdue: the allocator counts it missed
+  }
+  // A socket's next flowlet starts its own deadline.
+  s.on_end(kSock, now_);
+  s.on_begin(kSock, 5000, {}, now_);
+  const auto starts = of<wire::FlowletStart>([&] {
+    std::vector<wire::EndpointEvent> all;
+    while (auto x = s.take_message(now_)) {
+      for (auto& e : x->events) all.push_back(std::move(e));
+    }
+    return all;
+  }());
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].deadline_us, 50'000u);
+  EXPECT_EQ(starts[0].tenant, "b");
+}
+
+TEST(TenantNames, InternsUpToTheLimitAndRefusesWhatTheWireWouldNot) {
+  TenantNames t;
+  EXPECT_EQ(t.intern(""), 0);
+  const int a = t.intern("a");
+  EXPECT_EQ(a, 1);
+  EXPECT_EQ(t.intern("a"), a);
+  EXPECT_EQ(t.name(static_cast<std::uint8_t>(a)), "a");
+  EXPECT_EQ(t.intern(std::string(wire::kMaxTextBytes + 1, 'x')), -1);
+  for (std::size_t i = 2; i <= TenantNames::kMax; ++i) {
+    EXPECT_EQ(t.intern("t" + std::to_string(i)), static_cast<int>(i));
+  }
+  EXPECT_EQ(t.intern("one too many"), -1);
+  EXPECT_EQ(t.intern("a"), a);  // known names still resolve
+}
+
 TEST_F(SessionTest, RatesBecomePacingAndLapseWithTheirLease) {
-  s_->on_begin(kSock, 5000, 1, 0, now_);
+  s_->on_begin(kSock, 5000, {}, now_);
   auto ev = said();
   const std::uint64_t key = of<wire::Resync>(ev)[0].flows[0].flow_key;
   s_->on_message(rates({{key, 12345, 100'000}}), now_);
@@ -99,22 +179,22 @@ TEST_F(SessionTest, RatesBecomePacingAndLapseWithTheirLease) {
 
 TEST_F(SessionTest, BackToBackBeginsCoalesceAndMiceAreNotReported) {
   said();  // nothing yet: no flowlet
-  s_->on_begin(kSock, 400, 1, 0, now_);  // a mouse
+  s_->on_begin(kSock, 400, {}, now_);  // a mouse
   auto ev = said();
   EXPECT_TRUE(of<wire::Resync>(ev).empty() || of<wire::Resync>(ev)[0].flows.empty());
   EXPECT_TRUE(of<wire::FlowletStart>(ev).empty());
   EXPECT_EQ(s_->stats().mice, 1u);
   // More begins on the live flowlet coalesce; past the threshold it is reported once.
-  s_->on_begin(kSock, 400, 1, 0, now_);
-  s_->on_begin(kSock, 400, 1, 0, now_);
-  s_->on_begin(kSock, 400, 1, 0, now_);
+  s_->on_begin(kSock, 400, {}, now_);
+  s_->on_begin(kSock, 400, {}, now_);
+  s_->on_begin(kSock, 400, {}, now_);
   ev = said();
   ASSERT_EQ(of<wire::FlowletStart>(ev).size(), 1u);
   EXPECT_EQ(of<wire::FlowletStart>(ev)[0].bytes, 1200u);
   EXPECT_EQ(s_->stats().flowlets_coalesced, 3u);
   EXPECT_EQ(s_->stats().flowlets_started, 1u);
   // A mouse lasts until its queue drains, then ends without a word.
-  s_->on_begin(kOther, 10, 1, 0, now_);
+  s_->on_begin(kOther, 10, {}, now_);
   s_->on_sent(kOther, 10, now_);
   ASSERT_EQ(s_->take_drain_queries().size(), 1u);
   s_->on_unsent(kOther, 0, now_);
@@ -123,7 +203,7 @@ TEST_F(SessionTest, BackToBackBeginsCoalesceAndMiceAreNotReported) {
 }
 
 TEST_F(SessionTest, EndIsSentInAdvanceWhenTheQueueDrainsWithinARoundTrip) {
-  s_->on_begin(kSock, 1'000'000, 1, 0, now_);
+  s_->on_begin(kSock, 1'000'000, {}, now_);
   const std::uint64_t key = of<wire::Resync>(said())[0].flows[0].flow_key;
   s_->on_message(rates({{key, 10'000'000, 1'000'000}}), now_);  // 10 MB/s
   (void)s_->take_actions();
@@ -197,7 +277,7 @@ TEST_F(SessionTest, EndIsSentInAdvanceWhenTheQueueDrainsWithinARoundTrip) {
   EXPECT_EQ(act[0].bytes_per_sec, 0u);  // drained: the cap goes
   // A begin after that is a new flowlet; an observed tail shorter than an
   // RTT ends it at once.
-  s_->on_begin(kSock, 100'000, 1, 0, now_);
+  s_->on_begin(kSock, 100'000, {}, now_);
   const auto starts = of<wire::FlowletStart>(said());
   ASSERT_EQ(starts.size(), 1u);
   EXPECT_NE(starts[0].flow_key, key);
@@ -235,8 +315,8 @@ TEST_F(SessionTest, PiecewiseWritesAreOneFlowletThatEndsWhenTheQueueDrains) {
 }
 
 TEST_F(SessionTest, NewEpochOrNotRegisteredMakesItResendState) {
-  s_->on_begin(kSock, 5000, 1, 0, now_);
-  s_->on_begin(kOther, 5000, 1, 0, now_);
+  s_->on_begin(kSock, 5000, {}, now_);
+  s_->on_begin(kOther, 5000, {}, now_);
   said();
   s_->on_message(rates({}, 9), now_);
   s_->on_end(kOther, now_);
@@ -265,17 +345,17 @@ TEST_F(SessionTest, NewEpochOrNotRegisteredMakesItResendState) {
 }
 
 TEST_F(SessionTest, ExplicitEndAndUnregisterEndOnce) {
-  s_->on_begin(kSock, 5000, 1, 0, now_);
+  s_->on_begin(kSock, 5000, {}, now_);
   said();
   s_->on_end(kSock, now_);
   s_->on_end(kSock, now_);  // double end: nothing more
   EXPECT_EQ(of<wire::FlowletEnd>(said()).size(), 1u);
-  s_->on_begin(kOther, 5000, 1, 0, now_);
+  s_->on_begin(kOther, 5000, {}, now_);
   said();
   s_->on_unregister(kOther, now_);
   EXPECT_EQ(of<wire::FlowletEnd>(said()).size(), 1u);
   // Events for an unregistered socket are ignored.
-  s_->on_begin(kOther, 5000, 1, 0, now_);
+  s_->on_begin(kOther, 5000, {}, now_);
   EXPECT_TRUE(said().empty());
 }
 
@@ -287,7 +367,7 @@ TEST_F(SessionTest, HeartbeatsKeepTheEndpointAliveAndRatesAreCappedAtTheHostLink
   c.heartbeat_us = 100;
   Session s(c);
   s.on_register(kSock, tuple(1), 0, now_);
-  s.on_begin(kSock, 1'000'000, 1, 0, now_);
+  s.on_begin(kSock, 1'000'000, {}, now_);
   auto m = s.take_message(now_);
   ASSERT_TRUE(m);
   EXPECT_EQ(std::get<wire::Hello>(m->events[0]).host_id, "h0");
@@ -308,7 +388,7 @@ class RepairTest : public SessionTest {
  protected:
   // A registered session with one reported flowlet on kSock, rated.
   std::uint64_t registered_with_rate(std::uint64_t rate = 50'000) {
-    s_->on_begin(kSock, 1'000'000, 1, 0, now_);
+    s_->on_begin(kSock, 1'000'000, {}, now_);
     const std::uint64_t key = of<wire::Resync>(said()).at(0).flows.at(0).flow_key;
     s_->on_message(rates({{key, rate, 1'000'000}}), now_);
     (void)s_->take_actions();
@@ -363,7 +443,7 @@ TEST_F(RepairTest, ALapsedLeaseAsksForTheRateUntilTheAllocatorAnswers) {
 }
 
 TEST_F(RepairTest, AStartWhoseRateNeverComesIsAskedForAgain) {
-  s_->on_begin(kSock, 1'000'000, 1, 0, now_);
+  s_->on_begin(kSock, 1'000'000, {}, now_);
   const std::uint64_t key = of<wire::Resync>(said()).at(0).flows.at(0).flow_key;
   s_->on_message(rates({}), now_);  // acknowledged, but no rate (lost)
   now_ += Session::kFirstAskUs;
@@ -375,7 +455,7 @@ TEST_F(RepairTest, AStartWhoseRateNeverComesIsAskedForAgain) {
 
 TEST_F(RepairTest, ARateLimitedMessageIsRepairedByAResyncThatBacksOff) {
   registered_with_rate();
-  s_->on_begin(kOther, 1'000'000, 1, 0, now_);
+  s_->on_begin(kOther, 1'000'000, {}, now_);
   said();  // its start: dropped whole by the allocator's rate limit
   s_->on_message(error(wire::ErrorCode::kRateLimited, 0), now_);
   EXPECT_TRUE(said().empty());  // not at once: the limit may still hold
@@ -399,7 +479,7 @@ TEST_F(RepairTest, ARateLimitedMessageIsRepairedByAResyncThatBacksOff) {
 }
 
 TEST_F(RepairTest, ARefusedHelloBacksOffAndTheProgramIsToldOnce) {
-  s_->on_begin(kSock, 1'000'000, 1, 0, now_);
+  s_->on_begin(kSock, 1'000'000, {}, now_);
   std::uint64_t hellos = 0;
   const std::uint64_t t0 = now_;
   // The allocator refuses every hello for 5 s (unknown host).
@@ -409,7 +489,7 @@ TEST_F(RepairTest, ARefusedHelloBacksOffAndTheProgramIsToldOnce) {
       ++hellos;
       s_->on_message(error(wire::ErrorCode::kUnknownHost, 0), now_);
     }
-    s_->on_begin(kOther, 100'000, 1, 0, now_);  // the program keeps sending
+    s_->on_begin(kOther, 100'000, {}, now_);  // the program keeps sending
     s_->on_end(kOther, now_);
     now_ = std::max(now_ + 1, std::min(s_->next_timer_us(), now_ + 1000));
     s_->on_timer(now_);
@@ -432,7 +512,7 @@ TEST_F(RepairTest, ARefusedHelloBacksOffAndTheProgramIsToldOnce) {
 
 TEST_F(RepairTest, ARefusedFlowLosesItsCapAndARefreshDoesNotRevive) {
   const std::uint64_t key = registered_with_rate();
-  s_->on_begin(kOther, 1'000'000, 1, 0, now_);
+  s_->on_begin(kOther, 1'000'000, {}, now_);
   const std::uint64_t other = of<wire::FlowletStart>(said()).at(0).flow_key;
   s_->on_message(rates({{other, 70'000, 1'000'000}}), now_);
   (void)s_->take_actions();
@@ -473,7 +553,7 @@ TEST_F(RepairTest, AnUnknownLiveFlowMakesItResyncButAStaleOneDoesNot) {
   s_->on_timer(now_);
   EXPECT_TRUE(of<wire::Resync>(said()).empty());
   // About a live flowlet (its start was lost): resend state.
-  s_->on_begin(kOther, 1'000'000, 1, 0, now_);
+  s_->on_begin(kOther, 1'000'000, {}, now_);
   const std::uint64_t live = of<wire::FlowletStart>(said()).at(0).flow_key;
   s_->on_message(error(wire::ErrorCode::kUnknownFlow, live), now_);
   now_ = s_->next_timer_us();
@@ -493,7 +573,7 @@ TEST_F(RepairTest, ManyRateRequestsAreSplitWithinTheWireLimits) {
   for (int i = 0; i < n; ++i) {
     const SocketRef r{100 + i, 1};
     s.on_register(r, tuple(static_cast<std::uint16_t>(i)), 0, now_);
-    s.on_begin(r, 10, 1, 0, now_);
+    s.on_begin(r, 10, {}, now_);
   }
   while (s.take_message(now_)) {
   }
@@ -522,7 +602,7 @@ class StateTest : public SessionTest {
   // Drives kSock (rated at 1 MB/s) into `want` and checks it got there.
   std::uint64_t into(FlowletState want) {
     using S = FlowletState;
-    s_->on_begin(kSock, 1'000'000, 1, 0, now_);
+    s_->on_begin(kSock, 1'000'000, {}, now_);
     const std::uint64_t key = of<wire::Resync>(said()).at(0).flows.at(0).flow_key;
     s_->on_message(rates({{key, 1'000'000, 10'000'000}}), now_);
     (void)s_->take_actions();
@@ -555,7 +635,7 @@ TEST_F(StateTest, EveryStateReturnsToSendingOnABegin) {
     s_ = std::make_unique<Session>(SessionConfig{"ep", "", 1000, 0, 1'000'000, 500});
     s_->on_register(kSock, tuple(1), 1448, now_);
     into(from);
-    s_->on_begin(kSock, 5000, 1, 0, now_);
+    s_->on_begin(kSock, 5000, {}, now_);
     EXPECT_EQ(s_->state_of(kSock), FlowletState::kSending) << to_string(from);
     EXPECT_EQ(s_->active_flowlets(), 1u) << to_string(from);
   }
@@ -605,7 +685,7 @@ TEST_F(StateTest, ALapsedLeaseWhileDrainingIsIdle) {
 
 TEST_F(StateTest, AMouseAfterATailDropsTheTailsCap) {
   into(FlowletState::kDraining);
-  s_->on_begin(kSock, 10, 1, 0, now_);  // below min_flowlet_bytes: unscheduled
+  s_->on_begin(kSock, 10, {}, now_);  // below min_flowlet_bytes: unscheduled
   EXPECT_EQ(s_->state_of(kSock), FlowletState::kSending);
   EXPECT_EQ(s_->rate_of(kSock), 0u);
 }
@@ -614,7 +694,7 @@ TEST_F(StateTest, ALookInFlightIsNeverDoubled) {
   into(FlowletState::kWatching);
   // A rate arrives while the first look is on its way: no second look.
   s_->on_message(rates({}), now_);
-  s_->on_begin(kSock, 10, 1, 0, now_);
+  s_->on_begin(kSock, 10, {}, now_);
   s_->on_sent(kSock, 10, now_);
   EXPECT_TRUE(s_->take_drain_queries().empty());
 }

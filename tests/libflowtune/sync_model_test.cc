@@ -230,7 +230,7 @@ class Model {
           // Sizes from mice to transfers longer than the whole run.
           const double exp = std::uniform_real_distribution<double>(9, 29)(rng_);
           const auto bytes = static_cast<std::uint64_t>(std::exp2(exp));
-          ses.on_begin(s.ref, bytes, 1, 0, now_);
+          ses.on_begin(s.ref, bytes, {}, now_);
           ses.on_sent(s.ref, bytes, now_);
           s.unsent += static_cast<double>(bytes);
         } else if (r < 0.9) {

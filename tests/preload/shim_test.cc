@@ -253,6 +253,39 @@ TEST(ShimPython, SocketSendallIsScheduled) {
   expect_each_flowlet_held_and_released(daemon, 1);
 }
 
+// flowtune-run's policy flags reach the allocator per socket: a rule puts
+// one of a program's two connections in class 0, --class the other in 6.
+TEST(ShimPolicy, RulesAndFlagsSetEachSocketsClass) {
+#ifdef FT_SANITIZED
+  GTEST_SKIP() << "sanitizer build: see ShimTest";
+#endif
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "python3 is not installed";
+  const std::string ep = unique_endpoint();
+  DaemonProcess daemon;
+  daemon.start(ep, {"--host-gbps", "1"});
+  Receiver urgent, bulk;
+  auto send_to = [](int port) {
+    return "s=socket.socket(); s.bind(('127.0.0.1',0)); s.connect(('127.0.0.2'," +
+           std::to_string(port) + ")); s.sendall(bytes(" + std::to_string(kBytes) +
+           ")); s.close(); ";
+  };
+  const Output o = run(std::string(FT_RUN_BINARY) + " --allocator " + ep +
+                       " --class 6 --tenant t1 --rule 'dport=" + std::to_string(urgent.port) +
+                       " class=0' -- python3 -c \"import socket; " + send_to(urgent.port) +
+                       send_to(bulk.port) + "\" 2>&1");
+  ASSERT_EQ(o.status, 0) << o.out;
+  for (Receiver* r : {&urgent, &bulk}) {
+    const auto results = r->wait(1);
+    ASSERT_EQ(results.size(), 1u);
+    EXPECT_EQ(results[0].first, kBytes);
+  }
+  expect_each_flowlet_held_and_released(daemon, 2);
+  const auto by_class = daemon.status()["counters"]["flows_by_class"];
+  EXPECT_EQ(by_class[0], 1) << by_class.dump();
+  EXPECT_EQ(by_class[6], 1) << by_class.dump();
+  EXPECT_EQ(by_class[4], 0) << by_class.dump();
+}
+
 // ---- real programs ----
 
 int free_port(std::uint32_t ip) {
@@ -444,6 +477,13 @@ TEST(FlowtuneRun, UsageAndErrors) {
   EXPECT_NE(o.out.find("no command"), std::string::npos) << o.out;
   o = run(std::string(FT_RUN_BINARY) + " -- /nonexistent/cmd 2>&1");
   EXPECT_EQ(o.status, 127);
+  // A bad policy stops flowtune-run, naming what is wrong, before the command runs.
+  o = run(std::string(FT_RUN_BINARY) + " --class 9 -- true 2>&1");
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.out.find("FLOWTUNE_CLASS: '9'"), std::string::npos) << o.out;
+  o = run(std::string(FT_RUN_BINARY) + " --rule 'dport=80 class=0' --rule 'dst=1.2.3 class=1' -- true 2>&1");
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.out.find("FLOWTUNE_RULES: rule 2, 'dst=1.2.3'"), std::string::npos) << o.out;
   o = run(std::string(FT_RUN_BINARY) + " --preload /nonexistent.so -- true 2>&1");
   EXPECT_EQ(o.status, 2);
   EXPECT_NE(o.out.find("cannot load the shim"), std::string::npos) << o.out;

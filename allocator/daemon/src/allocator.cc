@@ -31,6 +31,11 @@ void validate(const AllocatorConfig& c) {
   require(c.max_flows >= 1, "max flows must be at least 1");
   require(c.max_messages_per_sec >= 0 && std::isfinite(c.max_messages_per_sec),
           "max messages per second must be a non-negative number");
+  require(c.default_class < alloc::kNumClasses,
+          "default class must be 0-" + std::to_string(alloc::kNumClasses - 1));
+  require(c.top_class <= c.default_class,
+          "top class must be 0 to the default class (a flowlet that names no class may "
+          "not be above what endpoints may ask for)");
 }
 
 namespace {
@@ -429,13 +434,31 @@ std::vector<std::uint32_t> Allocator::flows_per_link() const {
   return n;
 }
 
+PolicyTotals Allocator::policy_totals() const {
+  PolicyTotals t;
+  for (alloc::FlowId id = 0; id < flows_.size(); ++id) {
+    const Flow& f = flows_[id];
+    if (!f.live()) continue;
+    const double r = engine_->rate_bps(id);
+    for (PolicyTotals::Sum* s : {&t.by_class[f.priority_class], &t.by_tenant[f.tenant]}) {
+      ++s->flows;
+      s->rate_bps += r;
+    }
+  }
+  return t;
+}
+
 std::vector<FlowView> Allocator::flows(std::uint64_t now_us, std::size_t limit) const {
   std::vector<FlowView> v;
   for (alloc::FlowId id = 0; id < flows_.size() && v.size() < limit; ++id) {
     const Flow& f = flows_[id];
     if (!f.live()) continue;
+    const std::int64_t left =
+        f.deadline_at_us == 0 ? 0
+        : f.deadline_at_us > now_us ? static_cast<std::int64_t>(f.deadline_at_us - now_us)
+                                    : -std::max<std::int64_t>(1, static_cast<std::int64_t>(now_us - f.deadline_at_us));
     v.push_back({endpoints_[f.endpoint]->id, f.key, f.src, f.dst, f.path, f.weight, f.bytes,
-                 f.coflow_id, engine_->rate_bps(id),
+                 f.coflow_id, f.priority_class, f.tenant, left, engine_->rate_bps(id),
                  static_cast<double>(sent_[id]) * 8.0,
                  now_us > f.started_us ? now_us - f.started_us : 0, holders(id)});
   }

@@ -10,6 +10,8 @@
 
 namespace flowtune::daemon {
 
+static_assert(wire::kNumClasses == alloc::kNumClasses, "the wire and the engine count classes alike");
+
 namespace {
 
 std::uint64_t mix(std::uint64_t x) {
@@ -132,6 +134,12 @@ Cause Allocator::resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::
   }
   spec->path = *path;
   spec->weight = s.weight;
+  if (s.priority_class != wire::kClassUnset && s.priority_class < config_.top_class) {
+    ++counters_.classes_lowered;
+  }
+  spec->priority = s.priority_class == wire::kClassUnset
+                       ? config_.default_class
+                       : std::max<std::uint8_t>(s.priority_class, config_.top_class);
   spec->max_bps = 0;
   spec->src_site = network_.site_of_host(*src);
   spec->dst_site = network_.site_of_host(*dst);
@@ -172,9 +180,16 @@ void Allocator::on_start(Endpoint& e, const wire::FlowletStart& s, std::uint64_t
 }
 
 void Allocator::on_end(Endpoint& e, std::uint64_t key, std::uint64_t now_us) {
-  if (!e.flows.contains(key)) {
+  const auto it = e.flows.find(key);
+  if (it == e.flows.end()) {
     refuse(e.peer, &e, Cause::kUnknownFlow, "end: no live flow with this key", key, now_us);
     return;
+  }
+  // A deadline is judged by the flowlet's end (an advance end comes about a
+  // control round trip before the last byte: that much early).
+  const Flow& f = flows_[it->second];
+  if (f.deadline_at_us != 0 && f.endpoint == e.idx && f.key == key) {
+    ++(now_us <= f.deadline_at_us ? counters_.deadlines_met : counters_.deadlines_missed);
   }
   release(e, key);
 }
@@ -202,13 +217,15 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
                                             : !f.has_socket;
       // A shared flow keeps its first holder's weight whatever a joiner says.
       if (same_socket && same_path(f.path, spec.path) &&
-          (f.weight == s.weight || f.co_holders > 0)) {
+          ((f.weight == s.weight && f.priority_class == spec.priority) || f.co_holders > 0)) {
         // Unchanged: keep its prices' history, but tell the endpoint its rate
         // again (it may have lost it with the connection). The next iteration
         // tells every holder.
         if (f.co_holders == 0) {
           f.bytes = s.bytes;
           f.coflow_id = s.coflow_id;
+          f.tenant = s.tenant;
+          f.deadline_at_us = s.deadline_us != 0 ? now_us + s.deadline_us : 0;
         }
         set_sent(id, 0);
         flows_changed_ = true;
@@ -305,8 +322,12 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
   f.dst = dst;
   f.path = spec.path;
   f.weight = s.weight;
+  f.priority_class = spec.priority;
+  ++counters_.flows_by_class[spec.priority];
   f.bytes = s.bytes;
   f.coflow_id = s.coflow_id;
+  f.tenant = s.tenant;
+  f.deadline_at_us = s.deadline_us != 0 ? now_us + s.deadline_us : 0;
   f.started_us = now_us;
   sent_[id] = 0;
   e.flows[s.flow_key] = id;

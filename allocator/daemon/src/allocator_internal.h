@@ -58,8 +58,11 @@ struct Allocator::Flow {
   alloc::HostId dst = 0;
   alloc::Path path;
   float weight = 1;
+  std::uint8_t priority_class = alloc::kDefaultClass;  // as given to the engine
   std::uint64_t bytes = 0;
   std::uint64_t coflow_id = 0;
+  std::string tenant;               // as the endpoint named it; empty: none
+  std::uint64_t deadline_at_us = 0;  // 0: none
   std::uint64_t started_us = 0;
   bool live() const { return endpoint != kNone; }
 };

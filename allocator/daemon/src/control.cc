@@ -52,11 +52,29 @@ json counters_json(const Counters& c) {
           {"endpoints_timed_out", c.endpoints_timed_out},
           {"flows_expired", c.flows_expired},
           {"flows_joined", c.flows_joined},
+          {"classes_lowered", c.classes_lowered},
+          {"flows_by_class", c.flows_by_class},
+          {"deadlines_met", c.deadlines_met},
+          {"deadlines_missed", c.deadlines_missed},
           {"iterations", c.iterations},
           {"control_requests", c.control_requests},
           {"errors", errors},
           {"iteration_ns", histogram_json(c.iteration_ns)},
           {"turn_ns", histogram_json(c.turn_ns)}};
+}
+
+// Per class (those with flows) and per tenant: live flows and their rates.
+json policy_json(const Allocator& a) {
+  const PolicyTotals t = a.policy_totals();
+  json classes = json::object(), tenants = json::object();
+  for (std::size_t k = 0; k < t.by_class.size(); ++k) {
+    if (t.by_class[k].flows == 0) continue;
+    classes[std::to_string(k)] = {{"flows", t.by_class[k].flows}, {"rate_bps", t.by_class[k].rate_bps}};
+  }
+  for (const auto& [name, s] : t.by_tenant) {
+    tenants[name] = {{"flows", s.flows}, {"rate_bps", s.rate_bps}};
+  }
+  return {{"classes", classes}, {"tenants", tenants}};
 }
 
 json status_json(const Allocator& a, const ServerInfo& info) {
@@ -77,7 +95,10 @@ json status_json(const Allocator& a, const ServerInfo& info) {
             {"threshold", cfg.threshold},
             {"headroom", cfg.headroom},
             {"lease_ms", cfg.lease_us / 1000},
-            {"endpoint_timeout_ms", cfg.endpoint_timeout_us / 1000}}},
+            {"endpoint_timeout_ms", cfg.endpoint_timeout_us / 1000},
+            {"default_class", cfg.default_class},
+            {"top_class", cfg.top_class}}},
+          {"policy", policy_json(a)},
           {"kernels", a.engine().kernel_name()},
           {"endpoints", a.num_endpoints()},
           {"flows", a.num_flows()},
@@ -114,6 +135,9 @@ json flows_json(const Allocator& a, std::uint64_t now_us, std::size_t limit) {
                     {"weight", f.weight},
                     {"bytes", f.bytes},
                     {"coflow", f.coflow_id},
+                    {"class", f.priority_class},
+                    {"tenant", f.tenant},
+                    {"deadline_left_ms", static_cast<double>(f.deadline_left_us) * 1e-3},
                     {"rate_bps", f.rate_bps},
                     {"sent_rate_bps", f.sent_rate_bps},
                     {"age_ms", static_cast<double>(f.age_us) * 1e-3},

@@ -77,10 +77,30 @@ typedef struct ft_config {
   int log_level;
 } ft_config;
 
-/* Per-flowlet options for ft_flowlet_begin(); NULL means defaults. */
+/* Strict priority classes (docs/policy.md): 0 is served first, 7 last. */
+#define FT_NUM_CLASSES 8
+/* "Not set": the allocator applies the operator's default class (4 unless
+ * the operator's policy says otherwise). */
+#define FT_CLASS_DEFAULT (-1)
+
+/* Per-flowlet options (ft_flowlet_begin) or a socket's defaults for its
+ * flowlets (ft_socket_register_opts). Fill with ft_flowlet_opts_init() and
+ * set what differs; NULL means defaults.
+ *
+ * ABI: struct_size lets a newer library read an older caller's struct
+ * (fields past struct_size take their defaults). Callers built against the
+ * first version of this struct, {float weight; uint64_t coflow_id;} without
+ * struct_size, still work: a valid weight's bits read as a size far above
+ * any struct's, which the library recognises. */
 typedef struct ft_flowlet_opts {
-  float weight;       /* share under contention, default 1; 1e-6..1e6 */
-  uint64_t coflow_id; /* 0 = none */
+  uint32_t struct_size;   /* sizeof(ft_flowlet_opts), by ft_flowlet_opts_init() */
+  float weight;           /* share under contention, default 1; 1e-6..1e6 */
+  uint64_t coflow_id;     /* 0 = none */
+  int32_t priority_class; /* 0 (highest) .. FT_NUM_CLASSES-1, or FT_CLASS_DEFAULT */
+  uint32_t deadline_ms;   /* the flowlet should end this long after its begin; 0 = none */
+  const char* tenant;     /* NULL or "" = none (the operator's rule for the
+                             endpoint); copied; at most 256 bytes, and at most
+                             255 different names per client */
 } ft_flowlet_opts;
 
 /* The client's counters, one list: X(name, owner, what it counts). The
@@ -114,6 +134,10 @@ typedef struct ft_stats {
   int connected; /* 1 once the allocator answered this epoch */
 } ft_stats;
 
+/* Fills *o with defaults: weight 1, no coflow, FT_CLASS_DEFAULT, no
+ * deadline, no tenant. */
+FT_EXPORT void ft_flowlet_opts_init(ft_flowlet_opts* o);
+
 /* Fills *cfg with defaults, then the FLOWTUNE_* environment variables. */
 FT_EXPORT void ft_config_init(ft_config* cfg);
 
@@ -131,12 +155,18 @@ FT_EXPORT int ft_client_close(ft_client* c);
  * must call ft_socket_unregister() before closing it (or dup2-ing over it);
  * after unregister returns, the library never touches the fd again. */
 FT_EXPORT int ft_socket_register(ft_client* c, int fd);
+/* As ft_socket_register(), with the options of the socket's flowlets that
+ * bring none of their own (ft_flowlet_begin with NULL, ft_flowlet_wrote):
+ * how a wrapper puts one process's sockets in different classes or tenants.
+ * NULL: defaults. A deadline here applies to each flowlet from its begin. */
+FT_EXPORT int ft_socket_register_opts(ft_client* c, int fd, const ft_flowlet_opts* defaults);
 /* Ends the socket's flowlet (if any), removes its pacing cap, and forgets it. */
 FT_EXPORT int ft_socket_unregister(ft_client* c, int fd);
 
 /* A flowlet of `bytes` bytes is about to be handed to the kernel on fd.
  * A begin while the previous flowlet on fd is still live extends it
- * (back-to-back transfers coalesce into one flowlet). */
+ * (back-to-back transfers coalesce into one flowlet, which keeps the first
+ * begin's options). opts NULL: the socket's defaults. */
 FT_EXPORT int ft_flowlet_begin(ft_client* c, int fd, uint64_t bytes, const ft_flowlet_opts* opts);
 /* `bytes` more bytes of the flowlet were handed to the kernel (what send()
  * returned). When all declared bytes are handed over, the client sends the

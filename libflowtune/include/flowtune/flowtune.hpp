@@ -36,10 +36,25 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   int register_socket(int fd) { return ft_socket_register(c_, fd); }
+  // defaults: for the socket's flowlets that bring no options (see options()).
+  int register_socket(int fd, const ft_flowlet_opts& defaults) {
+    return ft_socket_register_opts(c_, fd, &defaults);
+  }
   int unregister_socket(int fd) { return ft_socket_unregister(c_, fd); }
   int begin(int fd, std::uint64_t bytes, float weight = 1, std::uint64_t coflow_id = 0) {
-    const ft_flowlet_opts opts{weight, coflow_id};
+    ft_flowlet_opts opts = options();
+    opts.weight = weight;
+    opts.coflow_id = coflow_id;
     return ft_flowlet_begin(c_, fd, bytes, &opts);
+  }
+  int begin(int fd, std::uint64_t bytes, const ft_flowlet_opts& opts) {
+    return ft_flowlet_begin(c_, fd, bytes, &opts);
+  }
+  // Default options to change: o = Client::options(); o.priority_class = 0; ...
+  static ft_flowlet_opts options() {
+    ft_flowlet_opts o;
+    ft_flowlet_opts_init(&o);
+    return o;
   }
   int sent(int fd, std::uint64_t bytes) { return ft_flowlet_sent(c_, fd, bytes); }
   int end(int fd) { return ft_flowlet_end(c_, fd); }

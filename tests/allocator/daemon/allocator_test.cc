@@ -817,6 +817,68 @@ TEST_F(AllocatorTest, RefusedHelloGetsErrorsOnlyAndAcceptedHelloAnAck) {
   EXPECT_TRUE(out[0].message.hello_ack);
 }
 
+// Classes as the operator configured them: a start naming none takes
+// --default-class, one asking above --top-class is lowered to it.
+TEST_F(AllocatorTest, ClassesFollowTheOperatorsDefaultAndTopClass) {
+  AllocatorConfig c = config();
+  c.default_class = 3;
+  c.top_class = 2;
+  make(c);
+  hello("a", "ep-a", "h0");
+  wire::FlowletStart greedy = start_of(1, 0, 1);
+  greedy.priority_class = 0;  // asks for the top; may have 2
+  wire::FlowletStart plain = start_of(2, 0, 1);  // names none: 3
+  wire::FlowletStart low = start_of(3, 0, 1);
+  low.priority_class = 6;
+  send("a", {greedy, plain, low});
+  const auto rates = last_rates(settle());
+  EXPECT_EQ(alloc_->counters().classes_lowered, 1u);
+  std::map<std::uint64_t, int> cls;
+  for (const FlowView& f : alloc_->flows(now_, 10)) cls[f.flow_key] = f.priority_class;
+  EXPECT_EQ(cls, (std::map<std::uint64_t, int>{{1, 2}, {2, 3}, {3, 6}}));
+  // Strict priority on the shared uplink: class 2 takes (almost) everything.
+  EXPECT_NEAR(static_cast<double>(rates.at({"a", 1})), share(1), share(1) * 0.01);
+  EXPECT_LT(static_cast<double>(rates.at({"a", 2})), share(1) * 0.01);
+  const PolicyTotals t = alloc_->policy_totals();
+  EXPECT_EQ(t.by_class[2].flows, 1u);
+  EXPECT_EQ(t.by_class[3].flows, 1u);
+  EXPECT_EQ(t.by_class[6].flows, 1u);
+  EXPECT_EQ(t.by_tenant.at("").flows, 3u);
+  // A resync naming another class for a live flow replaces its hold.
+  plain.priority_class = 2;
+  send("a", {wire::Resync{{greedy, plain, low}}});
+  settle();
+  for (const FlowView& f : alloc_->flows(now_, 10)) cls[f.flow_key] = f.priority_class;
+  EXPECT_EQ(cls.at(2), 2);
+}
+
+// Deadlines are judged by the end: met before, missed after; the view shows
+// the time left.
+TEST_F(AllocatorTest, DeadlinesAreCountedMetOrMissedAtTheEnd) {
+  hello("a", "ep-a", "h0");
+  wire::FlowletStart soon = start_of(1, 0, 1);
+  soon.deadline_us = 5'000;
+  soon.tenant = "t";
+  wire::FlowletStart later = start_of(2, 0, 2);
+  later.deadline_us = 50'000;
+  send("a", {soon, later});
+  settle();
+  for (const FlowView& f : alloc_->flows(now_, 10)) {
+    EXPECT_EQ(f.tenant, f.flow_key == 1 ? "t" : "");
+    EXPECT_GT(f.deadline_left_us, 0);
+  }
+  now_ += 10'000;
+  for (const FlowView& f : alloc_->flows(now_, 10)) {
+    if (f.flow_key == 1) {
+      EXPECT_LT(f.deadline_left_us, 0);  // overdue
+    }
+  }
+  send("a", {wire::FlowletEnd{1}, wire::FlowletEnd{2}});
+  settle();
+  EXPECT_EQ(alloc_->counters().deadlines_missed, 1u);
+  EXPECT_EQ(alloc_->counters().deadlines_met, 1u);
+}
+
 TEST(AllocatorConfig, OutOfRangeValuesAreRejected) {
   AllocatorConfig c;
   c.threshold = 0.7;
@@ -826,6 +888,13 @@ TEST(AllocatorConfig, OutOfRangeValuesAreRejected) {
   EXPECT_THROW(validate(c), ConfigError);
   c = {};
   c.threads = 0;
+  EXPECT_THROW(validate(c), ConfigError);
+  c = {};
+  c.default_class = 8;
+  EXPECT_THROW(validate(c), ConfigError);
+  c = {};
+  c.default_class = 2;
+  c.top_class = 3;  // flowlets naming no class would sit above what endpoints may ask
   EXPECT_THROW(validate(c), ConfigError);
   c = {};
   EXPECT_NO_THROW(validate(c));

@@ -28,6 +28,11 @@ inline constexpr std::size_t kMaxTextBytes = 256;
 inline constexpr std::uint64_t kMaxFlowletBytes = std::uint64_t{1} << 60;
 inline constexpr float kMinWeight = 1e-6f;  // as the engine (alloc::kMinWeight)
 inline constexpr float kMaxWeight = 1e6f;
+// Strict priority classes, as the engine's (alloc::kNumClasses); a start
+// without one says kClassUnset and gets the operator's default.
+inline constexpr std::uint8_t kNumClasses = 8;
+inline constexpr std::uint8_t kClassUnset = 255;
+inline constexpr std::uint64_t kMaxDeadlineUs = std::uint64_t{1} << 42;  // ~51 days
 
 struct FiveTuple {
   std::uint32_t src_ip = 0;  // IPv4, host byte order
@@ -50,6 +55,9 @@ struct FlowletStart {
   std::uint64_t bytes = 0;  // 0 = not known
   float weight = 1.0f;
   std::uint64_t coflow_id = 0;
+  std::uint8_t priority_class = kClassUnset;  // 0..kNumClasses-1 or kClassUnset
+  std::string tenant;                         // empty = not set
+  std::uint64_t deadline_us = 0;  // time left when sent; 0 = none
   bool operator==(const FlowletStart&) const = default;
 };
 

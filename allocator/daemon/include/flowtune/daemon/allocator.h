@@ -18,7 +18,9 @@
 // iterate() when threads > 1.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -67,6 +69,11 @@ struct AllocatorConfig {
   // burst of a tenth of a second. 0 = unlimited.
   double max_messages_per_sec = 100'000;
   UnknownHosts unknown_hosts = UnknownHosts::kReject;
+  // Strict priority classes (docs/policy.md): the class of a flowlet that
+  // names none, and the highest class (lowest number) an endpoint may ask
+  // for; a start asking higher is lowered to it and counted.
+  std::uint8_t default_class = alloc::kDefaultClass;
+  std::uint8_t top_class = 0;
 };
 
 // Throws ConfigError when a field is out of range.
@@ -86,12 +93,25 @@ struct FlowView {
   double weight;
   std::uint64_t bytes;
   std::uint64_t coflow_id;
+  std::uint8_t priority_class;
+  std::string tenant;            // empty: none
+  std::int64_t deadline_left_us;  // 0: none; negative: overdue
   double rate_bps;       // current normalized rate
   double sent_rate_bps;  // what the endpoint was last told
   std::uint64_t age_us;
   // Endpoint keys holding this one flow (a socket written by several
   // processes is one flow); endpoint_id and flow_key name the first.
   std::uint32_t holders;
+};
+
+// Live flows and their current rates summed by class and by tenant.
+struct PolicyTotals {
+  struct Sum {
+    std::uint64_t flows = 0;
+    double rate_bps = 0;
+  };
+  std::array<Sum, alloc::kNumClasses> by_class{};
+  std::map<std::string, Sum> by_tenant;  // "" = flows naming no tenant
 };
 
 struct EndpointView {
@@ -151,6 +171,7 @@ class Allocator {
 
   std::vector<EndpointView> endpoints(std::uint64_t now_us) const;
   std::vector<FlowView> flows(std::uint64_t now_us, std::size_t limit) const;
+  PolicyTotals policy_totals() const;
   // Live flows per link, indexed by LinkId.
   std::vector<std::uint32_t> flows_per_link() const;
 
