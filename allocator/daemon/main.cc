@@ -57,6 +57,9 @@ policy (docs/policy.md):
                              0 (served first) .. 7 (default 4)
   --top-class N              the highest class (lowest number) endpoints may ask
                              for; higher asks are lowered to it (default 0)
+  --class-reserve F          share of a link kept for each lower class with
+                             flows there, so starved flows trickle and resume
+                             at once (default 0.02, range 1e-9..0.1)
 
 leases and limits:
   --lease-ms MS              lifetime of a rate at the endpoint (default 1000)
@@ -119,6 +122,7 @@ Options parse(int argc, char** argv) {
     } else if (args.is("--threshold")) o.alloc.threshold = args.number();
     else if (args.is("--headroom")) o.alloc.headroom = args.number();
     else if (args.is("--default-class")) o.alloc.default_class = static_cast<std::uint8_t>(args.count(7));
+    else if (args.is("--class-reserve")) o.alloc.engine.class_reserve = args.number();
     else if (args.is("--top-class")) o.alloc.top_class = static_cast<std::uint8_t>(args.count(7));
     else if (args.is("--max-settle-iterations")) o.alloc.max_settle_iterations = args.count();
     else if (args.is("--lease-ms")) o.alloc.lease_us = static_cast<std::uint32_t>(args.count(3'600'000) * 1000);
@@ -174,7 +178,7 @@ std::string describe(const Options& o, const Network& n, const Allocator& a) {
   s += "; threshold " + std::to_string(o.alloc.threshold) + ", headroom " +
        std::to_string(o.alloc.headroom) + "; unknown hosts: " + o.unknown_hosts;
   s += "; classes: default " + std::to_string(o.alloc.default_class) + ", top " +
-       std::to_string(o.alloc.top_class);
+       std::to_string(o.alloc.top_class) + ", reserve " + std::to_string(o.alloc.engine.class_reserve);
   return s;
 }
 

@@ -154,6 +154,9 @@ BasicEngine<Real>::BasicEngine(std::vector<double> link_capacity_bps, std::uint3
     throw std::invalid_argument("alpha must be between 0.1 and 10");
   }
   if (!(config.tolerance > 0)) throw std::invalid_argument("tolerance must be positive");
+  if (!(config.class_reserve >= kMinResidualShare && config.class_reserve <= kMaxClassReserve)) {
+    throw std::invalid_argument("class reserve must be between 1e-9 and 0.1 of a link");
+  }
   capacity_.reserve(link_capacity_bps.size());
   for (double c : link_capacity_bps) {
     if (!(c >= kMinRateBps && c <= kMaxRateBps)) {
@@ -433,13 +436,16 @@ typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links(std::siz
   return part;
 }
 
-// update_links with several classes in use. For each link, its layers in
-// class order: class k's capacity there is what the classes above it left,
-// R_k = c - Σ_{j<k} min(y_j, R_j) (this iteration's raw loads), and its price
-// takes the Newton step against R_k. Its F-NORM ratio is y_k / R_k, and at
-// least 1 where a lower class also crosses the link: a class with classes
-// below it is never scaled up there, so it keeps at most min(y_k, R_k) and
-// the classes together never exceed c (the last one is held to the rest).
+// update_links with several classes in use. For each link, its layers with
+// flows in class order: class k's capacity there is what the classes above
+// it kept, R_k = c - Σ_{j<k} min(y_j, K_j) (this iteration's raw loads), and
+// its price takes the Newton step against R_k. It keeps at most
+// K_k = R_k - f b_k, with f = class_reserve * c and b_k the classes with
+// flows below it there: its F-NORM ratio is y_k / K_k, and at least 1 where a
+// lower class crosses the link (a class with classes below it is never
+// scaled up there). By induction R_k >= f (b_k + 1), so every class keeps at
+// least f (a starved class still trickles) and the classes together never
+// exceed c (the last one, b = 0, is held to the rest).
 template <typename Real>
 typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links_layered(std::size_t begin,
                                                                                 std::size_t end) {
@@ -452,23 +458,35 @@ typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links_layered(
   for (std::size_t l = begin; l < end; ++l) {
     const Real cap = capacity_[l];
     const Real inv_cap = inv_capacity_[l];
-    const Real min_residual = cap * static_cast<Real>(kMinResidualShare);
-    Real used = 0, total = 0;
-    // The lowest layer with flows' accumulators on this link.
-    std::size_t last = 0;
+    const Real reserve = cap * static_cast<Real>(config_.class_reserve);
+    Real total = 0;
+    // The lowest layer with flows on this link, and how many have flows.
+    std::size_t last = 0, with_flows = 0;
     for (std::size_t i = 0; i < nlay; ++i) {
       const std::uint32_t v = virtual_link(layers_by_class_[i], static_cast<LinkId>(l));
-      if (contrib_begin_[v] != contrib_begin_[v + 1]) last = i;
+      if (contrib_begin_[v] != contrib_begin_[v + 1]) {
+        last = i;
+        ++with_flows;
+      }
     }
+    // avail: what the classes above left. A layer's prices step against all
+    // of it (so a flow capped at its link is not held off its optimum), but
+    // it is normalized against that less the reserves of the layers with
+    // flows below it, and only what it keeps after that is taken from avail.
+    Real avail = cap;
+    std::size_t below = with_flows;
     for (std::size_t i = 0; i < nlay; ++i) {
       const std::uint32_t v = virtual_link(layers_by_class_[i], static_cast<LinkId>(l));
+      const bool has_flows = contrib_begin_[v] != contrib_begin_[v + 1];
+      if (has_flows) --below;
       const Acc<Real> a = link_sum(v);
-      const Real R = std::max(cap - used, min_residual);
-      Real r = a.y / R;
+      const Real R = std::max(avail, reserve);
+      const Real kept = std::max(R - reserve * static_cast<Real>(below), reserve);
+      Real r = a.y / kept;
       if (i < last) r = std::max(r, Real{1});
       ratio_[v] = r;
       max_ratio = std::max(max_ratio, r);
-      used += std::min(a.y, R);
+      if (has_flows) avail -= std::min(a.y, kept);
       total += a.y;
       if (!(a.h > 0)) continue;
       max_residual = std::max(max_residual, step(price_[v], a.y, a.h, R, inv_cap));

@@ -35,10 +35,14 @@ struct Built {
   std::vector<FlowId> ids;
 };
 
-EngineConfig config(double tolerance, Normalizer n = Normalizer::kFNorm) {
+// Exact strict priority, as the oracles compute it: the least reserve for
+// lower classes (ReservesKeepAStarvedClassTrickling tests the default).
+EngineConfig config(double tolerance, Normalizer n = Normalizer::kFNorm,
+                    double reserve = kMinResidualShare) {
   EngineConfig c;
   c.tolerance = tolerance;
   c.normalizer = n;
+  c.class_reserve = reserve;
   return c;
 }
 
@@ -146,7 +150,7 @@ TEST(Priority, AHigherClassTakesWhatItWantsAndTheLowerShareTheRest) {
 
 TEST(Priority, AnUncappedHigherClassLeavesLowerClassesNothingOnItsPath) {
   // Weighted log utility wants without bound: class 1 takes the link, the
-  // default class is held to the engine's floor share (kMinResidualShare).
+  // default class is held to the reserve (here the least, kMinResidualShare).
   Classed c;
   c.pb.capacity = {10, 10};
   c.pb.flows = {{{0}, 1, oracle::kInf}, {{0}, 5, oracle::kInf}, {{1}, 1, oracle::kInf}};
@@ -157,6 +161,31 @@ TEST(Priority, AnUncappedHigherClassLeavesLowerClassesNothingOnItsPath) {
   EXPECT_NEAR(got[0], 10, 1e-6);
   EXPECT_LE(got[1], 10 * 2 * kMinResidualShare);
   EXPECT_NEAR(got[2], 10, 1e-6);  // the default class alone on its own link
+}
+
+TEST(Priority, ReservesKeepAStarvedClassTricklingAndTheLinkWhole) {
+  // Three classes on one 10 Gbit/s link, each wanting it all; a fourth flow
+  // of the lowest class alone on a second link. With reserve f, the top
+  // class gets c - 2f, each class below f, and the link stays whole.
+  for (double f : {0.02, 0.05}) {
+    SCOPED_TRACE("reserve " + std::to_string(f));
+    Classed c;
+    c.pb.capacity = {10, 10};
+    c.pb.flows = {{{0}, 1, oracle::kInf}, {{0}, 1, oracle::kInf}, {{0}, 1, oracle::kInf},
+                  {{0, 1}, 1, oracle::kInf}};
+    c.cls = {0, 3, 6, 6};
+    Built b = build(c, config(1e-10, Normalizer::kFNorm, f));
+    solve_converged(*b.engine);
+    const std::vector<double> got = rates_gbps(b);
+    EXPECT_NEAR(got[0], 10 * (1 - 2 * f), 1e-6);
+    EXPECT_NEAR(got[1], 10 * f, 1e-6);
+    EXPECT_NEAR(got[2] + got[3], 10 * f, 1e-6);  // class 6 shares its reserve
+    EXPECT_NEAR(got[2], got[3], 1e-6);
+    EXPECT_LE(b.engine->link_allocation_bps()[0], 10 * kBpsPerGbps * (1 + 1e-9));
+  }
+  // Out of range: refused.
+  EXPECT_THROW(build({}, config(1e-9, Normalizer::kFNorm, 0.2)), std::invalid_argument);
+  EXPECT_THROW(build({}, config(1e-9, Normalizer::kFNorm, 0)), std::invalid_argument);
 }
 
 TEST(Priority, RandomTopologiesMatchTheLexicographicReference) {
@@ -212,12 +241,15 @@ TEST(Priority, AddingLowerClassFlowsNeverMovesHigherClassRates) {
 
 TEST(Priority, NoLinkIsOverAllocatedInAnyIterationFromABadStart) {
   // F-NORM's promise across classes: whatever the prices, the normalized
-  // rates of all classes together fit every link (within the floor shares).
+  // rates of all classes together fit every link, with the least reserve
+  // and the default one.
+  for (const double reserve : {kMinResidualShare, EngineConfig{}.class_reserve}) {
   for (Normalizer n : {Normalizer::kFNorm, Normalizer::kUNorm}) {
     for (std::uint64_t seed = 500; seed < 510; ++seed) {
-      SCOPED_TRACE("seed " + std::to_string(seed) + " " + to_string(n));
+      SCOPED_TRACE("seed " + std::to_string(seed) + " " + to_string(n) + " reserve " +
+                   std::to_string(reserve));
       const Classed c = random_classed(seed, {0, 1, 5, 7});
-      Built b = build(c, config(1e-9, n));
+      Built b = build(c, config(1e-9, n, reserve));
       Rng rng(seed);
       for (std::uint8_t k : b.engine->classes()) {
         for (LinkId l = 0; l < c.pb.capacity.size(); ++l) {
@@ -228,12 +260,13 @@ TEST(Priority, NoLinkIsOverAllocatedInAnyIterationFromABadStart) {
         b.engine->iterate();
         const std::vector<double> alloc = b.engine->link_allocation_bps();
         for (std::size_t l = 0; l < alloc.size(); ++l) {
-          ASSERT_LE(alloc[l], c.pb.capacity[l] * kBpsPerGbps * (1 + 4 * kMinResidualShare))
+          ASSERT_LE(alloc[l], c.pb.capacity[l] * kBpsPerGbps * (1 + 1e-9))
               << "link " << l << " iteration " << it;
         }
       }
     }
   }
+}
 }
 
 TEST(Priority, OneClassInUseIsTheSingleClassEngine) {

@@ -836,9 +836,12 @@ TEST_F(AllocatorTest, ClassesFollowTheOperatorsDefaultAndTopClass) {
   std::map<std::uint64_t, int> cls;
   for (const FlowView& f : alloc_->flows(now_, 10)) cls[f.flow_key] = f.priority_class;
   EXPECT_EQ(cls, (std::map<std::uint64_t, int>{{1, 2}, {2, 3}, {3, 6}}));
-  // Strict priority on the shared uplink: class 2 takes (almost) everything.
-  EXPECT_NEAR(static_cast<double>(rates.at({"a", 1})), share(1), share(1) * 0.01);
-  EXPECT_LT(static_cast<double>(rates.at({"a", 2})), share(1) * 0.01);
+  // Strict priority on the shared uplink: class 2 takes all but the
+  // reserve each lower class keeps (--class-reserve).
+  const double reserve = c.engine.class_reserve;
+  EXPECT_NEAR(static_cast<double>(rates.at({"a", 1})), share(1) * (1 - 2 * reserve), share(1) * 1e-3);
+  EXPECT_NEAR(static_cast<double>(rates.at({"a", 2})), share(1) * reserve, share(1) * 1e-3);
+  EXPECT_NEAR(static_cast<double>(rates.at({"a", 3})), share(1) * reserve, share(1) * 1e-3);
   const PolicyTotals t = alloc_->policy_totals();
   EXPECT_EQ(t.by_class[2].flows, 1u);
   EXPECT_EQ(t.by_class[3].flows, 1u);

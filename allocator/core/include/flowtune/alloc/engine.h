@@ -67,6 +67,14 @@ struct EngineConfig {
   // Use the x86-64 baseline kernels even where AVX-512 ones would run (tests
   // compare the two; operators can rule out a CPU-specific path).
   bool portable_kernels = false;
+  // Strict priority classes: the share of a link kept for each lower class
+  // in use there, taken from the classes above it (docs/policy.md). A
+  // starved class must still trickle: TCP paced at rate r sleeps len/r after
+  // each send and a later, higher rate does not wake it (the kernel keeps
+  // the departure time it computed), so a flow paced near 0 would stall for
+  // minutes once its class is given the link back. In
+  // [kMinResidualShare, kMaxClassReserve].
+  double class_reserve = 0.02;
 };
 
 // Accepted ranges. They keep every internal quantity (rates in Gbit/s, prices
@@ -79,10 +87,9 @@ inline constexpr double kMaxRateBps = 1e15;  // 1 Pbit/s
 // middle, so operators can place traffic above and below them.
 inline constexpr std::uint32_t kNumClasses = 8;
 inline constexpr std::uint8_t kDefaultClass = 4;
-// A class left less than this share of a link by the classes above it is
-// allocated this share there instead (so prices and ratios stay finite): the
-// sum over classes may exceed a link by at most (classes in use - 1) times it.
+// The least class_reserve may be: it keeps prices and ratios finite.
 inline constexpr double kMinResidualShare = 1e-9;
+inline constexpr double kMaxClassReserve = 0.1;
 
 struct FlowSpec {
   Path path;
