@@ -56,7 +56,9 @@ struct LegacyOpts {
   std::uint64_t coflow_id;
 };
 
-bool valid_weight(float w) { return w >= 1e-6f && w <= 1e6f; }
+bool valid_weight(float w) {
+  return w >= flowtune::wire::kMinWeight && w <= flowtune::wire::kMaxWeight;
+}
 
 // Reads a caller's options of any version into *p; FT_EINVAL for bad values.
 int policy_of(const ft_flowlet_opts* o, flowtune::client::TenantNames& tenants,

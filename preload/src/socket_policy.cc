@@ -5,11 +5,11 @@
 #include <cstdlib>
 
 #include "flowtune/common/ipv4.h"
+#include "flowtune/wire/messages.h"
 
 namespace flowtune::preload {
 namespace {
 
-constexpr std::size_t kMaxTenantBytes = 256;  // as the wire (wire::kMaxTextBytes)
 constexpr std::uint32_t kMaxDeadlineMs = 86'400'000;
 
 template <class T>
@@ -24,7 +24,10 @@ std::optional<float> weight_of(std::string_view s) {
   const std::string str(s);
   char* end = nullptr;
   const double w = std::strtod(str.c_str(), &end);
-  if (str.empty() || end != str.c_str() + str.size() || !(w >= 1e-6 && w <= 1e6)) return std::nullopt;
+  if (str.empty() || end != str.c_str() + str.size() ||
+      !(w >= wire::kMinWeight && w <= wire::kMaxWeight)) {
+    return std::nullopt;
+  }
   return static_cast<float>(w);
 }
 
@@ -52,7 +55,7 @@ std::optional<PortRange> ports_of(std::string_view s) {
   return PortRange{*lo, *hi};
 }
 
-bool valid_tenant(std::string_view s) { return !s.empty() && s.size() <= kMaxTenantBytes; }
+bool valid_tenant(std::string_view s) { return !s.empty() && s.size() <= wire::kMaxTextBytes; }
 
 // One key=value word into *r; the reason on failure.
 const char* apply_word(std::string_view key, std::string_view value, PolicyRule* r) {

@@ -231,14 +231,21 @@ TEST(ShimDup, OneSocketThroughTwoFdsIsOneFlowlet) {
   EXPECT_EQ(daemon.status()["counters"]["ends"].get<int>(), 1) << daemon.status().dump();
 }
 
-TEST(ShimPython, SocketSendallIsScheduled) {
+// Python programs under flowtune-run against a live allocator.
+class ShimPython : public ::testing::Test {
+ protected:
+  void SetUp() override {
 #ifdef FT_SANITIZED
-  GTEST_SKIP() << "sanitizer build: see ShimTest";
+    GTEST_SKIP() << "sanitizer build: see ShimTest";
 #endif
-  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "python3 is not installed";
+    if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "python3 is not installed";
+    daemon.start(ep, {"--host-gbps", "1"});
+  }
   const std::string ep = unique_endpoint();
   DaemonProcess daemon;
-  daemon.start(ep, {"--host-gbps", "1"});
+};
+
+TEST_F(ShimPython, SocketSendallIsScheduled) {
   Receiver rx;
   const std::string py =
       "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); "
@@ -255,14 +262,7 @@ TEST(ShimPython, SocketSendallIsScheduled) {
 
 // flowtune-run's policy flags reach the allocator per socket: a rule puts
 // one of a program's two connections in class 0, --class the other in 6.
-TEST(ShimPolicy, RulesAndFlagsSetEachSocketsClass) {
-#ifdef FT_SANITIZED
-  GTEST_SKIP() << "sanitizer build: see ShimTest";
-#endif
-  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "python3 is not installed";
-  const std::string ep = unique_endpoint();
-  DaemonProcess daemon;
-  daemon.start(ep, {"--host-gbps", "1"});
+TEST_F(ShimPython, RulesAndFlagsSetEachSocketsClass) {
   Receiver urgent, bulk;
   auto send_to = [](int port) {
     return "s=socket.socket(); s.bind(('127.0.0.1',0)); s.connect(('127.0.0.2'," +

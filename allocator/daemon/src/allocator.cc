@@ -453,12 +453,9 @@ std::vector<FlowView> Allocator::flows(std::uint64_t now_us, std::size_t limit) 
   for (alloc::FlowId id = 0; id < flows_.size() && v.size() < limit; ++id) {
     const Flow& f = flows_[id];
     if (!f.live()) continue;
-    const std::int64_t left =
-        f.deadline_at_us == 0 ? 0
-        : f.deadline_at_us > now_us ? static_cast<std::int64_t>(f.deadline_at_us - now_us)
-                                    : -std::max<std::int64_t>(1, static_cast<std::int64_t>(now_us - f.deadline_at_us));
     v.push_back({endpoints_[f.endpoint]->id, f.key, f.src, f.dst, f.path, f.weight, f.bytes,
-                 f.coflow_id, f.priority_class, f.tenant, left, engine_->rate_bps(id),
+                 f.coflow_id, f.priority_class, f.tenant, f.deadline_left_us(now_us),
+                 engine_->rate_bps(id),
                  static_cast<double>(sent_[id]) * 8.0,
                  now_us > f.started_us ? now_us - f.started_us : 0, holders(id)});
   }

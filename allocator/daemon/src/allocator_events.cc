@@ -221,12 +221,7 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
         // Unchanged: keep its prices' history, but tell the endpoint its rate
         // again (it may have lost it with the connection). The next iteration
         // tells every holder.
-        if (f.co_holders == 0) {
-          f.bytes = s.bytes;
-          f.coflow_id = s.coflow_id;
-          f.tenant = s.tenant;
-          f.deadline_at_us = s.deadline_us != 0 ? now_us + s.deadline_us : 0;
-        }
+        if (f.co_holders == 0) f.take_report(s, now_us);
         set_sent(id, 0);
         flows_changed_ = true;
         continue;
@@ -324,10 +319,7 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
   f.weight = s.weight;
   f.priority_class = spec.priority;
   ++counters_.flows_by_class[spec.priority];
-  f.bytes = s.bytes;
-  f.coflow_id = s.coflow_id;
-  f.tenant = s.tenant;
-  f.deadline_at_us = s.deadline_us != 0 ? now_us + s.deadline_us : 0;
+  f.take_report(s, now_us);
   f.started_us = now_us;
   sent_[id] = 0;
   e.flows[s.flow_key] = id;

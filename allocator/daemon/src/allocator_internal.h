@@ -65,6 +65,21 @@ struct Allocator::Flow {
   std::uint64_t deadline_at_us = 0;  // 0: none
   std::uint64_t started_us = 0;
   bool live() const { return endpoint != kNone; }
+  // What a start or resync entry reports of the flowlet beyond its identity
+  // (a sole holder's report replaces the last one); the deadline arrives as
+  // time left and is kept as a time.
+  void take_report(const wire::FlowletStart& s, std::uint64_t now_us) {
+    bytes = s.bytes;
+    coflow_id = s.coflow_id;
+    tenant = s.tenant;
+    deadline_at_us = s.deadline_us != 0 ? now_us + s.deadline_us : 0;
+  }
+  // Time left to the deadline: 0 = none, negative (at least 1 µs) once overdue.
+  std::int64_t deadline_left_us(std::uint64_t now_us) const {
+    if (deadline_at_us == 0) return 0;
+    const auto left = static_cast<std::int64_t>(deadline_at_us - now_us);
+    return left != 0 ? left : -1;
+  }
 };
 
 using rules::to_bytes_per_sec;

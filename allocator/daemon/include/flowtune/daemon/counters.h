@@ -67,7 +67,7 @@ struct Counters {
   std::uint64_t endpoints_timed_out = 0;
   std::uint64_t flows_expired = 0;  // holds released with a timed-out endpoint
   std::uint64_t flows_joined = 0;   // starts that joined a live flow of the same socket
-  std::uint64_t classes_lowered = 0;  // starts that asked above --top-class
+  std::uint64_t classes_lowered = 0;  // starts and resync entries that asked above --top-class
   // Flows taken up (from starts and resyncs) per strict priority class.
   std::array<std::uint64_t, wire::kNumClasses> flows_by_class{};
   std::uint64_t deadlines_met = 0;    // flowlets with a deadline that ended by it
