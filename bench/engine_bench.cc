@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <thread>
 #include <x86intrin.h>
 
@@ -165,6 +166,54 @@ void BM_EngineVsNaive(benchmark::State& state) {
   state.counters["speedup_vs_naive"] = naive_s / engine_s;
 }
 
+// Policy cost, interleaved A/B as above: the all-default engine against one
+// with the same flows where a third are spread over all eight classes and a
+// tenth have floors (tenant guarantees, deadlines). Reported time = the
+// policy engine's iteration; policy_cost = its time over the default one's.
+void BM_PolicyVsDefault(benchmark::State& state) {
+  auto hosts = static_cast<std::uint32_t>(state.range(0));
+  auto flows = static_cast<std::uint32_t>(state.range(1));
+  auto threads = static_cast<unsigned>(state.range(2));
+  Topology t = make_topology(hosts);
+  std::vector<FlowSpec> specs = flowtune::bench::random_host_pairs(t, flows, 42);
+  auto plain = make_engine<double>(t, specs, threads);
+  std::mt19937_64 rng(7);
+  for (FlowSpec& f : specs) {
+    if (rng() % 3 == 0) f.priority = static_cast<std::uint8_t>(rng() % flowtune::alloc::kNumClasses);
+  }
+  auto policy = make_engine<double>(t, specs, threads);
+  for (flowtune::alloc::FlowId id = 0; id < flows; id += 10) policy->set_floor(id, 1e8);
+  std::unique_ptr<ParallelDriver> driver;
+  if (threads > 0) driver = std::make_unique<ParallelDriver>(threads);
+  auto step = [&](BasicEngine<double>& e) {
+    if (driver) {
+      driver->iterate(e);
+    } else {
+      e.iterate();
+    }
+  };
+  for (int i = 0; i < kWarmupIterations; ++i) {
+    step(*plain);
+    step(*policy);
+  }
+  double plain_s = 0, policy_s = 0;
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kAbBlock; ++i) step(*plain);
+    auto t1 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kAbBlock; ++i) step(*policy);
+    auto t2 = std::chrono::steady_clock::now();
+    std::chrono::duration<double> a = t1 - t0, b = t2 - t1;
+    plain_s += a.count();
+    policy_s += b.count();
+    state.SetIterationTime(b.count() / kAbBlock);
+  }
+  set_counters(state, flows, threads == 0 ? 1 : threads);
+  state.counters["default_us"] =
+      plain_s * 1e6 / (static_cast<double>(state.iterations()) * kAbBlock);
+  state.counters["policy_cost"] = policy_s / plain_s;
+}
+
 // The paper's §5.2 table: (hosts, flows).
 const std::vector<std::pair<std::int64_t, std::int64_t>> kSizes = {
     {384, 3072},    {768, 6144},    {1536, 12288}, {1536, 24576},
@@ -207,6 +256,7 @@ BENCHMARK(BM_EngineVsNaive<float>)->Name("BM_EngineVsNaive/float")->Apply(ab_arg
 BENCHMARK(BM_EngineVsNaive<double>)->Name("BM_EngineVsNaive/double")->Apply(ab_args);
 BENCHMARK(BM_Engine<float>)->Name("BM_Ned_Iteration/float")->Apply(engine_args);
 BENCHMARK(BM_Engine<double>)->Name("BM_Ned_Iteration/double")->Apply(engine_args);
+BENCHMARK(BM_PolicyVsDefault)->Apply(ab_args);
 
 }  // namespace
 

@@ -137,8 +137,15 @@ void print_policy(const json& p) {
   for (const auto& [name, s] : p["tenants"].items()) {
     std::cout << " " << (name.empty() ? "(none)" : name) << ": " << s["flows"] << " flows "
               << rate(s["rate_bps"].get<double>());
+    if (s.contains("weight")) std::cout << " (weight " << s["weight"].get<double>();
+    if (s.value("guarantee_bps", 0.0) > 0) std::cout << ", guarantee " << rate(s["guarantee_bps"].get<double>());
+    if (s.value("cap_bps", 0.0) > 0) std::cout << ", cap " << rate(s["cap_bps"].get<double>());
+    if (s.contains("weight")) std::cout << ")";
   }
   std::cout << (p["tenants"].empty() ? " none\n" : "\n");
+  std::cout << "planning  " << p.value("replans", 0u) << " floor plans; "
+            << p.value("deadlines_infeasible", 0u) << " deadlines infeasible, "
+            << p.value("guarantees_refused", 0u) << " guarantee floors refused\n";
 }
 
 void print_status(const json& j) {
@@ -202,12 +209,14 @@ std::string tenant_of(const json& f) {
   return t.empty() ? "-" : t.size() > 11 ? t.substr(0, 10) + "~" : t;
 }
 
-// Time left to the flow's deadline ("-3.2ms" once overdue), or "-".
+// Time left to the flow's deadline ("-3.2ms" once overdue), or "-"; "!"
+// marks one the network cannot meet (no floor: its fair share only).
 std::string deadline_of(const json& f) {
   const double ms = f.value("deadline_left_ms", 0.0);
   if (ms == 0) return "-";
   std::ostringstream s;
   s << std::fixed << std::setprecision(1) << ms << "ms";
+  if (f.value("deadline_state", std::string()) == "infeasible") s << "!";
   return s.str();
 }
 

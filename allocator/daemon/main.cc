@@ -60,6 +60,14 @@ policy (docs/policy.md):
   --class-reserve F          share of a link kept for each lower class with
                              flows there, so starved flows trickle and resume
                              at once (default 0.02, range 1e-9..0.1)
+  --policy FILE              tenants (weights, guarantees, caps), the default and
+                             top class, and rules by host, port and endpoint id
+                             (TOML); re-read on SIGHUP, a bad file is refused
+                             and the old policy kept
+  --max-reserved F           share of a link that floors (tenant guarantees,
+                             deadlines) may reserve together (default 0.9)
+  --deadline-margin F        a deadline's floor is remaining / time left times
+                             1 + F (default 0.05)
 
 leases and limits:
   --lease-ms MS              lifetime of a rate at the endpoint (default 1000)
@@ -81,12 +89,14 @@ operation:
   --check-config             validate the configuration, print it, and exit
   -h, --help                 show this help
 
+signals: SIGINT/SIGTERM stop it; SIGHUP re-reads --policy.
 exit status: 0 after SIGINT/SIGTERM or --check-config, 2 on a configuration error.
 )";
 
 struct Options {
   std::string listen = "tcp://127.0.0.1:5555";
   std::string topology_file;
+  std::string policy_file;
   double host_gbps = 10;
   std::uint32_t hosts = 0;
   std::uint32_t spare_hosts = 1024;
@@ -124,6 +134,9 @@ Options parse(int argc, char** argv) {
     else if (args.is("--default-class")) o.alloc.default_class = static_cast<std::uint8_t>(args.count(7));
     else if (args.is("--class-reserve")) o.alloc.engine.class_reserve = args.number();
     else if (args.is("--top-class")) o.alloc.top_class = static_cast<std::uint8_t>(args.count(7));
+    else if (args.is("--policy")) o.policy_file = args.value();
+    else if (args.is("--max-reserved")) o.alloc.engine.max_reserved_share = args.number();
+    else if (args.is("--deadline-margin")) o.alloc.deadline_margin = args.number();
     else if (args.is("--max-settle-iterations")) o.alloc.max_settle_iterations = args.count();
     else if (args.is("--lease-ms")) o.alloc.lease_us = static_cast<std::uint32_t>(args.count(3'600'000) * 1000);
     else if (args.is("--lease-refresh-ms")) o.alloc.lease_refresh_us = args.count(3'600'000) * 1000;
@@ -177,15 +190,41 @@ std::string describe(const Options& o, const Network& n, const Allocator& a) {
        std::to_string(o.alloc.threads) + " thread(s), " + a.engine().kernel_name() + " kernels";
   s += "; threshold " + std::to_string(o.alloc.threshold) + ", headroom " +
        std::to_string(o.alloc.headroom) + "; unknown hosts: " + o.unknown_hosts;
-  s += "; classes: default " + std::to_string(o.alloc.default_class) + ", top " +
-       std::to_string(o.alloc.top_class) + ", reserve " + std::to_string(o.alloc.engine.class_reserve);
+  const AllocatorConfig& c = a.config();
+  s += "; classes: default " + std::to_string(c.default_class) + ", top " +
+       std::to_string(c.top_class) + ", reserve " + std::to_string(c.engine.class_reserve);
+  if (!o.policy_file.empty()) {
+    s += "; policy " + o.policy_file + ": " + std::to_string(c.policy.tenants.size()) +
+         " tenants, " + std::to_string(c.policy.rules.size()) + " rules";
+  }
   return s;
+}
+
+// SIGHUP: the policy file again. A file that does not load leaves the
+// running policy as it was; either way the log says what happened.
+void reload_policy(const Options& o, Allocator& allocator, Log& log) {
+  if (o.policy_file.empty()) {
+    log.write(LogLevel::kWarn, "SIGHUP: no --policy file to re-read; nothing changed");
+    return;
+  }
+  try {
+    const OperatorPolicy p = load_policy_file(o.policy_file);
+    allocator.set_policy(p);
+    log.write(LogLevel::kInfo, "SIGHUP: policy re-read from " + o.policy_file + ": " +
+                                   std::to_string(p.tenants.size()) + " tenants, " +
+                                   std::to_string(p.rules.size()) + " rules");
+  } catch (const ConfigError& e) {
+    log.write(LogLevel::kError, std::string("SIGHUP: policy refused, the old one stays: ") +
+                                    e.what());
+  }
 }
 
 int run(const Options& o) {
   Log log(Log::stderr_sink(), o.log_level, static_cast<std::uint64_t>(o.log_interval_s * 1e6));
   Network network = build_network(o);
-  Allocator allocator(std::move(network), o.alloc, new_epoch(), &log);
+  AllocatorConfig config = o.alloc;
+  if (!o.policy_file.empty()) config.policy = load_policy_file(o.policy_file);
+  Allocator allocator(std::move(network), config, new_epoch(), &log);
   const std::string summary = describe(o, allocator.network(), allocator);
   if (o.check_config) {
     std::cout << "configuration ok: " << summary << "\n";
@@ -196,6 +235,7 @@ int run(const Options& o) {
   sigemptyset(&mask);
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
   sigprocmask(SIG_BLOCK, &mask, nullptr);
   const int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
   if (sfd < 0) throw ConfigError(std::string("signalfd: ") + std::strerror(errno));
@@ -204,7 +244,8 @@ int run(const Options& o) {
   Server server(ctx, allocator, log, o.listen, o.busy_poll_us);
   log.write(LogLevel::kInfo, "listening on " + server.bound_endpoint() + "; epoch " +
                                  std::to_string(allocator.epoch()) + "; " + summary);
-  const int sig = server.run(sfd);
+  int sig = 0;
+  while ((sig = server.run(sfd)) == SIGHUP) reload_policy(o, allocator, log);
   const Counters& c = allocator.counters();
   log.write(LogLevel::kInfo,
             std::string("stopping on ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ": " +

@@ -18,6 +18,9 @@ constexpr double kUnitBps = 1e9;  // BasicEngine::kRateUnitBps
 // link every short flow would update the same accumulator, a store-to-load
 // dependency chain through memory that serializes the scatter loop.
 constexpr std::uint32_t kNullSlots = 16;
+// The least rate cap a flow's optimizer share may have (a flow whose floor is
+// its whole limit): keeps U'(cap) finite.
+constexpr double kMinCapGbps = kMinRateBps / kUnitBps;
 
 template <typename Real>
 using Acc = detail::LinkAcc<Real>;
@@ -92,7 +95,10 @@ struct BasicEngine<Real>::Block {
   AlignedVector<detail::LocalLink> path[kMaxPathLinks];
   AlignedVector<Real> weight;
   AlignedVector<Real> floor_price;  // U'(cap): below it the flow would exceed cap
-  AlignedVector<Real> cap;          // min(max rate, smallest path capacity), Gbit/s
+  AlignedVector<Real> cap;          // limit - floor (at least kMinCapGbps), Gbit/s
+  AlignedVector<Real> limit;        // min(max rate, smallest path capacity), Gbit/s
+  AlignedVector<Real> floor;        // reserved rate added after normalization, Gbit/s
+  std::size_t floored = 0;          // slots with floor > 0
   AlignedVector<Real> x;            // raw optimizer rate, Gbit/s
   AlignedVector<Real> xn;           // normalized rate, Gbit/s
   AlignedVector<Real> d;            // scratch for non-log utilities: -dx/dP
@@ -157,14 +163,19 @@ BasicEngine<Real>::BasicEngine(std::vector<double> link_capacity_bps, std::uint3
   if (!(config.class_reserve >= kMinResidualShare && config.class_reserve <= kMaxClassReserve)) {
     throw std::invalid_argument("class reserve must be between 1e-9 and 0.1 of a link");
   }
+  if (!(config.max_reserved_share > 0 && config.max_reserved_share <= kMaxReservedShare)) {
+    throw std::invalid_argument("max reserved share must be above 0 and at most 0.99 of a link");
+  }
   capacity_.reserve(link_capacity_bps.size());
   for (double c : link_capacity_bps) {
     if (!(c >= kMinRateBps && c <= kMaxRateBps)) {
       throw std::invalid_argument("link capacities must be between 1e3 and 1e15 bits/s");
     }
-    capacity_.push_back(static_cast<Real>(c / kUnitBps));
+    nominal_.push_back(static_cast<Real>(c / kUnitBps));
+    capacity_.push_back(nominal_.back());
     inv_capacity_.push_back(Real{1} / capacity_.back());
   }
+  reserved_.assign(capacity_.size(), 0.0);
   // Prices start at 1 once, when the allocator starts (Algorithm 1), and
   // persist across flow arrivals and departures.
   price_.assign(capacity_.size(), Real{1});
@@ -223,8 +234,91 @@ std::uint32_t BasicEngine<Real>::block_of(const FlowSpec& f) const {
 template <typename Real>
 double BasicEngine<Real>::min_path_capacity(const Path& p) const {
   double c = std::numeric_limits<double>::infinity();
-  for (LinkId l : p) c = std::min(c, static_cast<double>(capacity_[l]));
+  for (LinkId l : p) c = std::min(c, static_cast<double>(nominal_[l]));
   return c;
+}
+
+template <typename Real>
+Path BasicEngine<Real>::path_of(const Block& k, std::size_t s) const {
+  Path p;
+  for (const auto& hop : k.path) {
+    if (hop[s] >= kNullSlots) {
+      p.push(static_cast<LinkId>(k.local_to_global[hop[s]] % capacity_.size()));
+    }
+  }
+  return p;
+}
+
+template <typename Real>
+void BasicEngine<Real>::refresh_cap(Block& k, std::size_t s) {
+  const double cap = std::max(static_cast<double>(k.limit[s]) - static_cast<double>(k.floor[s]),
+                              kMinCapGbps);
+  k.cap[s] = static_cast<Real>(cap);
+  k.floor_price[s] = static_cast<Real>(utility_.marginal(static_cast<double>(k.weight[s]), cap));
+}
+
+template <typename Real>
+void BasicEngine<Real>::set_reserved(LinkId l, double gbps) {
+  const double nominal = static_cast<double>(nominal_[l]);
+  // Floors added and removed in any order must leave an unreserved link
+  // exactly at its capacity.
+  if (gbps < nominal * 1e-12) gbps = 0;
+  reserved_[l] = gbps;
+  capacity_[l] = static_cast<Real>(nominal - gbps);
+  inv_capacity_[l] = Real{1} / capacity_[l];
+}
+
+template <typename Real>
+FlowError BasicEngine<Real>::set_limits(FlowId id, double weight, double max_bps) {
+  FT_ASSERT(has_flow(id), id);
+  if (!(weight >= kMinWeight && weight <= kMaxWeight)) return FlowError::kBadWeight;
+  if (max_bps != 0 && !(max_bps >= kMinRateBps && max_bps <= kMaxRateBps)) {
+    return FlowError::kBadMaxRate;
+  }
+  const Slot& sl = slots_[id];
+  Block& k = *blocks_[sl.block];
+  double limit = min_path_capacity(path_of(k, sl.index));
+  if (max_bps > 0) limit = std::min(limit, max_bps / kUnitBps);
+  // A floor never exceeds the limit (set_floor); a lower cap takes it down.
+  if (static_cast<double>(k.floor[sl.index]) > limit) set_floor(id, limit * kUnitBps);
+  k.weight[sl.index] = static_cast<Real>(weight);
+  k.limit[sl.index] = static_cast<Real>(limit);
+  refresh_cap(k, sl.index);
+  return FlowError::kOk;
+}
+
+template <typename Real>
+bool BasicEngine<Real>::set_floor(FlowId id, double floor_bps) {
+  FT_ASSERT(has_flow(id), id);
+  if (!(floor_bps >= 0) || !std::isfinite(floor_bps)) return false;
+  const Slot& sl = slots_[id];
+  Block& k = *blocks_[sl.block];
+  const double g = floor_bps / kUnitBps;
+  const double old = static_cast<double>(k.floor[sl.index]);
+  if (g > static_cast<double>(k.limit[sl.index]) * (1 + 1e-12)) return false;
+  const Path p = path_of(k, sl.index);
+  for (LinkId l : p) {
+    const double limit = static_cast<double>(nominal_[l]) * config_.max_reserved_share;
+    if (g > old && reserved_[l] - old + g > limit * (1 + 1e-12)) return false;
+  }
+  for (LinkId l : p) set_reserved(l, reserved_[l] - old + g);
+  k.floored = k.floored - (old > 0) + (g > 0);
+  k.floor[sl.index] = static_cast<Real>(g);
+  refresh_cap(k, sl.index);
+  return true;
+}
+
+template <typename Real>
+double BasicEngine<Real>::floor_bps(FlowId id) const {
+  FT_ASSERT(has_flow(id), id);
+  const Slot& sl = slots_[id];
+  return static_cast<double>(blocks_[sl.block]->floor[sl.index]) * kUnitBps;
+}
+
+template <typename Real>
+double BasicEngine<Real>::reserved_bps(LinkId l) const {
+  FT_ASSERT(l < reserved_.size(), l);
+  return reserved_[l] * kUnitBps;
 }
 
 template <typename Real>
@@ -252,6 +346,8 @@ FlowId BasicEngine<Real>::add_flow(const FlowSpec& f) {
   if (f.max_bps > 0) cap = std::min(cap, f.max_bps / kUnitBps);
   k.weight.push_back(static_cast<Real>(f.weight));
   k.cap.push_back(static_cast<Real>(cap));
+  k.limit.push_back(static_cast<Real>(cap));
+  k.floor.push_back(0);
   k.floor_price.push_back(static_cast<Real>(utility_.marginal(f.weight, cap)));
   k.x.push_back(0);
   k.xn.push_back(0);
@@ -311,6 +407,7 @@ bool BasicEngine<Real>::has_flow(FlowId id) const {
 template <typename Real>
 void BasicEngine<Real>::remove_flow(FlowId id) {
   FT_ASSERT(has_flow(id), id);
+  set_floor(id, 0);  // its reservation goes with it
   Slot s = slots_[id];
   Block& k = *blocks_[s.block];
   std::size_t last = k.size() - 1;
@@ -322,6 +419,8 @@ void BasicEngine<Real>::remove_flow(FlowId id) {
   move_last(k.weight);
   move_last(k.floor_price);
   move_last(k.cap);
+  move_last(k.limit);
+  move_last(k.floor);
   move_last(k.x);
   move_last(k.xn);
   if (s.index != last) slots_[k.id[last]].index = s.index;
@@ -521,6 +620,7 @@ void BasicEngine<Real>::finish_links(const LinkPartial& all) {
 // divided by at least r_l, so no link exceeds capacity, and flows whose links
 // are all under-used scale up. U-NORM (eq. 5) divides every flow by the
 // global max ratio. Rates never exceed the flow's cap.
+// Floors are added afterwards, by a pass only over blocks that hold one.
 template <typename Real>
 void BasicEngine<Real>::normalize_pass(std::size_t b) {
   Block& k = *blocks_[b];
@@ -530,18 +630,19 @@ void BasicEngine<Real>::normalize_pass(std::size_t b) {
   Real* __restrict xn = k.xn.data();
   if (config_.normalizer == Normalizer::kNone) {
     std::copy(x, x + n, xn);
-    return;
-  }
-  if (config_.normalizer == Normalizer::kUNorm) {
+  } else if (config_.normalizer == Normalizer::kUNorm) {
     const Real inv = max_ratio_ > 0 ? Real{1} / max_ratio_ : Real{1};
     for (std::size_t s = 0; s < n; ++s) xn[s] = std::min(x[s] * inv, cap[s]);
-    return;
+  } else {
+    std::size_t nloc = k.local_to_global.size();
+    for (std::size_t loc = kNullSlots; loc < nloc; ++loc) {
+      k.ratio[loc] = ratio_[k.local_to_global[loc]];
+    }
+    kernels_->fnorm(k.arrays(), k.ratio.data());
   }
-  std::size_t nloc = k.local_to_global.size();
-  for (std::size_t loc = kNullSlots; loc < nloc; ++loc) {
-    k.ratio[loc] = ratio_[k.local_to_global[loc]];
-  }
-  kernels_->fnorm(k.arrays(), k.ratio.data());
+  if (k.floored == 0) return;
+  const Real* __restrict fl = k.floor.data();
+  for (std::size_t s = 0; s < n; ++s) xn[s] += fl[s];
 }
 
 template <typename Real>
@@ -590,7 +691,7 @@ const char* BasicEngine<Real>::kernel_name() const {
 
 template <typename Real>
 double BasicEngine<Real>::capacity_bps(LinkId l) const {
-  return static_cast<double>(capacity_[l]) * kUnitBps;
+  return static_cast<double>(nominal_[l]) * kUnitBps;
 }
 
 template <typename Real>

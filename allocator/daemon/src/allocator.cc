@@ -36,6 +36,7 @@ void validate(const AllocatorConfig& c) {
   require(c.top_class <= c.default_class,
           "top class must be 0 to the default class (a flowlet that names no class may "
           "not be above what endpoints may ask for)");
+  require(c.deadline_margin >= 0 && c.deadline_margin <= 1, "deadline margin must be 0-1");
 }
 
 namespace {
@@ -56,8 +57,13 @@ std::vector<double> scheduled_capacities(const Network& n, const AllocatorConfig
 }  // namespace
 
 Allocator::Allocator(Network network, const AllocatorConfig& config, std::uint64_t epoch, Log* log)
-    : config_(config), network_(std::move(network)), epoch_(epoch), log_(log) {
+    : config_(config),
+      network_(std::move(network)),
+      epoch_(epoch),
+      log_(log),
+      policy_(config.deadline_margin) {
   validate(config_);
+  set_policy(config_.policy);
   try {
     engine_ = std::make_unique<alloc::Engine>(scheduled_capacities(network_, config_),
                                               network_.topology().num_sites(),
@@ -71,10 +77,56 @@ Allocator::Allocator(Network network, const AllocatorConfig& config, std::uint64
 
 Allocator::~Allocator() = default;
 
+void Allocator::set_policy(const OperatorPolicy& p) {
+  AllocatorConfig next = config_;
+  next.default_class = p.default_class.value_or(config_.default_class);
+  next.top_class = p.top_class.value_or(config_.top_class);
+  for (const auto& [name, spec] : p.tenants) {
+    if (std::string why = alloc::check(spec); !why.empty()) {
+      throw ConfigError(p.source + ": tenants." + name + ": " + why);
+    }
+  }
+  try {
+    validate(next);
+  } catch (const ConfigError& e) {
+    throw ConfigError(p.source + ": " + e.what());
+  }
+  config_ = std::move(next);
+  config_.policy = p;
+  policy_.set_default_spec(p.default_tenant);
+  for (const auto& [name, spec] : p.tenants) policy_.set_spec(policy_.tenant(name), spec);
+  for (alloc::TenantId t = 1; t <= policy_.num_tenants(); ++t) {
+    if (!p.tenants.contains(std::string(policy_.name(t)))) policy_.reset_spec(t);
+  }
+}
+
+const PolicyRule* Allocator::match_rule(const Endpoint& e, alloc::HostId src, alloc::HostId dst,
+                                        const wire::FlowletStart& s) const {
+  const auto* t = std::get_if<wire::FiveTuple>(&s.endpoints);
+  auto host_in = [&](const std::vector<std::string>& names, alloc::HostId h) {
+    if (names.empty()) return true;
+    for (const std::string& n : names) {
+      if (network_.find_host(n) == h) return true;
+    }
+    return false;
+  };
+  for (const PolicyRule& r : config_.policy.rules) {
+    if (!host_in(r.src_hosts, src) || !host_in(r.dst_hosts, dst)) continue;
+    if (!e.id.starts_with(r.endpoint_prefix)) continue;
+    if (r.dst_port_hi != 0 &&
+        (t == nullptr || t->dst_port < r.dst_port_lo || t->dst_port > r.dst_port_hi)) {
+      continue;
+    }
+    return &r;
+  }
+  return nullptr;
+}
+
 // ---- input ----
 
 void Allocator::on_message(std::string_view peer, std::span<const std::uint8_t> frame,
                            std::uint64_t now_us) {
+  now_us_ = std::max(now_us_, now_us);
   ++counters_.messages_in;
   counters_.bytes_in += frame.size();
   auto it = by_peer_.find(std::string(peer));
@@ -197,13 +249,18 @@ void Allocator::refuse(std::string_view peer, Endpoint* e, Cause c, std::string 
 // ---- iterations ----
 
 bool Allocator::busy() const {
-  if (flows_changed_) return true;
+  if (flows_changed_ || policy_.dirty(now_us_)) return true;
   return engine_->num_flows() > 0 && !engine_->stats().converged &&
          settle_iterations_ < config_.max_settle_iterations;
 }
 
 void Allocator::iterate(std::uint64_t now_us) {
-  (void)now_us;
+  now_us_ = std::max(now_us_, now_us);
+  if (policy_.dirty(now_us_)) {
+    // Tenants' weights and floors change the optimum: settle again.
+    policy_.apply(*engine_, now_us_);
+    settle_iterations_ = 0;
+  }
   if (driver_) {
     driver_->iterate(*engine_);
   } else {
@@ -300,6 +357,10 @@ void Allocator::schedule_timer(std::uint64_t at_us) {
 }
 
 void Allocator::on_timer(std::uint64_t now_us) {
+  now_us_ = std::max(now_us_, now_us);
+  // Woken for a planned deadline, not a tick: busy() now says so, and the
+  // next iteration re-plans.
+  if (now_us < next_timer_us_) return;
   for (EndpointIdx idx = 0; idx < endpoints_.size(); ++idx) {
     Endpoint* e = endpoints_[idx].get();
     if (e == nullptr) continue;
@@ -445,6 +506,10 @@ PolicyTotals Allocator::policy_totals() const {
       s->rate_bps += r;
     }
   }
+  for (alloc::TenantId id = 1; id <= policy_.num_tenants(); ++id) {
+    t.specs.emplace(std::string(policy_.name(id)), policy_.spec(id));
+  }
+  t.counters = policy_.counters();
   return t;
 }
 
@@ -455,7 +520,7 @@ std::vector<FlowView> Allocator::flows(std::uint64_t now_us, std::size_t limit) 
     if (!f.live()) continue;
     v.push_back({endpoints_[f.endpoint]->id, f.key, f.src, f.dst, f.path, f.weight, f.bytes,
                  f.coflow_id, f.priority_class, f.tenant, f.deadline_left_us(now_us),
-                 engine_->rate_bps(id),
+                 policy_.deadline_state(id), engine_->floor_bps(id), engine_->rate_bps(id),
                  static_cast<double>(sent_[id]) * 8.0,
                  now_us > f.started_us ? now_us - f.started_us : 0, holders(id)});
   }

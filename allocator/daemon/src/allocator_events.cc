@@ -134,12 +134,18 @@ Cause Allocator::resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::
   }
   spec->path = *path;
   spec->weight = s.weight;
-  if (s.priority_class != wire::kClassUnset && s.priority_class < config_.top_class) {
+  // The operator's rule for this flowlet, if any, picks its default and top
+  // class; an endpoint never gets above the top class it allows.
+  const PolicyRule* rule = match_rule(e, *src, *dst, s);
+  const std::uint8_t top = rule && rule->top_class ? *rule->top_class : config_.top_class;
+  const std::uint8_t dflt = std::max(
+      top, rule && rule->default_class ? *rule->default_class : config_.default_class);
+  if (s.priority_class != wire::kClassUnset && s.priority_class < top) {
     ++counters_.classes_lowered;
   }
   spec->priority = s.priority_class == wire::kClassUnset
-                       ? config_.default_class
-                       : std::max<std::uint8_t>(s.priority_class, config_.top_class);
+                       ? dflt
+                       : std::max<std::uint8_t>(s.priority_class, top);
   spec->max_bps = 0;
   spec->src_site = network_.site_of_host(*src);
   spec->dst_site = network_.site_of_host(*dst);
@@ -221,7 +227,11 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
         // Unchanged: keep its prices' history, but tell the endpoint its rate
         // again (it may have lost it with the connection). The next iteration
         // tells every holder.
-        if (f.co_holders == 0) f.take_report(s, now_us);
+        if (f.co_holders == 0) {
+          const std::string tenant = f.tenant;  // decided at its start (rules)
+          f.take_report(s, now_us);
+          f.tenant = tenant;
+        }
         set_sent(id, 0);
         flows_changed_ = true;
         continue;
@@ -290,6 +300,7 @@ void Allocator::hold(Endpoint& e, const wire::FlowletStart& s, const alloc::Flow
   co_holders_[id].push_back({e.idx, s.flow_key});
   ++f.co_holders;
   f.bytes += s.bytes;
+  policy_.add_bytes(id, s.bytes);
   e.flows[s.flow_key] = id;
   e.digest.add(s.flow_key);
   ++counters_.flows_joined;
@@ -320,6 +331,18 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
   f.priority_class = spec.priority;
   ++counters_.flows_by_class[spec.priority];
   f.take_report(s, now_us);
+  // The operator's rule names the tenant when it has one: an endpoint cannot
+  // claim another tenant's share.
+  if (const PolicyRule* r = match_rule(e, src, dst, s); r != nullptr && !r->tenant.empty()) {
+    f.tenant = r->tenant;
+  }
+  // Tenant names come from endpoints too: past kMaxTenants new names share
+  // no tenant (each flow on its own weight) rather than grow the table.
+  alloc::TenantId tenant = policy_.find(f.tenant);
+  if (tenant == alloc::kNoTenant && !f.tenant.empty() && policy_.num_tenants() < kMaxTenants) {
+    tenant = policy_.tenant(f.tenant);
+  }
+  policy_.add(id, {tenant, s.weight, 0, f.deadline_at_us, s.bytes}, now_us);
   f.started_us = now_us;
   sent_[id] = 0;
   e.flows[s.flow_key] = id;
@@ -341,6 +364,7 @@ void Allocator::detach(EndpointIdx endpoint, std::uint64_t key, alloc::FlowId id
   Flow& f = flows_[id];
   if (f.co_holders == 0) {
     set_sent(id, 0);  // before the record goes: the host's sum drops
+    policy_.remove(id);
     engine_->remove_flow(id);
     if (f.has_socket) by_socket_.erase(f.socket);
     f.has_socket = false;

@@ -10,6 +10,9 @@
 
 namespace flowtune::daemon {
 
+// Distinct tenant names the allocator keeps (operators' and endpoints').
+inline constexpr std::size_t kMaxTenants = 1u << 16;
+
 struct Allocator::Endpoint {
   EndpointIdx idx = 0;
   std::string peer;  // routing id of its current connection

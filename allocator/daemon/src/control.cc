@@ -74,7 +74,20 @@ json policy_json(const Allocator& a) {
   for (const auto& [name, s] : t.by_tenant) {
     tenants[name] = {{"flows", s.flows}, {"rate_bps", s.rate_bps}};
   }
-  return {{"classes", classes}, {"tenants", tenants}};
+  // The tenants' specs (the operator's, or the default for names endpoints
+  // brought), beside their totals.
+  for (const auto& [name, spec] : t.specs) {
+    json& j = tenants[name];
+    if (!j.contains("flows")) j = {{"flows", 0}, {"rate_bps", 0.0}};
+    j["weight"] = spec.weight;
+    j["guarantee_bps"] = spec.guarantee_bps;
+    j["cap_bps"] = spec.cap_bps;
+  }
+  return {{"classes", classes},
+          {"tenants", tenants},
+          {"replans", t.counters.replans},
+          {"deadlines_infeasible", t.counters.deadlines_infeasible},
+          {"guarantees_refused", t.counters.guarantees_refused}};
 }
 
 json status_json(const Allocator& a, const ServerInfo& info) {
@@ -138,6 +151,8 @@ json flows_json(const Allocator& a, std::uint64_t now_us, std::size_t limit) {
                     {"class", f.priority_class},
                     {"tenant", f.tenant},
                     {"deadline_left_ms", static_cast<double>(f.deadline_left_us) * 1e-3},
+                    {"deadline_state", alloc::to_string(f.deadline_state)},
+                    {"floor_bps", f.floor_bps},
                     {"rate_bps", f.rate_bps},
                     {"sent_rate_bps", f.sent_rate_bps},
                     {"age_ms", static_cast<double>(f.age_us) * 1e-3},

@@ -1001,5 +1001,173 @@ TEST_F(AllocatorTest, AnEndpointWithoutAPacerIsNeverToldAHostRate) {
   EXPECT_EQ(alloc_->counters().host_rate_updates, 0u);
 }
 
+// ---- operator policy: tenants, rules, floors ----
+
+OperatorPolicy policy(std::string_view toml) { return parse_policy(toml, "test.toml"); }
+
+// Tenant b opens eight connections from h2, tenant a one from h0, all into
+// h1: each tenant gets half of h1's link. The rule names h2's flows tenant b
+// whatever the endpoint says.
+TEST_F(AllocatorTest, TenantsShareALinkWhateverTheirConnectionCounts) {
+  AllocatorConfig c = config();
+  c.policy = policy(R"([tenants.a]
+weight = 1
+[tenants.b]
+weight = 1
+[[rule]]
+src_hosts = ["h2"]
+tenant = "b"
+)");
+  make(c);
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h2");
+  wire::FlowletStart one = start_of(1, 0, 1);
+  one.tenant = "a";
+  send("a", {one});
+  std::vector<wire::EndpointEvent> many;
+  for (std::uint64_t k = 1; k <= 8; ++k) {
+    wire::FlowletStart s = start_of(k, 2, 1);
+    if (k == 1) s.tenant = "a";  // claims a's share: the rule says b
+    many.push_back(s);
+  }
+  send("b", many);
+  const auto rates = last_rates(settle());
+  EXPECT_NEAR(static_cast<double>(rates.at({"a", 1})), share(2), share(2) * 2e-3);
+  double b = 0;
+  for (std::uint64_t k = 1; k <= 8; ++k) b += static_cast<double>(rates.at({"b", k}));
+  EXPECT_NEAR(b, share(2), share(2) * 2e-3);
+  for (const FlowView& f : alloc_->flows(now_, 20)) {
+    EXPECT_EQ(f.tenant, f.endpoint_id == "ep-a" ? "a" : "b");
+  }
+  const PolicyTotals t = alloc_->policy_totals();
+  EXPECT_EQ(t.by_tenant.at("b").flows, 8u);
+  EXPECT_EQ(t.specs.at("b").weight, 1);
+  // SIGHUP with b at weight 3: live flows re-weighted, none dropped.
+  alloc_->set_policy(policy("[tenants.a]\nweight = 1\n[tenants.b]\nweight = 3\n"));
+  const auto after = last_rates(settle());
+  EXPECT_NEAR(static_cast<double>(after.at({"a", 1})), share(4), share(4) * 2e-3);
+  EXPECT_EQ(alloc_->num_flows(), 9u);
+  // A policy that does not validate is refused whole; the old one stays.
+  OperatorPolicy bad = policy("[defaults]\nclass = 1\n");
+  bad.top_class = 2;
+  EXPECT_THROW(alloc_->set_policy(bad), ConfigError);
+  EXPECT_EQ(alloc_->config().policy.tenants.at("b").weight, 3);
+}
+
+// A rule gives one endpoint's flowlets their own default and top class.
+TEST_F(AllocatorTest, RulesSetAnEndpointsDefaultAndTopClass) {
+  AllocatorConfig c = config();
+  c.policy = policy(R"([[rule]]
+endpoint = "batch-"
+class = 6
+top_class = 5
+)");
+  make(c);
+  hello("a", "batch-7", "h0");
+  hello("b", "web-1", "h2");
+  wire::FlowletStart greedy = start_of(1, 0, 1);
+  greedy.priority_class = 0;
+  send("a", {greedy, start_of(2, 0, 1)});
+  wire::FlowletStart web = start_of(1, 2, 1);
+  web.priority_class = 0;
+  send("b", {web});
+  settle();
+  std::map<std::string, int> cls;
+  for (const FlowView& f : alloc_->flows(now_, 10)) {
+    cls[f.endpoint_id + "/" + std::to_string(f.flow_key)] = f.priority_class;
+  }
+  EXPECT_EQ(cls, (std::map<std::string, int>{{"batch-7/1", 5}, {"batch-7/2", 6}, {"web-1/1", 0}}));
+  EXPECT_EQ(alloc_->counters().classes_lowered, 1u);
+}
+
+// A deadline gets a floor of what it still needs; one the link cannot hold
+// as well is reported infeasible and keeps its fair share.
+TEST_F(AllocatorTest, DeadlinesGetFloorsAndInfeasibleOnesAreShown) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h2");
+  hello("c", "ep-c", "h3");
+  send("a", {start_of(1, 0, 1)});  // bulk, no deadline
+  // 1 MiB in 14 ms: about 61% of the scheduled link.
+  wire::FlowletStart due = start_of(1, 2, 1);
+  due.deadline_us = 14'000;
+  send("b", {due});
+  const auto rates = last_rates(settle());
+  const double need = (1 << 20) / 0.014;  // bytes/s
+  EXPECT_GT(static_cast<double>(rates.at({"b", 1})), need);
+  EXPECT_LT(static_cast<double>(rates.at({"a", 1})), share(2));
+  // Another as urgent, due later: the two cannot both have floors.
+  wire::FlowletStart also = start_of(1, 3, 1);
+  also.deadline_us = 15'000;
+  send("c", {also});
+  settle();
+  std::map<std::string, alloc::DeadlineState> state;
+  for (const FlowView& f : alloc_->flows(now_, 10)) state[f.endpoint_id] = f.deadline_state;
+  EXPECT_EQ(state.at("ep-a"), alloc::DeadlineState::kNone);
+  EXPECT_EQ(state.at("ep-b"), alloc::DeadlineState::kReserved);
+  EXPECT_EQ(state.at("ep-c"), alloc::DeadlineState::kInfeasible);
+  EXPECT_EQ(alloc_->policy_totals().counters.deadlines_infeasible, 1u);
+  // Past b's deadline the allocator wakes by itself and drops its floor.
+  EXPECT_LE(alloc_->next_timer_us(), now_ + 14'000);
+  now_ += 20'000;
+  alloc_->on_timer(now_);
+  EXPECT_TRUE(alloc_->busy());
+  settle();
+  for (const FlowView& f : alloc_->flows(now_, 10)) {
+    if (f.endpoint_id == "ep-b") {
+      EXPECT_EQ(f.deadline_state, alloc::DeadlineState::kOverdue);
+      EXPECT_EQ(f.floor_bps, 0);
+    }
+  }
+}
+
+TEST(PolicyFile, ErrorsNameTheFileLineAndKey) {
+  auto error = [](std::string_view text) {
+    try {
+      (void)parse_policy(text, "p.toml");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(error("[tenants.a]\nweight = 0\n"),
+            "p.toml:2: tenants.a.weight: 0 is out of range [1e-06, 1e+06]");
+  EXPECT_EQ(error("\n[[rule]]\nsrc_hosts = [\"h1\"]\nclas = 2\n"),
+            "p.toml:4: rule[0].clas: unknown key (allowed: src_hosts, dst_hosts, dst_ports, "
+            "endpoint, class, top_class, tenant)");
+  EXPECT_EQ(error("[[rule]]\ntenant = \"x\"\ndst_ports = \"90-80\"\n"),
+            "p.toml:3: rule[0].dst_ports: ports must be 1-65535, low to high");
+  EXPECT_EQ(error("[[rule]]\nclass = 9\n"), "p.toml:2: rule[0].class: 9 is not a class (0-7)");
+  EXPECT_EQ(error("[[rule]]\nsrc_hosts = [\"h1\"]\n"),
+            "p.toml:1: rule[0]: sets nothing (give class, top_class or tenant)");
+  EXPECT_EQ(error("[tenants.a]\nguarantee_gbps = 3\ncap_gbps = 1\n"),
+            "p.toml:1: tenants.a: guarantee exceeds the cap");
+  EXPECT_NE(error("[tenants\n").find("p.toml:1:"), std::string::npos);
+  const OperatorPolicy p = parse_policy(R"([defaults]
+class = 5
+top_class = 1
+tenant_weight = 2
+[tenants.search]
+weight = 3
+guarantee_gbps = 0.5
+cap_gbps = 8
+[[rule]]
+dst_ports = 8080
+tenant = "search"
+[[rule]]
+dst_ports = "9000-9100"
+class = 2
+)",
+                                        "ok.toml");
+  EXPECT_EQ(p.default_class, 5);
+  EXPECT_EQ(p.top_class, 1);
+  EXPECT_EQ(p.default_tenant.weight, 2);
+  EXPECT_EQ(p.tenants.at("search").guarantee_bps, 0.5e9);
+  EXPECT_EQ(p.tenants.at("search").cap_bps, 8e9);
+  ASSERT_EQ(p.rules.size(), 2u);
+  EXPECT_EQ(p.rules[0].dst_port_lo, 8080);
+  EXPECT_EQ(p.rules[1].dst_port_hi, 9100);
+  EXPECT_EQ(p.rules[1].line, 12);
+}
+
 }  // namespace
 }  // namespace flowtune::daemon

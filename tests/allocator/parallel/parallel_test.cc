@@ -87,6 +87,9 @@ template <typename Real>
 void add(Subject<Real>& s, const FlowSpec& f) {
   ASSERT_EQ(s.engine->check_flow(f), FlowError::kOk);
   s.ids.push_back(s.engine->add_flow(f));
+  // A quarter of the flows with a floor (tenant guarantees, deadlines), the
+  // same calls in every engine compared.
+  if (s.ids.size() % 4 == 1) s.engine->set_floor(s.ids.back(), 2e8 * f.weight);
 }
 
 template <typename Real>

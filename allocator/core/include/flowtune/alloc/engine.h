@@ -75,6 +75,10 @@ struct EngineConfig {
   // minutes once its class is given the link back. In
   // [kMinResidualShare, kMaxClassReserve].
   double class_reserve = 0.02;
+  // Floors (set_floor: tenant guarantees, deadlines) together may reserve at
+  // most this share of any link, so unreserved flows always keep the rest.
+  // In (0, kMaxReservedShare].
+  double max_reserved_share = 0.9;
 };
 
 // Accepted ranges. They keep every internal quantity (rates in Gbit/s, prices
@@ -90,6 +94,7 @@ inline constexpr std::uint8_t kDefaultClass = 4;
 // The least class_reserve may be: it keeps prices and ratios finite.
 inline constexpr double kMinResidualShare = 1e-9;
 inline constexpr double kMaxClassReserve = 0.1;
+inline constexpr double kMaxReservedShare = 0.99;
 
 struct FlowSpec {
   Path path;
@@ -145,6 +150,20 @@ class BasicEngine {
   BasicEngine& operator=(const BasicEngine&) = delete;
 
   FlowError check_flow(const FlowSpec& f) const;
+  // Changes a live flow's weight and rate cap (FlowSpec's meaning and
+  // ranges; kBadWeight / kBadMaxRate and nothing changed otherwise). O(1):
+  // policies that re-weight flows (tenants) call it between iterations.
+  FlowError set_limits(FlowId id, double weight, double max_bps);
+  // A floor: the flow gets floor_bps on top of its share of what floors leave
+  // (rate = floor + the utility-maximizing rate on capacities less every
+  // floor on them). Refused (false, nothing changed) when it exceeds the
+  // flow's cap or would reserve more than max_reserved_share of a link on
+  // its path; callers admit floors in the order they value them. 0 removes
+  // the floor. O(path).
+  bool set_floor(FlowId id, double floor_bps);
+  double floor_bps(FlowId id) const;
+  // Σ floors on link l, bits/s.
+  double reserved_bps(LinkId l) const;
   // O(1) amortized. Requires check_flow(f) == kOk. The new flow's first rate
   // comes from the current prices at the next iterate().
   FlowId add_flow(const FlowSpec& f);
@@ -157,10 +176,10 @@ class BasicEngine {
   // iterate() until converged or max_iterations; returns iterations run.
   std::uint64_t solve(std::uint64_t max_iterations);
 
-  // Normalized rate (what endpoints are told), bits/s; 0 before the first
-  // iteration that saw the flow.
+  // Normalized rate (what endpoints are told, its floor included), bits/s; 0
+  // before the first iteration that saw the flow.
   double rate_bps(FlowId id) const;
-  // Optimizer rate before normalization, bits/s.
+  // Optimizer rate before normalization, bits/s (without the floor).
   double raw_rate_bps(FlowId id) const;
   // Link l's price for class `priority` (per Gbit/s); 0 for a class no flow
   // has used yet.
@@ -168,6 +187,7 @@ class BasicEngine {
   void set_price(LinkId l, double p, std::uint8_t priority = kDefaultClass);
   // Classes in use (each has a layer of prices), highest first.
   std::vector<std::uint8_t> classes() const;
+  // The link's capacity as given (floors are not subtracted).
   double capacity_bps(LinkId l) const;
   // Σ normalized rates on a link (bits/s); computed on demand, O(flows).
   std::vector<double> link_allocation_bps() const;
@@ -232,12 +252,21 @@ class BasicEngine {
   detail::LinkAcc<Real> link_sum(std::size_t v) const;
   void rebuild_contributions();
   double min_path_capacity(const Path& p) const;
+  // The global links of flow slot s of block k.
+  Path path_of(const Block& k, std::size_t s) const;
+  // cap and floor_price of slot s from its weight, limit and floor.
+  void refresh_cap(Block& k, std::size_t s);
+  void set_reserved(LinkId l, double gbps);
 
   EngineConfig config_;
   AlphaFair utility_;
   std::uint32_t num_sites_;
   const detail::Kernels<Real>* kernels_;
   // Global link state (internal units: Gbit/s and price per Gbit/s).
+  // capacity_ is what the optimizer sees: the nominal capacity less the
+  // floors reserved on the link.
+  AlignedVector<Real> nominal_;
+  std::vector<double> reserved_;
   AlignedVector<Real> capacity_;
   AlignedVector<Real> inv_capacity_;
   // Per virtual link (layer * links + link): price, and the load ratio F-NORM

@@ -18,6 +18,7 @@
 // iterate() when threads > 1.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -30,12 +31,14 @@
 
 #include "flowtune/alloc/engine.h"
 #include "flowtune/alloc/parallel.h"
+#include "flowtune/alloc/policy.h"
 #include "flowtune/common/id_free_list.h"
 #include "flowtune/common/rules.h"
 #include "flowtune/common/token_bucket.h"
 #include "flowtune/daemon/counters.h"
 #include "flowtune/daemon/log.h"
 #include "flowtune/daemon/network.h"
+#include "flowtune/daemon/policy_file.h"
 #include "flowtune/wire/messages.h"
 
 namespace flowtune::daemon {
@@ -74,6 +77,13 @@ struct AllocatorConfig {
   // for; a start asking higher is lowered to it and counted.
   std::uint8_t default_class = alloc::kDefaultClass;
   std::uint8_t top_class = 0;
+  // Deadline floors are (remaining ÷ time left) × (1 + margin): rates are
+  // paced a little below what they allow, and progress is estimated from
+  // them, not reported.
+  double deadline_margin = 0.05;
+  // Tenants, rules and the file's default and top class (--policy); its
+  // classes, where it sets them, replace default_class and top_class.
+  OperatorPolicy policy;
 };
 
 // Throws ConfigError when a field is out of range.
@@ -96,6 +106,8 @@ struct FlowView {
   std::uint8_t priority_class;
   std::string tenant;            // empty: none
   std::int64_t deadline_left_us;  // 0: none; negative: overdue
+  alloc::DeadlineState deadline_state;
+  double floor_bps;  // reserved for it (guarantee share and deadline)
   double rate_bps;       // current normalized rate
   double sent_rate_bps;  // what the endpoint was last told
   std::uint64_t age_us;
@@ -112,6 +124,9 @@ struct PolicyTotals {
   };
   std::array<Sum, alloc::kNumClasses> by_class{};
   std::map<std::string, Sum> by_tenant;  // "" = flows naming no tenant
+  // The operator's tenants (and those endpoints named) with their specs.
+  std::map<std::string, alloc::TenantSpec> specs;
+  alloc::PolicyCounters counters;
 };
 
 struct EndpointView {
@@ -151,8 +166,15 @@ class Allocator {
   // Lease refreshes and endpoint timeouts, on a global tick every
   // lease_refresh_us (one scan of the endpoints per tick, however many).
   void on_timer(std::uint64_t now_us);
-  // When on_timer() next has work; UINT64_MAX when nothing is scheduled.
-  std::uint64_t next_timer_us() const { return next_timer_us_; }
+  // When on_timer() next has work (a tick, or a planned deadline passing);
+  // UINT64_MAX when nothing is scheduled.
+  std::uint64_t next_timer_us() const {
+    return std::min(next_timer_us_, policy_.next_due_us());
+  }
+  // Replaces the operator's policy (SIGHUP): tenants' specs apply at the next
+  // iteration, to live flows too; classes and rules to flowlets that start
+  // from now on. Throws ConfigError (and keeps the old one) if invalid.
+  void set_policy(const OperatorPolicy& p);
 
   // Moves out the messages owed to endpoints, at most one per endpoint and
   // wire limit (large batches are split).
@@ -245,6 +267,9 @@ class Allocator {
   // Outbox.
   wire::AllocatorMessage& pending(Endpoint& e);
   void schedule_timer(std::uint64_t at_us);
+  // The operator's first rule matching a flowlet, or null.
+  const PolicyRule* match_rule(const Endpoint& e, alloc::HostId src, alloc::HostId dst,
+                               const wire::FlowletStart& s) const;
 
   AllocatorConfig config_;
   Network network_;
@@ -286,6 +311,8 @@ class Allocator {
   bool flows_changed_ = false;
   std::uint64_t settle_iterations_ = 0;
   std::uint64_t next_timer_us_ = UINT64_MAX;
+  std::uint64_t now_us_ = 0;  // the latest time the server gave us
+  alloc::PolicyBook policy_;
   Counters counters_;
 };
 

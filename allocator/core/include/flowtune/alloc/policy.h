@@ -1,0 +1,154 @@
+// Tenants and deadlines on top of the engine (docs/policy.md). Pure: no
+// clock (callers pass the time), no I/O. The engine stays a weighted NUM with
+// floors; this book decides the weights, caps and floors:
+//
+// - Tenants: a tenant's flows share the tenant's weight W by their own
+//   weights, w_f' = W·w_f / Σ_{g∈t} w_g, so opening more connections never
+//   raises a tenant's total weight. A cap C becomes per-flow caps C·w_f/Σw,
+//   a guarantee G per-flow floors G·w_f/Σw. Flows naming no tenant keep
+//   their own weight (each is its own tenant).
+// - Deadlines (D3's rule with EDF admission): a flow with a deadline gets a
+//   floor of its remaining bytes over its time left (times 1 + margin) on top
+//   of any guarantee; floors are admitted in order of deadline, earliest
+//   first, and one the links cannot hold (engine::set_floor refuses) is
+//   infeasible: reported and left its fair share, never taking from others'
+//   floors.
+//
+// Weights and caps are rewritten only for tenants whose membership or spec
+// changed, and floors re-planned only when a tenant or deadline flow comes or
+// goes, once per apply(): flows without policy cost nothing, and rates still
+// change only when flowlets come and go.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "flowtune/alloc/engine.h"
+
+namespace flowtune::alloc {
+
+struct TenantSpec {
+  double weight = 1;         // the tenant's share of weight, in [kMinWeight, kMaxWeight]
+  double guarantee_bps = 0;  // its flows' floors together; 0 = none
+  double cap_bps = 0;        // its flows' caps together; 0 = none
+};
+
+// "" when the spec is valid, else why not.
+std::string check(const TenantSpec& t);
+
+using TenantId = std::uint32_t;
+inline constexpr TenantId kNoTenant = 0;
+
+struct FlowPolicy {
+  TenantId tenant = kNoTenant;
+  double weight = 1;               // the flow's own weight
+  double max_bps = 0;              // its own cap; 0 = none
+  std::uint64_t deadline_at_us = 0;  // 0 = none
+  std::uint64_t bytes = 0;         // declared size (a deadline needs one)
+};
+
+enum class DeadlineState : std::uint8_t {
+  kNone,        // no deadline, or no size to plan for
+  kReserved,    // its floor is remaining ÷ time left (with margin)
+  kInfeasible,  // the links could not hold it: fair share only
+  kOverdue,     // the deadline has passed: fair share only
+};
+const char* to_string(DeadlineState s);
+
+struct PolicyCounters {
+  std::uint64_t replans = 0;
+  std::uint64_t deadlines_infeasible = 0;  // flows found infeasible (once each)
+  std::uint64_t guarantees_refused = 0;    // guarantee floors the links could not hold
+};
+
+class PolicyBook {
+ public:
+  // margin: deadline floors are (remaining ÷ time left) × (1 + margin), for
+  // pacing below the rate and progress estimated from rates, not reported.
+  explicit PolicyBook(double deadline_margin = 0.05);
+
+  // A tenant by name, created with default_spec() on first use; "" is none.
+  TenantId tenant(std::string_view name);
+  // The tenant by name if it exists, else kNoTenant.
+  TenantId find(std::string_view name) const;
+  std::string_view name(TenantId t) const;
+  const TenantSpec& spec(TenantId t) const;
+  // Requires check(spec) == "". Marks the tenant's flows for re-weighting.
+  void set_spec(TenantId t, const TenantSpec& spec);
+  // Back to default_spec() (an operator's tenant dropped from the policy).
+  void reset_spec(TenantId t);
+  // The spec of tenants no set_spec named (an endpoint's own tenant names).
+  void set_default_spec(const TenantSpec& spec);
+  const TenantSpec& default_spec() const { return default_spec_; }
+  std::size_t num_tenants() const { return tenants_.size() - 1; }
+
+  // A flow the engine holds as `id`, added with its own weight and cap
+  // (FlowSpec); a flow with no tenant and no deadline is not recorded.
+  void add(FlowId id, const FlowPolicy& p, std::uint64_t now_us);
+  void remove(FlowId id);
+  // A flowlet extended by another start (coalescing) has more bytes.
+  void add_bytes(FlowId id, std::uint64_t bytes);
+
+  // Whether apply() at now_us has work to do.
+  bool dirty(std::uint64_t now_us) const {
+    return !dirty_tenants_.empty() || replan_ || now_us >= next_due_us_;
+  }
+  // Rewrites weights and caps of changed tenants, and re-plans floors if a
+  // flow with a guarantee or deadline came or went or a planned deadline has
+  // passed. Call between iterations.
+  template <typename Real>
+  void apply(BasicEngine<Real>& engine, std::uint64_t now_us);
+
+  DeadlineState deadline_state(FlowId id) const;
+  // When apply() must next run although nothing came or went: the earliest
+  // deadline planned for (it may pass). ~0 when none.
+  std::uint64_t next_due_us() const { return next_due_us_; }
+  const PolicyCounters& counters() const { return counters_; }
+
+ private:
+  struct Tenant {
+    std::string name;
+    TenantSpec spec;
+    bool named = false;  // set by set_spec
+    bool dirty = false;
+    std::vector<FlowId> members;
+  };
+  struct Entry {
+    bool live = false;
+    FlowPolicy p;
+    std::uint32_t member_pos = 0;    // in its tenant's members
+    bool in_deadlines = false;
+    std::uint32_t deadline_pos = 0;  // in deadline_flows_
+    double guarantee_bps = 0;        // its share of its tenant's guarantee
+    double sent_bytes = 0;           // estimated from its rates
+    std::uint64_t progress_us = 0;   // when sent_bytes was last advanced
+    DeadlineState state = DeadlineState::kNone;
+    bool counted_infeasible = false;
+  };
+  void mark(TenantId t);
+  template <typename Real>
+  void reweigh(BasicEngine<Real>& engine, Tenant& t);
+  template <typename Real>
+  void replan(BasicEngine<Real>& engine, std::uint64_t now_us);
+
+  double margin_;
+  TenantSpec default_spec_;
+  std::vector<Tenant> tenants_;  // [0] = no tenant
+  std::unordered_map<std::string, TenantId> by_name_;
+  std::vector<Entry> entries_;  // by engine FlowId
+  std::vector<FlowId> deadline_flows_;
+  std::vector<FlowId> floored_;  // flows given a floor at the last plan
+  std::vector<TenantId> dirty_tenants_;
+  bool replan_ = false;
+  static constexpr std::uint64_t kNever = ~std::uint64_t{0};
+  std::uint64_t next_due_us_ = kNever;  // the earliest deadline planned for
+  PolicyCounters counters_;
+};
+
+extern template void PolicyBook::apply(BasicEngine<float>&, std::uint64_t);
+extern template void PolicyBook::apply(BasicEngine<double>&, std::uint64_t);
+
+}  // namespace flowtune::alloc

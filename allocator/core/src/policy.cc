@@ -1,0 +1,241 @@
+#include "flowtune/alloc/policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "flowtune/common/assert.h"
+
+namespace flowtune::alloc {
+namespace {
+
+bool rate_ok(double bps) { return bps == 0 || (bps >= kMinRateBps && bps <= kMaxRateBps); }
+
+}  // namespace
+
+std::string check(const TenantSpec& t) {
+  if (!(t.weight >= kMinWeight && t.weight <= kMaxWeight)) {
+    return "weight must be between 1e-6 and 1e6";
+  }
+  if (!rate_ok(t.guarantee_bps)) return "guarantee must be 0 (none) or between 1e3 and 1e15 bits/s";
+  if (!rate_ok(t.cap_bps)) return "cap must be 0 (none) or between 1e3 and 1e15 bits/s";
+  if (t.cap_bps > 0 && t.guarantee_bps > t.cap_bps) return "guarantee exceeds the cap";
+  return "";
+}
+
+const char* to_string(DeadlineState s) {
+  switch (s) {
+    case DeadlineState::kNone: return "none";
+    case DeadlineState::kReserved: return "reserved";
+    case DeadlineState::kInfeasible: return "infeasible";
+    case DeadlineState::kOverdue: return "overdue";
+  }
+  return "?";
+}
+
+PolicyBook::PolicyBook(double deadline_margin) : margin_(deadline_margin) {
+  FT_ASSERT(deadline_margin >= 0 && deadline_margin <= 1, deadline_margin);
+  tenants_.emplace_back();  // kNoTenant
+}
+
+TenantId PolicyBook::tenant(std::string_view name) {
+  if (name.empty()) return kNoTenant;
+  auto it = by_name_.find(std::string(name));
+  if (it != by_name_.end()) return it->second;
+  const auto id = static_cast<TenantId>(tenants_.size());
+  tenants_.push_back({std::string(name), default_spec_, false, false, {}});
+  by_name_.emplace(std::string(name), id);
+  return id;
+}
+
+TenantId PolicyBook::find(std::string_view name) const {
+  auto it = by_name_.find(std::string(name));
+  return it == by_name_.end() ? kNoTenant : it->second;
+}
+
+std::string_view PolicyBook::name(TenantId t) const { return tenants_.at(t).name; }
+const TenantSpec& PolicyBook::spec(TenantId t) const { return tenants_.at(t).spec; }
+
+void PolicyBook::set_spec(TenantId t, const TenantSpec& spec) {
+  FT_ASSERT(t != kNoTenant && t < tenants_.size() && check(spec).empty(), t);
+  tenants_[t].spec = spec;
+  tenants_[t].named = true;
+  mark(t);
+}
+
+void PolicyBook::reset_spec(TenantId t) {
+  FT_ASSERT(t != kNoTenant && t < tenants_.size(), t);
+  tenants_[t].spec = default_spec_;
+  tenants_[t].named = false;
+  mark(t);
+}
+
+void PolicyBook::set_default_spec(const TenantSpec& spec) {
+  FT_ASSERT(check(spec).empty(), spec.weight);
+  default_spec_ = spec;
+  for (TenantId t = 1; t < tenants_.size(); ++t) {
+    if (!tenants_[t].named) {
+      tenants_[t].spec = spec;
+      mark(t);
+    }
+  }
+}
+
+void PolicyBook::mark(TenantId t) {
+  if (t == kNoTenant || tenants_[t].dirty) return;
+  tenants_[t].dirty = true;
+  dirty_tenants_.push_back(t);
+}
+
+void PolicyBook::add(FlowId id, const FlowPolicy& p, std::uint64_t now_us) {
+  const bool deadline = p.deadline_at_us != 0 && p.bytes != 0;
+  if (p.tenant == kNoTenant && !deadline) return;
+  FT_ASSERT(p.tenant < tenants_.size(), p.tenant);
+  if (entries_.size() <= id) entries_.resize(std::size_t{id} + 1);
+  Entry& e = entries_[id];
+  FT_ASSERT(!e.live, id);
+  e = Entry{};
+  e.live = true;
+  e.p = p;
+  e.progress_us = now_us;
+  if (p.tenant != kNoTenant) {
+    Tenant& t = tenants_[p.tenant];
+    e.member_pos = static_cast<std::uint32_t>(t.members.size());
+    t.members.push_back(id);
+    mark(p.tenant);
+  }
+  if (deadline) {
+    e.in_deadlines = true;
+    e.deadline_pos = static_cast<std::uint32_t>(deadline_flows_.size());
+    deadline_flows_.push_back(id);
+    replan_ = true;
+  }
+}
+
+void PolicyBook::remove(FlowId id) {
+  if (id >= entries_.size() || !entries_[id].live) return;
+  Entry& e = entries_[id];
+  if (e.p.tenant != kNoTenant) {
+    auto& m = tenants_[e.p.tenant].members;
+    m[e.member_pos] = m.back();
+    entries_[m[e.member_pos]].member_pos = e.member_pos;
+    m.pop_back();
+    mark(e.p.tenant);
+  }
+  if (e.in_deadlines) {
+    deadline_flows_[e.deadline_pos] = deadline_flows_.back();
+    entries_[deadline_flows_[e.deadline_pos]].deadline_pos = e.deadline_pos;
+    deadline_flows_.pop_back();
+    replan_ = true;
+  }
+  if (e.guarantee_bps > 0) replan_ = true;
+  // The engine drops the flow's floor with the flow; floored_ may still
+  // name the id until the next plan, which skips dead entries.
+  e.live = false;
+}
+
+void PolicyBook::add_bytes(FlowId id, std::uint64_t bytes) {
+  if (id >= entries_.size() || !entries_[id].live || bytes == 0) return;
+  Entry& e = entries_[id];
+  if (!e.in_deadlines) return;
+  e.p.bytes += bytes;
+  replan_ = true;
+}
+
+DeadlineState PolicyBook::deadline_state(FlowId id) const {
+  if (id >= entries_.size() || !entries_[id].live) return DeadlineState::kNone;
+  return entries_[id].state;
+}
+
+template <typename Real>
+void PolicyBook::reweigh(BasicEngine<Real>& engine, Tenant& t) {
+  t.dirty = false;
+  double sum = 0;
+  for (FlowId id : t.members) sum += entries_[id].p.weight;
+  for (FlowId id : t.members) {
+    Entry& e = entries_[id];
+    const double share = e.p.weight / sum;
+    const double w = std::clamp(t.spec.weight * share, kMinWeight, kMaxWeight);
+    double cap = e.p.max_bps;
+    if (t.spec.cap_bps > 0) {
+      const double c = std::max(t.spec.cap_bps * share, kMinRateBps);
+      cap = cap > 0 ? std::min(cap, c) : c;
+    }
+    const double g = t.spec.guarantee_bps * share;
+    if (g != e.guarantee_bps) replan_ = true;
+    e.guarantee_bps = g;
+    const FlowError err = engine.set_limits(id, w, cap);
+    FT_ASSERT(err == FlowError::kOk, to_string(err));
+  }
+}
+
+// Floors from scratch: every guarantee first (operators' contracts), then
+// deadlines by EDF. A flow's progress is estimated from the rate it had since
+// the last plan (rates hold between plans: they change when flows come and go).
+template <typename Real>
+void PolicyBook::replan(BasicEngine<Real>& engine, std::uint64_t now_us) {
+  replan_ = false;
+  ++counters_.replans;
+  for (FlowId id : floored_) {
+    if (id < entries_.size() && entries_[id].live && engine.has_flow(id)) engine.set_floor(id, 0);
+  }
+  floored_.clear();
+  for (TenantId ti = 1; ti < tenants_.size(); ++ti) {
+    for (FlowId id : tenants_[ti].members) {
+      const Entry& e = entries_[id];
+      if (e.guarantee_bps <= 0) continue;
+      if (engine.set_floor(id, e.guarantee_bps)) {
+        floored_.push_back(id);
+      } else {
+        ++counters_.guarantees_refused;
+      }
+    }
+  }
+  for (FlowId id : deadline_flows_) {
+    Entry& e = entries_[id];
+    const double dt = static_cast<double>(now_us - e.progress_us) * 1e-6;
+    e.sent_bytes += engine.rate_bps(id) / 8 * dt;
+    e.progress_us = now_us;
+  }
+  std::sort(deadline_flows_.begin(), deadline_flows_.end(), [&](FlowId a, FlowId b) {
+    const auto da = entries_[a].p.deadline_at_us, db = entries_[b].p.deadline_at_us;
+    return da != db ? da < db : a < b;
+  });
+  next_due_us_ = kNever;
+  for (std::uint32_t i = 0; i < deadline_flows_.size(); ++i) {
+    const FlowId id = deadline_flows_[i];
+    Entry& e = entries_[id];
+    e.deadline_pos = i;
+    if (e.p.deadline_at_us <= now_us) {
+      e.state = DeadlineState::kOverdue;
+      continue;
+    }
+    next_due_us_ = std::min(next_due_us_, e.p.deadline_at_us);
+    const double left_s = static_cast<double>(e.p.deadline_at_us - now_us) * 1e-6;
+    const double remaining = std::max(static_cast<double>(e.p.bytes) - e.sent_bytes, 0.0);
+    const double need = remaining * 8 / left_s * (1 + margin_);
+    const double floor = e.guarantee_bps + need;
+    if (need > 0 && engine.set_floor(id, floor)) {
+      e.state = DeadlineState::kReserved;
+      floored_.push_back(id);
+    } else if (need > 0) {
+      e.state = DeadlineState::kInfeasible;
+      if (!e.counted_infeasible) ++counters_.deadlines_infeasible;
+      e.counted_infeasible = true;
+    } else {
+      e.state = DeadlineState::kReserved;  // all sent: the end is on its way
+    }
+  }
+}
+
+template <typename Real>
+void PolicyBook::apply(BasicEngine<Real>& engine, std::uint64_t now_us) {
+  for (TenantId t : dirty_tenants_) reweigh(engine, tenants_[t]);
+  dirty_tenants_.clear();
+  // A deadline passing also re-plans: an overdue flow must not keep its floor.
+  if (replan_ || now_us >= next_due_us_) replan(engine, now_us);
+}
+
+template void PolicyBook::apply(BasicEngine<float>&, std::uint64_t);
+template void PolicyBook::apply(BasicEngine<double>&, std::uint64_t);
+
+}  // namespace flowtune::alloc
