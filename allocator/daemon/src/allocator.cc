@@ -61,7 +61,8 @@ Allocator::Allocator(Network network, const AllocatorConfig& config, std::uint64
       network_(std::move(network)),
       epoch_(epoch),
       log_(log),
-      policy_(config.deadline_margin) {
+      policy_(config.deadline_margin),
+      flag_classes_{config.default_class, config.top_class} {
   validate(config_);
   set_policy(config_.policy);
   try {
@@ -78,9 +79,11 @@ Allocator::Allocator(Network network, const AllocatorConfig& config, std::uint64
 Allocator::~Allocator() = default;
 
 void Allocator::set_policy(const OperatorPolicy& p) {
+  // A key the file no longer sets falls back to the flags', not to the
+  // previous file's value.
   AllocatorConfig next = config_;
-  next.default_class = p.default_class.value_or(config_.default_class);
-  next.top_class = p.top_class.value_or(config_.top_class);
+  next.default_class = p.default_class.value_or(flag_classes_[0]);
+  next.top_class = p.top_class.value_or(flag_classes_[1]);
   for (const auto& [name, spec] : p.tenants) {
     if (std::string why = alloc::check(spec); !why.empty()) {
       throw ConfigError(p.source + ": tenants." + name + ": " + why);

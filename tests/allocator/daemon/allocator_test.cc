@@ -1078,6 +1078,12 @@ top_class = 5
   }
   EXPECT_EQ(cls, (std::map<std::string, int>{{"batch-7/1", 5}, {"batch-7/2", 6}, {"web-1/1", 0}}));
   EXPECT_EQ(alloc_->counters().classes_lowered, 1u);
+  // Defaults set by a file and then dropped from it fall back to the flags'.
+  alloc_->set_policy(policy("[defaults]\nclass = 5\ntop_class = 2\n"));
+  EXPECT_EQ(alloc_->config().top_class, 2);
+  alloc_->set_policy(policy("[defaults]\ntenant_weight = 2\n"));
+  EXPECT_EQ(alloc_->config().default_class, c.default_class);
+  EXPECT_EQ(alloc_->config().top_class, c.top_class);
 }
 
 // A deadline gets a floor of what it still needs; one the link cannot hold

@@ -313,6 +313,7 @@ class Allocator {
   std::uint64_t next_timer_us_ = UINT64_MAX;
   std::uint64_t now_us_ = 0;  // the latest time the server gave us
   alloc::PolicyBook policy_;
+  std::array<std::uint8_t, 2> flag_classes_;  // default and top class before any file
   Counters counters_;
 };
 
