@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "flowtune/common/assert.h"
+#include "toml_reader.h"
 
 namespace flowtune::daemon {
 namespace {
@@ -83,8 +84,7 @@ std::uint64_t route_key(HostId src, HostId dst) { return (std::uint64_t{src} << 
 // Reads one document. Every check reports the file, the line of the node at
 // fault (or of its table when a key is missing) and the key path, because a
 // config error is fixed by a person reading the message, not by a program.
-struct Network::Loader {
-  std::string source;
+struct Network::Loader : TomlReader {
   Network net;
   // Where each name set in the file came from, for errors. Sparse: a
   // two-tier network may have millions of hosts with default names.
@@ -93,32 +93,6 @@ struct Network::Loader {
     std::string key;
   };
   std::unordered_map<HostId, Source> name_source;
-
-  [[noreturn]] void fail(const toml::node* at, std::string_view key,
-                         std::string_view reason) const {
-    std::string msg = source;
-    if (at != nullptr && at->source().begin.line > 0) {
-      msg += ":" + std::to_string(at->source().begin.line);
-    }
-    msg += ": ";
-    if (!key.empty()) msg += std::string(key) + ": ";
-    msg += reason;
-    throw ConfigError(msg);
-  }
-
-  // Typos must not silently fall back to defaults, so every table lists the
-  // keys it accepts.
-  void check_keys(const toml::table& t, std::string_view path,
-                  std::initializer_list<std::string_view> allowed) const {
-    for (auto&& [k, v] : t) {
-      bool known = false;
-      for (std::string_view a : allowed) known = known || k.str() == a;
-      if (known) continue;
-      std::string list;
-      for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      fail(&v, join(path, k.str()), "unknown key (allowed: " + list + ")");
-    }
-  }
 
   const toml::node& require(const toml::table& t, std::string_view path,
                             std::string_view key) const {
@@ -547,7 +521,7 @@ Network Network::from_toml_string(std::string_view text, const std::string& sour
                       std::to_string(e.source().begin.column) + ": " +
                       std::string(e.description()));
   }
-  Loader loader{source_name, Network{}, {}};
+  Loader loader{{source_name}, Network{}, {}};
   loader.load(root);
   return std::move(loader.net);
 }

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "flowtune/daemon/network.h"
+#include "toml_reader.h"
 
 namespace flowtune::daemon {
 namespace {
@@ -18,37 +19,11 @@ namespace {
 // huge log) from eating the allocator's memory.
 constexpr std::size_t kMaxPolicyBytes = 4u << 20;
 
-class Reader {
+class Reader : TomlReader {
  public:
-  explicit Reader(std::string source) : source_(std::move(source)) {}
+  explicit Reader(std::string src) : TomlReader{std::move(src)} {}
 
-  [[noreturn]] void fail(const toml::node* at, std::string_view key,
-                         std::string_view reason) const {
-    std::string msg = source_;
-    if (at != nullptr && at->source().begin.line > 0) {
-      msg += ":" + std::to_string(at->source().begin.line);
-    }
-    msg += ": ";
-    if (!key.empty()) msg += std::string(key) + ": ";
-    msg += reason;
-    throw ConfigError(msg);
-  }
-
-  void check_keys(const toml::table& t, std::string_view path,
-                  std::initializer_list<std::string_view> allowed) const {
-    for (auto&& [k, v] : t) {
-      bool known = false;
-      for (std::string_view a : allowed) known = known || k.str() == a;
-      if (known) continue;
-      std::string list;
-      for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      fail(&v, key(path, k.str()), "unknown key (allowed: " + list + ")");
-    }
-  }
-
-  static std::string key(std::string_view path, std::string_view k) {
-    return path.empty() ? std::string(k) : std::string(path) + "." + std::string(k);
-  }
+  static std::string key(std::string_view path, std::string_view k) { return join(path, k); }
 
   std::optional<double> number(const toml::table& t, std::string_view path, std::string_view k,
                                double lo, double hi) const {
@@ -161,7 +136,7 @@ class Reader {
   OperatorPolicy load(const toml::table& root) const {
     check_keys(root, "", {"defaults", "tenants", "rule"});
     OperatorPolicy p;
-    p.source = source_;
+    p.source = source;
     if (const toml::node* n = root.get("defaults")) {
       const auto* d = n->as_table();
       if (d == nullptr) fail(n, "defaults", "expected a table");
@@ -200,8 +175,6 @@ class Reader {
     return p;
   }
 
- private:
-  std::string source_;
 };
 
 }  // namespace
