@@ -13,6 +13,7 @@
 #include <memory>
 #include <random>
 #include <thread>
+#include <utility>
 #include <x86intrin.h>
 
 #include "flowtune/alloc/engine.h"
@@ -119,6 +120,26 @@ void BM_Naive(benchmark::State& state) {
   set_counters(state, flows, 1);
 }
 
+// Times kAbBlock iterations of a, then kAbBlock of b, per benchmark iteration
+// (b's time per iteration is the reported manual time); returns the total
+// seconds each took.
+template <typename A, typename B>
+std::pair<double, double> interleave(benchmark::State& state, A a, B b) {
+  double a_s = 0, b_s = 0;
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kAbBlock; ++i) a();
+    auto t1 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kAbBlock; ++i) b();
+    auto t2 = std::chrono::steady_clock::now();
+    std::chrono::duration<double> da = t1 - t0, db = t2 - t1;
+    a_s += da.count();
+    b_s += db.count();
+    state.SetIterationTime(db.count() / kAbBlock);
+  }
+  return {a_s, b_s};
+}
+
 // Interleaved A/B: each benchmark iteration times kAbBlock naive iterations
 // and then kAbBlock engine iterations, so both see the same machine state
 // within milliseconds and the speed-up counter survives this VM's drift
@@ -148,18 +169,7 @@ void BM_EngineVsNaive(benchmark::State& state) {
     engine_step();
     naive.iterate();
   }
-  double engine_s = 0, naive_s = 0;
-  for (auto _ : state) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kAbBlock; ++i) naive.iterate();
-    auto t1 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kAbBlock; ++i) engine_step();
-    auto t2 = std::chrono::steady_clock::now();
-    std::chrono::duration<double> n = t1 - t0, en = t2 - t1;
-    naive_s += n.count();
-    engine_s += en.count();
-    state.SetIterationTime(en.count() / kAbBlock);
-  }
+  const auto [naive_s, engine_s] = interleave(state, [&] { naive.iterate(); }, engine_step);
   set_counters(state, flows, threads == 0 ? 1 : threads);
   state.counters["naive_us"] =
       naive_s * 1e6 / (static_cast<double>(state.iterations()) * kAbBlock);
@@ -196,18 +206,8 @@ void BM_PolicyVsDefault(benchmark::State& state) {
     step(*plain);
     step(*policy);
   }
-  double plain_s = 0, policy_s = 0;
-  for (auto _ : state) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kAbBlock; ++i) step(*plain);
-    auto t1 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kAbBlock; ++i) step(*policy);
-    auto t2 = std::chrono::steady_clock::now();
-    std::chrono::duration<double> a = t1 - t0, b = t2 - t1;
-    plain_s += a.count();
-    policy_s += b.count();
-    state.SetIterationTime(b.count() / kAbBlock);
-  }
+  const auto [plain_s, policy_s] =
+      interleave(state, [&] { step(*plain); }, [&] { step(*policy); });
   set_counters(state, flows, threads == 0 ? 1 : threads);
   state.counters["default_us"] =
       plain_s * 1e6 / (static_cast<double>(state.iterations()) * kAbBlock);

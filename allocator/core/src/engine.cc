@@ -193,6 +193,22 @@ template <typename Real>
 BasicEngine<Real>::~BasicEngine() = default;
 
 template <typename Real>
+FlowError BasicEngine<Real>::check_limits(double weight, double max_bps) {
+  if (!(weight >= kMinWeight && weight <= kMaxWeight)) return FlowError::kBadWeight;
+  if (max_bps != 0 && !(max_bps >= kMinRateBps && max_bps <= kMaxRateBps)) {
+    return FlowError::kBadMaxRate;
+  }
+  return FlowError::kOk;
+}
+
+template <typename Real>
+double BasicEngine<Real>::flow_bps(FlowId id, AlignedVector<Real> Block::*field) const {
+  FT_ASSERT(has_flow(id), id);
+  const Slot& s = slots_[id];
+  return static_cast<double>(((*blocks_[s.block]).*field)[s.index]) * kUnitBps;
+}
+
+template <typename Real>
 FlowError BasicEngine<Real>::check_flow(const FlowSpec& f) const {
   if (f.path.size == 0) return FlowError::kEmptyPath;
   if (f.path.size > kMaxPathLinks) return FlowError::kPathTooLong;
@@ -202,10 +218,7 @@ FlowError BasicEngine<Real>::check_flow(const FlowSpec& f) const {
       if (f.path.links[j] == f.path.links[i]) return FlowError::kRepeatedLink;
     }
   }
-  if (!(f.weight >= kMinWeight && f.weight <= kMaxWeight)) return FlowError::kBadWeight;
-  if (f.max_bps != 0 && !(f.max_bps >= kMinRateBps && f.max_bps <= kMaxRateBps)) {
-    return FlowError::kBadMaxRate;
-  }
+  if (FlowError e = check_limits(f.weight, f.max_bps); e != FlowError::kOk) return e;
   if (f.src_site >= num_sites_ || f.dst_site >= num_sites_) return FlowError::kBadSite;
   if (f.priority >= kNumClasses) return FlowError::kBadClass;
   const Block& k = *blocks_[block_of(f)];
@@ -271,10 +284,7 @@ void BasicEngine<Real>::set_reserved(LinkId l, double gbps) {
 template <typename Real>
 FlowError BasicEngine<Real>::set_limits(FlowId id, double weight, double max_bps) {
   FT_ASSERT(has_flow(id), id);
-  if (!(weight >= kMinWeight && weight <= kMaxWeight)) return FlowError::kBadWeight;
-  if (max_bps != 0 && !(max_bps >= kMinRateBps && max_bps <= kMaxRateBps)) {
-    return FlowError::kBadMaxRate;
-  }
+  if (FlowError e = check_limits(weight, max_bps); e != FlowError::kOk) return e;
   const Slot& sl = slots_[id];
   Block& k = *blocks_[sl.block];
   double limit = min_path_capacity(path_of(k, sl.index));
@@ -310,9 +320,7 @@ bool BasicEngine<Real>::set_floor(FlowId id, double floor_bps) {
 
 template <typename Real>
 double BasicEngine<Real>::floor_bps(FlowId id) const {
-  FT_ASSERT(has_flow(id), id);
-  const Slot& sl = slots_[id];
-  return static_cast<double>(blocks_[sl.block]->floor[sl.index]) * kUnitBps;
+  return flow_bps(id, &Block::floor);
 }
 
 template <typename Real>
@@ -672,16 +680,12 @@ typename BasicEngine<Real>::BlockRates BasicEngine<Real>::block_rates(std::size_
 
 template <typename Real>
 double BasicEngine<Real>::rate_bps(FlowId id) const {
-  FT_ASSERT(has_flow(id), id);
-  const Slot& s = slots_[id];
-  return static_cast<double>(blocks_[s.block]->xn[s.index]) * kUnitBps;
+  return flow_bps(id, &Block::xn);
 }
 
 template <typename Real>
 double BasicEngine<Real>::raw_rate_bps(FlowId id) const {
-  FT_ASSERT(has_flow(id), id);
-  const Slot& s = slots_[id];
-  return static_cast<double>(blocks_[s.block]->x[s.index]) * kUnitBps;
+  return flow_bps(id, &Block::x);
 }
 
 template <typename Real>

@@ -99,7 +99,8 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
 }
 
 Cause Allocator::resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::FlowSpec* spec,
-                         alloc::HostId* src, alloc::HostId* dst, std::string* why) {
+                         alloc::HostId* src, alloc::HostId* dst, const PolicyRule** rule,
+                         std::string* why) {
   std::uint64_t hash;
   if (const auto* hp = std::get_if<wire::HostPair>(&s.endpoints)) {
     if (hp->src >= network_.num_hosts() || hp->dst >= network_.num_hosts()) {
@@ -136,10 +137,10 @@ Cause Allocator::resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::
   spec->weight = s.weight;
   // The operator's rule for this flowlet, if any, picks its default and top
   // class; an endpoint never gets above the top class it allows.
-  const PolicyRule* rule = match_rule(e, *src, *dst, s);
-  const std::uint8_t top = rule && rule->top_class ? *rule->top_class : config_.top_class;
-  const std::uint8_t dflt = std::max(
-      top, rule && rule->default_class ? *rule->default_class : config_.default_class);
+  const PolicyRule* r = *rule = match_rule(e, *src, *dst, s);
+  const std::uint8_t top = r && r->top_class ? *r->top_class : config_.top_class;
+  const std::uint8_t dflt =
+      std::max(top, r && r->default_class ? *r->default_class : config_.default_class);
   if (s.priority_class != wire::kClassUnset && s.priority_class < top) {
     ++counters_.classes_lowered;
   }
@@ -173,8 +174,9 @@ void Allocator::on_start(Endpoint& e, const wire::FlowletStart& s, std::uint64_t
   }
   alloc::FlowSpec spec;
   alloc::HostId src = 0, dst = 0;
+  const PolicyRule* rule = nullptr;
   std::string why;
-  if (Cause c = resolve(e, s, &spec, &src, &dst, &why); c != Cause::kCount) {
+  if (Cause c = resolve(e, s, &spec, &src, &dst, &rule, &why); c != Cause::kCount) {
     refuse(e.peer, &e, c, "start: " + why, s.flow_key, now_us);
     return;
   }
@@ -182,7 +184,7 @@ void Allocator::on_start(Endpoint& e, const wire::FlowletStart& s, std::uint64_t
   // replaces the hold: a sole holder's flow is replaced, a shared one is
   // rejoined.
   if (existing != e.flows.end()) release(e, s.flow_key);
-  hold(e, s, spec, src, dst, now_us);
+  hold(e, s, spec, src, dst, rule, now_us);
 }
 
 void Allocator::on_end(Endpoint& e, std::uint64_t key, std::uint64_t now_us) {
@@ -209,8 +211,9 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
     const auto existing = e.flows.find(s.flow_key);
     alloc::FlowSpec spec;
     alloc::HostId src = 0, dst = 0;
+    const PolicyRule* rule = nullptr;
     std::string why;
-    if (Cause c = resolve(e, s, &spec, &src, &dst, &why); c != Cause::kCount) {
+    if (Cause c = resolve(e, s, &spec, &src, &dst, &rule, &why); c != Cause::kCount) {
       refuse(e.peer, &e, c, "resync: " + why, s.flow_key, now_us);
       if (existing != e.flows.end()) release(e, s.flow_key);
       continue;
@@ -242,7 +245,7 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
       refuse(e.peer, &e, Cause::kTooManyFlows, "resync: too many live flows", s.flow_key, now_us);
       continue;
     }
-    hold(e, s, spec, src, dst, now_us);
+    hold(e, s, spec, src, dst, rule, now_us);
   }
   std::vector<std::uint64_t> gone;
   for (const auto& [key, id] : e.flows) {
@@ -278,16 +281,17 @@ bool Allocator::joins_live_socket(const Endpoint& e, const wire::FlowletStart& s
 }
 
 void Allocator::hold(Endpoint& e, const wire::FlowletStart& s, const alloc::FlowSpec& spec,
-                     alloc::HostId src, alloc::HostId dst, std::uint64_t now_us) {
+                     alloc::HostId src, alloc::HostId dst, const PolicyRule* rule,
+                     std::uint64_t now_us) {
   const auto* t = std::get_if<wire::FiveTuple>(&s.endpoints);
   if (t == nullptr) {
-    add_flow(e, s, spec, src, dst, now_us);  // a host pair names no socket: never shared
+    add_flow(e, s, spec, src, dst, rule, now_us);  // a host pair names no socket: never shared
     return;
   }
   const SocketId sock{src, *t};
   const auto it = by_socket_.find(sock);
   if (it == by_socket_.end()) {
-    add_flow(e, s, spec, src, dst, now_us);
+    add_flow(e, s, spec, src, dst, rule, now_us);
     Flow& f = flows_[e.flows.at(s.flow_key)];
     f.has_socket = true;
     f.socket = sock;
@@ -313,7 +317,8 @@ void Allocator::hold(Endpoint& e, const wire::FlowletStart& s, const alloc::Flow
 }
 
 void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::FlowSpec& spec,
-                         alloc::HostId src, alloc::HostId dst, std::uint64_t now_us) {
+                         alloc::HostId src, alloc::HostId dst, const PolicyRule* rule,
+                         std::uint64_t now_us) {
   const alloc::FlowId id = engine_->add_flow(spec);
   if (id >= flows_.size()) {
     flows_.resize(static_cast<std::size_t>(id) + 1);
@@ -333,9 +338,7 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
   f.take_report(s, now_us);
   // The operator's rule names the tenant when it has one: an endpoint cannot
   // claim another tenant's share.
-  if (const PolicyRule* r = match_rule(e, src, dst, s); r != nullptr && !r->tenant.empty()) {
-    f.tenant = r->tenant;
-  }
+  if (rule != nullptr && !rule->tenant.empty()) f.tenant = rule->tenant;
   // Tenant names come from endpoints too: past kMaxTenants new names share
   // no tenant (each flow on its own weight) rather than grow the table.
   alloc::TenantId tenant = policy_.find(f.tenant);

@@ -69,10 +69,6 @@ const char* type_name(const toml::node& n) {
   return "nothing";
 }
 
-std::string join(std::string_view path, std::string_view key) {
-  return path.empty() ? std::string(key) : std::string(path) + "." + std::string(key);
-}
-
 std::string indexed(std::string_view path, std::size_t i) {
   return std::string(path) + "[" + std::to_string(i) + "]";
 }
@@ -513,14 +509,7 @@ Network Network::from_toml_file(const std::string& path) {
 }
 
 Network Network::from_toml_string(std::string_view text, const std::string& source_name) {
-  toml::table root;
-  try {
-    root = toml::parse(text, source_name);
-  } catch (const toml::parse_error& e) {
-    throw ConfigError(source_name + ":" + std::to_string(e.source().begin.line) + ":" +
-                      std::to_string(e.source().begin.column) + ": " +
-                      std::string(e.description()));
-  }
+  const toml::table root = TomlReader::parse(text, source_name);
   Loader loader{{source_name}, Network{}, {}};
   loader.load(root);
   return std::move(loader.net);

@@ -180,15 +180,7 @@ class Reader : TomlReader {
 }  // namespace
 
 OperatorPolicy parse_policy(std::string_view text, const std::string& source) {
-  toml::table root;
-  try {
-    root = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    throw ConfigError(source + ":" + std::to_string(e.source().begin.line) + ":" +
-                      std::to_string(e.source().begin.column) + ": " +
-                      std::string(e.description()));
-  }
-  return Reader(source).load(root);
+  return Reader(source).load(TomlReader::parse(text, source));
 }
 
 OperatorPolicy load_policy_file(const std::string& path) {

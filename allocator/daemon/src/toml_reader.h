@@ -17,6 +17,17 @@ namespace flowtune::daemon {
 struct TomlReader {
   std::string source;
 
+  // The document, or ConfigError "SOURCE:LINE:COLUMN: what".
+  static toml::table parse(std::string_view text, const std::string& source) {
+    try {
+      return toml::parse(text, source);
+    } catch (const toml::parse_error& e) {
+      throw ConfigError(source + ":" + std::to_string(e.source().begin.line) + ":" +
+                        std::to_string(e.source().begin.column) + ": " +
+                        std::string(e.description()));
+    }
+  }
+
   static std::string join(std::string_view path, std::string_view key) {
     return path.empty() ? std::string(key) : std::string(path) + "." + std::string(key);
   }

@@ -242,6 +242,10 @@ class BasicEngine {
   static constexpr std::uint32_t kFreeSlot = std::numeric_limits<std::uint32_t>::max();
 
   std::uint32_t block_of(const FlowSpec& f) const;
+  // kBadWeight / kBadMaxRate for values outside FlowSpec's ranges, else kOk.
+  static FlowError check_limits(double weight, double max_bps);
+  // A per-flow array of its block (Gbit/s), in bits/s.
+  double flow_bps(FlowId id, AlignedVector<Real> Block::*field) const;
   // The layer of class c, created (prices 1) when c is first used.
   std::uint32_t layer(std::uint8_t c);
   std::uint32_t virtual_link(std::uint32_t layer, LinkId l) const {

@@ -235,17 +235,20 @@ class Allocator {
   bool admit_message(Endpoint* e, std::string_view peer, std::uint64_t now_us);
 
   // Flow table.
-  // The flow's spec, or the cause (and *why) it cannot be scheduled; kCount = ok.
+  // The flow's spec and the operator's rule for it, or the cause (and *why) it
+  // cannot be scheduled; kCount = ok.
   Cause resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::FlowSpec* spec,
-                alloc::HostId* src, alloc::HostId* dst, std::string* why);
+                alloc::HostId* src, alloc::HostId* dst, const PolicyRule** rule, std::string* why);
   // True when s names a socket that already has a live flow (joining it adds
   // no engine flow).
   bool joins_live_socket(const Endpoint& e, const wire::FlowletStart& s) const;
   // Joins the live flow of the same socket, or adds an engine flow.
+  // rule: the operator's rule resolve() matched (its tenant applies), or null.
   void hold(Endpoint& e, const wire::FlowletStart& s, const alloc::FlowSpec& spec,
-            alloc::HostId src, alloc::HostId dst, std::uint64_t now_us);
+            alloc::HostId src, alloc::HostId dst, const PolicyRule* rule, std::uint64_t now_us);
   void add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::FlowSpec& spec,
-                alloc::HostId src, alloc::HostId dst, std::uint64_t now_us);
+                alloc::HostId src, alloc::HostId dst, const PolicyRule* rule,
+                std::uint64_t now_us);
   // Drops e's hold on `key`; the engine flow goes with its last holder.
   void release(Endpoint& e, std::uint64_t key);
   void detach(EndpointIdx endpoint, std::uint64_t key, alloc::FlowId id);
