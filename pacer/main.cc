@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 
@@ -67,6 +68,15 @@ options:
                          own, never queued behind data
   --while-pid PID        exit (removing the qdisc) when process PID exits
                          (flowtune-run --pacer uses it)
+  --small-tso-below RATE while DEV is shaped below RATE, the host's sockets
+                         build packets of about 1 ms at their rate
+                         (net.ipv4.tcp_tso_rtt_log 0, put back at twice
+                         RATE and on exit); 0: never (default 50mbit). A
+                         socket with a small RTT otherwise sends 64 KB at
+                         a time however low its rate, and waits 64 KB /
+                         rate before its next send even after its rate is
+                         raised: 10 ms at 50 Mbit/s, half a second at the
+                         1 Mbit/s a starved priority class keeps
   --verbose              print every change on standard error
   -h, --help             show this help
 
@@ -109,6 +119,8 @@ struct Options {
   pacer::Qdisc qdisc = pacer::Qdisc::kTbf;
   int while_pid = 0;
   bool verbose = false;
+  // 64 KB takes 10 ms at this rate: the longest a raise waits above it.
+  double small_tso_below_bps = 50e6;
 };
 
 Options parse(int argc, char** argv) {
@@ -134,6 +146,7 @@ Options parse(int argc, char** argv) {
     else if (args.is("--qdisc")) o.qdisc = args.choice<pacer::Qdisc>({{"tbf", pacer::Qdisc::kTbf}, {"htb", pacer::Qdisc::kHtb}});
     else if (args.is("--while-pid")) o.while_pid = static_cast<int>(args.count(1 << 22));
     else if (args.is("--verbose")) o.verbose = true;
+    else if (args.is("--small-tso-below")) o.small_tso_below_bps = parse_rate(args);
     else args.unknown();
   }
   if (o.dev.empty()) args.usage_error("flowtune-pacer", "--dev is required");
@@ -218,6 +231,60 @@ std::pair<std::uint32_t, std::uint16_t> control_address(const std::string& endpo
 
 constexpr int kExitBusy = 3;
 
+// The host's sockets' packet size (pacer::small_packets says when): TCP
+// sizes a packet to about 1 ms at its rate, but since Linux 5.18 a socket
+// whose minimum RTT is below 2^tcp_tso_rtt_log µs may add up to 64 KB
+// whatever its rate. Measured: bulk flows took 133-254 ms, not 50, to take a
+// 100 Mbit/s link back after a class-0 transfer had held them at 1 Mbit/s;
+// 40-46 ms with the setting at 0. Always 0 costs CPU at high rates (more,
+// smaller packets), hence only while the host's rate is low. Per network
+// namespace; the value found is put back on exit if no one changed it.
+class PacketSize {
+ public:
+  explicit PacketSize(double below_bps) : below_bps_(below_bps) { old_ = read(); }
+  ~PacketSize() {
+    if (small_ && read() == "0") (void)write(old_);
+  }
+  PacketSize(const PacketSize&) = delete;
+  PacketSize& operator=(const PacketSize&) = delete;
+
+  void follow(double bps) {
+    // An older kernel (no setting), or one already at 0: nothing to do.
+    if (old_.empty() || old_ == "0" || failed_) return;
+    const bool small = pacer::small_packets(small_, bps, below_bps_);
+    if (small == small_) return;
+    if (!write(small ? "0" : old_)) {
+      std::fprintf(stderr, "flowtune-pacer: warning: cannot write %s (%s): slow flows may stall "
+                   "after their rate is raised\n", kPath, std::strerror(errno));
+      failed_ = true;
+      return;
+    }
+    small_ = small;
+  }
+
+ private:
+  static constexpr const char* kPath = "/proc/sys/net/ipv4/tcp_tso_rtt_log";
+  static std::string read() {
+    std::FILE* f = std::fopen(kPath, "re");
+    if (f == nullptr) return "";
+    char buf[32] = {};
+    const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
+    std::fclose(f);
+    std::string v = ok ? buf : "";
+    while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+    return v;
+  }
+  static bool write(const std::string& v) {
+    std::FILE* f = std::fopen(kPath, "we");
+    if (f == nullptr) return false;
+    const bool ok = std::fputs(v.c_str(), f) >= 0;
+    return std::fclose(f) == 0 && ok;
+  }
+  double below_bps_;
+  std::string old_;
+  bool small_ = false, failed_ = false;
+};
+
 // One pacer per (network namespace, device): an exclusive lock named after
 // both, held for the process's life. False when another pacer holds it.
 bool lock_device(const std::string& dev) {
@@ -245,6 +312,7 @@ int run(const Options& o) {
     return kExitBusy;
   }
   const int pidfd = watch_pid(o.while_pid);
+  PacketSize packets(o.small_tso_below_bps);
   pacer::HostPacer state(o.config);
   const auto [control_ip, control_port] = control_address(o.allocator);
   // Until the allocator answers, the host runs as if unpaced: the link's rate
@@ -262,6 +330,7 @@ int run(const Options& o) {
   std::uint64_t epoch = 0, backoff_us = 10'000, next_send_us = 0;
   const auto apply = [&](std::optional<pacer::Shape> s, const char* why) {
     if (!s) return true;
+    packets.follow(s->bps);
     if (o.verbose) {
       std::fprintf(stderr,
                    "flowtune-pacer: %s: %s now %.1f Mbit/s, bucket %u B (host rate %.1f Mbit/s)\n",

@@ -31,6 +31,11 @@ void validate(const PacerConfig& c) {
   need(c.lease_us > 0, "lease must be positive");
 }
 
+bool small_packets(bool now_small, double bps, double below_bps) {
+  if (below_bps <= 0) return false;
+  return now_small ? bps < 2 * below_bps : bps < below_bps;
+}
+
 double HostPacer::shaping_bps(std::uint64_t host_rate) const {
   if (host_rate == 0) return c_.idle_bps > 0 ? c_.idle_bps : c_.link_bps;
   const double wire = static_cast<double>(host_rate) * 8.0 * c_.overhead * (1.0 + c_.margin);

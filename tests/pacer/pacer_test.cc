@@ -190,5 +190,19 @@ TEST(HostPacer, BadConfigurationsAreRefusedByName) {
   EXPECT_THROW(validate(c), std::invalid_argument);
 }
 
+TEST(SmallPackets, FromBelowTheThresholdUntilTwiceIt) {
+  const double t = 5e6;
+  EXPECT_FALSE(small_packets(false, 100e6, t));
+  EXPECT_TRUE(small_packets(false, 1e6, t));
+  // Once small, a rate between the threshold and twice it keeps it small...
+  EXPECT_TRUE(small_packets(true, 8e6, t));
+  // ...and a rate there does not make it small from the default.
+  EXPECT_FALSE(small_packets(false, 8e6, t));
+  EXPECT_FALSE(small_packets(true, 10e6, t));
+  // 0 turns it off, even for a starved host.
+  EXPECT_FALSE(small_packets(false, 1e3, 0));
+  EXPECT_FALSE(small_packets(true, 1e3, 0));
+}
+
 }  // namespace
 }  // namespace flowtune::pacer
