@@ -431,6 +431,54 @@ struct FigureRunner::Impl {
             {"summary", {{"fraction_of_capacity", by_hosts}, {"largest_over_smallest", lo > 0 ? hi / lo : 0}}}};
   }
 
+  // Strict priority on a datacenter workload: a tenth of the web workload's
+  // flowlets in class 0, against the same flowlets all in one class.
+  json policies() {
+    constexpr double kTagged = 0.1;
+    std::vector<SimConfig> cs;
+    for (double load : loads(opt.quick, {0.5, 0.9}, 0.5, 0.9, 0.1)) {
+      for (bool class0 : {false, true}) {
+        SimConfig c = traffic_base();
+        c.workload = "web";
+        c.load = load;
+        c.tagged_fraction = kTagged;
+        c.tagged_class0 = class0;
+        cs.push_back(c);
+      }
+    }
+    auto rs = run_all("policies", cs);
+    json points = json::array(), summary = json::object();
+    for (std::size_t i = 0; i < cs.size(); ++i) {
+      const auto& t = rs[i].short_fct_tagged_us;
+      const auto& o = rs[i].short_fct_other_us;
+      points.push_back({{"load", cs[i].load},
+                        {"mode", cs[i].tagged_class0 ? "class0" : "one_class"},
+                        {"tagged_short_fct_us", {{"p50", t.p50}, {"p99", t.p99}, {"count", t.count}}},
+                        {"other_short_fct_us", {{"p50", o.p50}, {"p99", o.p99}, {"count", o.count}}},
+                        {"detail", point(cs[i], rs[i])}});
+      if (!cs[i].tagged_class0) continue;
+      // cs[i - 1] is the same load in one class (built in that order).
+      const auto& t0 = rs[i - 1].short_fct_tagged_us;
+      const auto& o0 = rs[i - 1].short_fct_other_us;
+      char key[32];
+      std::snprintf(key, sizeof key, "load_%.1f", cs[i].load);
+      summary[key] = {{"tagged_p50_speedup", t.p50 > 0 ? t0.p50 / t.p50 : 0},
+                      {"tagged_p99_speedup", t.p99 > 0 ? t0.p99 / t.p99 : 0},
+                      {"other_p50_change", o0.p50 > 0 ? o.p50 / o0.p50 : 0},
+                      {"other_p99_change", o0.p99 > 0 ? o.p99 / o0.p99 : 0}};
+    }
+    return {{"figure", "policies"},
+            {"paper", "issue 14 (no paper figure): short-flow FCT by class; SDT and the "
+                      "interactive-flow slides prioritise interactive flows over bulk"},
+            {"metric", "FCT (arrival to last byte) of flowlets of at most short_bytes, p50 and "
+                       "p99, for the tagged 10% (class 0 in mode class0, the default class in "
+                       "one_class) and the other 90% (the default class); summary: one_class / "
+                       "class0 for tagged (speedup), class0 / one_class for the rest (change)"},
+            {"tagged_fraction", kTagged},
+            {"points", points},
+            {"summary", summary}};
+  }
+
   json convergence() {
     ConvergenceOptions co;
     co.quick = opt.quick;
@@ -461,6 +509,7 @@ const Figure kFigures[] = {
     {"network-size", &FigureRunner::Impl::network_size},
     {"convergence", &FigureRunner::Impl::convergence},
     {"fairness", &FigureRunner::Impl::fairness},
+    {"policies", &FigureRunner::Impl::policies},
 };
 
 }  // namespace

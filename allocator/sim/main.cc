@@ -72,6 +72,9 @@ run options (defaults: the paper's §5.3 network and web workload):
   --workload NAME|FILE       web, cache, hadoop, websearch, datamining, or a CDF
                              file ('size cdf' rows, or a mean line first) (web)
   --load L                   offered load, fraction of host link capacity (0.6)
+  --class0 F                 this fraction of flowlets in strict priority class 0,
+                             the rest in the default class; FCTs of short ones
+                             reported apart (0)
   --warmup-ms T              simulated time before measuring (5)
   --duration-ms T            simulated time measured (20)
   --iteration-us T           allocator iteration interval (10)
@@ -88,7 +91,8 @@ run options (defaults: the paper's §5.3 network and web workload):
 
 figure NAME: overallocation (Fig. 16), normalizers (Fig. 17), update-traffic
   (Fig. 9), threshold (Fig. 10), network-size (Fig. 11), convergence (Fig. 8,
-  §5.3.1), fairness (§5.3.3 K), or all.
+  §5.3.1), fairness (§5.3.3 K), policies (short-flow FCT with a tenth of the
+  web workload in strict priority class 0, against all in one class), or all.
 figure options:
   --quick                    shorter runs and fewer points (each under a minute)
   --out DIR                  output folder (sim-results)
@@ -236,6 +240,9 @@ int cmd_run(int argc, char** argv) {
       c.workload = args.value();
     } else if (a == "--load") {
       c.load = args.number();
+    } else if (a == "--class0") {
+      c.tagged_fraction = args.number();
+      c.tagged_class0 = true;
     } else if (a == "--warmup-ms") {
       c.warmup_s = args.number() / 1e3;
     } else if (a == "--duration-ms") {

@@ -35,6 +35,8 @@ def finish(fig, ax, title, xlabel, ylabel, path):
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend()
+    if path is None:  # one panel of several: the caller saves the figure
+        return
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -139,6 +141,21 @@ def convergence(d, base):
            "fraction of events", base + ".png")
 
 
+def policies(d, base):
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, q in zip(axes, ("p50", "p99")):
+        for who, label in (("tagged_short_fct_us", "tagged 10%"), ("other_short_fct_us", "other 90%")):
+            for mode, style in (("class0", "-o"), ("one_class", "--x")):
+                pts = sorted((p["load"], p[who][q]) for p in d["points"] if p["mode"] == mode)
+                ax.plot([x for x, _ in pts], [y for _, y in pts], style,
+                        label="%s (%s)" % (label, "tagged in class 0" if mode == "class0" else "all in one class"))
+        ax.set_yscale("log")
+        finish(fig, ax, "short flowlets' FCT %s (web)" % q, "load", "FCT (µs)", None)
+    fig.tight_layout()
+    fig.savefig(base + ".png", dpi=100)
+    plt.close(fig)
+
+
 PLOTS = {
     "overallocation": overallocation,
     "normalizers": normalizers,
@@ -147,6 +164,7 @@ PLOTS = {
     "threshold": threshold,
     "network-size": network_size,
     "convergence": convergence,
+    "policies": policies,
 }
 
 

@@ -32,6 +32,8 @@ void validate(const SimConfig& c) {
   need(c.gamma > 0 && c.gradient_step > 0, "gamma and the gradient step must be positive");
   need(c.oracle_tolerance > 0 && c.oracle_max_iterations > 0, "oracle tolerance and iterations must be positive");
   need(c.mss_bytes >= 64, "MSS must be at least 64 bytes");
+  need(c.tagged_fraction >= 0 && c.tagged_fraction <= 1, "tagged fraction must be in [0, 1]");
+  need(c.short_bytes > 0, "short flowlet size must be positive");
 }
 
 std::uint64_t total_steps(const SimConfig& c) {
@@ -171,6 +173,7 @@ struct Flowlet {
   HostId src = 0;
   FlowId oracle_id = 0;
   std::uint32_t active_pos = 0;
+  bool tagged = false;
 };
 
 class Simulation {
@@ -202,7 +205,7 @@ class Simulation {
   double next_arrival_s_;
   bool measuring_ = false;
   SimResult r_;
-  std::vector<double> fct_us_;
+  std::vector<double> fct_us_, short_tagged_us_, short_other_us_;
   std::vector<double> overalloc_;
   double active_sum_ = 0;
   double throughput_norm_sum_ = 0, throughput_applied_sum_ = 0;
@@ -263,6 +266,9 @@ void Simulation::arrive(double now) {
                     static_cast<std::uint16_t>(32768 + key % 28000), 5201, 6};
   alloc::FiveTuple at{t.src_ip, t.dst_ip, t.src_port, t.dst_port, t.protocol};
   alloc::FlowSpec spec = alloc::make_flow(topo_, src, dst, alloc::ecmp_hash(at));
+  // Drawn only when tagging is on, so runs without it keep their arrivals.
+  const bool tagged = c_.tagged_fraction > 0 && rng_.uniform() < c_.tagged_fraction;
+  if (tagged && c_.tagged_class0) spec.priority = 0;
   FlowId id = engine_.add_flow(spec);
   if (id >= flows_.size()) flows_.resize(id + 1);
   Flowlet& f = flows_[id];
@@ -272,6 +278,7 @@ void Simulation::arrive(double now) {
   f.key = key;
   f.path = spec.path;
   f.src = src;
+  f.tagged = tagged;
   f.active_pos = static_cast<std::uint32_t>(active_.size());
   if (oracle_) f.oracle_id = oracle_->add_flow(spec);
   active_.push_back(id);
@@ -283,7 +290,9 @@ void Simulation::finish(FlowId id, double when) {
   Flowlet& f = flows_[id];
   if (measuring_) {
     ++r_.flowlets_finished;
-    fct_us_.push_back((when - f.arrival_s) * 1e6);
+    const double fct = (when - f.arrival_s) * 1e6;
+    fct_us_.push_back(fct);
+    if (f.size_bytes <= c_.short_bytes) (f.tagged ? short_tagged_us_ : short_other_us_).push_back(fct);
   }
   control_.end(f.src, f.key);
   engine_.remove_flow(id);
@@ -418,6 +427,8 @@ SimResult Simulation::run() {
   r_.workload_mean_bytes = sizes_.mean();
   r_.active_flowlets_mean = measured ? active_sum_ / static_cast<double>(measured) : 0;
   r_.fct_us = summarize(std::move(fct_us_));
+  r_.short_fct_tagged_us = summarize(std::move(short_tagged_us_));
+  r_.short_fct_other_us = summarize(std::move(short_other_us_));
   r_.fraction_to_allocator = seconds > 0 ? static_cast<double>(r_.bytes_to_allocator) * 8 / (capacity * seconds) : 0;
   r_.fraction_from_allocator = seconds > 0 ? static_cast<double>(r_.bytes_from_allocator) * 8 / (capacity * seconds) : 0;
   r_.overallocation_gbps = summarize(std::move(overalloc_));
@@ -472,7 +483,10 @@ nlohmann::json to_json(const SimConfig& c) {
           {"oracle_every", c.oracle_every},
           {"oracle_tolerance", c.oracle_tolerance},
           {"packet_overhead_bytes", c.packet_overhead_bytes},
-          {"mss_bytes", c.mss_bytes}};
+          {"mss_bytes", c.mss_bytes},
+          {"tagged_fraction", c.tagged_fraction},
+          {"tagged_class0", c.tagged_class0},
+          {"short_bytes", c.short_bytes}};
 }
 
 nlohmann::json to_json(const SimResult& r) {
@@ -489,7 +503,9 @@ nlohmann::json to_json(const SimResult& r) {
                     {"finished", r.flowlets_finished},
                     {"active_mean", r.active_flowlets_mean},
                     {"active_max", r.active_flowlets_max},
-                    {"fct_us", to_json(r.fct_us)}}},
+                    {"fct_us", to_json(r.fct_us)},
+                    {"short_fct_tagged_us", to_json(r.short_fct_tagged_us)},
+                    {"short_fct_other_us", to_json(r.short_fct_other_us)}}},
       {"control", {{"bytes_to_allocator", r.bytes_to_allocator},
                    {"bytes_from_allocator", r.bytes_from_allocator},
                    {"messages_to_allocator", r.messages_to_allocator},

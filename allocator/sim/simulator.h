@@ -63,6 +63,14 @@ struct SimConfig {
   // preamble and inter-frame gap 38.
   std::uint32_t packet_overhead_bytes = 78;
   std::uint32_t mss_bytes = 1448;
+  // Policy (docs/policy.md): this fraction of flowlets is tagged (drawn per
+  // arrival whatever the mode, so both modes see the same flowlets); with
+  // tagged_class0 they run in strict priority class 0, else in the default
+  // class like the rest (the control). FCTs are reported for tagged and
+  // other flowlets apart; "short" ones are at most short_bytes.
+  double tagged_fraction = 0;
+  bool tagged_class0 = false;
+  double short_bytes = 100e3;
   // Optional: incremented by the number of steps run, for a progress bar.
   std::atomic<std::uint64_t>* progress = nullptr;
 };
@@ -88,6 +96,8 @@ struct SimResult {
   double active_flowlets_mean = 0;
   std::uint64_t active_flowlets_max = 0;
   Distribution fct_us;  // arrival to last byte, finished flowlets
+  // The same for short flowlets (SimConfig::short_bytes), tagged and not.
+  Distribution short_fct_tagged_us, short_fct_other_us;
 
   // Control traffic, bytes on the wire including per-packet overhead.
   std::uint64_t bytes_to_allocator = 0;
