@@ -20,8 +20,9 @@ try:
 except ImportError:  # --help still works; main() says what is missing
     matplotlib = None
 
-COLORS = {"flowtune": "tab:blue", "flowtune-api": "tab:cyan", "bbr": "tab:red",
-          "cubic": "tab:orange", "trickle": "tab:gray"}
+COLORS = {"flowtune": "tab:blue", "flowtune-api": "tab:cyan", "flowtune-priority": "tab:purple",
+          "flowtune-tenants": "tab:blue", "flowtune-deadline": "tab:blue", "flowtune-pf": "tab:cyan",
+          "bbr": "tab:red", "cubic": "tab:orange", "trickle": "tab:gray"}
 DPI = 80  # keeps every PNG well under 200 KB
 
 
@@ -98,6 +99,48 @@ def interactive(res, path):
     plt.close(fig)
 
 
+def tenants(res, path):
+    """Tenant A's share of the goodput per bin (first run, headline buffer)."""
+    b = next(iter(res["summary_by_buffer"]))
+    det = res["details"][b]
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    bin_s = res["config"]["bin_ms"] / 1000
+    for s, runs in det.items():
+        a, bb = runs[0]["series_a_mbps"], runs[0]["series_b_mbps"]
+        ys = [x / (x + y) if x + y > 0 else float("nan") for x, y in zip(a, bb)]
+        ax.plot([res["config"]["skip_s"] + i * bin_s for i in range(len(ys))], ys, lw=0.9,
+                color=COLORS.get(s), label="%s (A %.3f)" % (s, res["summary"][s]["tenant_share_a"]))
+    ax.axhspan(0.475, 0.525, color="k", alpha=0.08, lw=0)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("time (s), %d ms bins" % res["config"]["bin_ms"])
+    ax.set_ylabel("tenant A's share")
+    ax.legend(fontsize=7)
+    fig.suptitle("tenant A (1 connection) vs B (16), equal weights, %s, %s buffer (band: 5%% of half)"
+                 % (res["config"]["rate"], b), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def deadlines(res, path):
+    bufs = list(res["summary_by_buffer"])
+    fig, axes = plt.subplots(2, len(bufs), figsize=(4 * len(bufs), 5), squeeze=False)
+    for k, b in enumerate(bufs):
+        summ = res["summary_by_buffer"][b]
+        bars(axes[0, k], list(summ), [summ[s]["deadlines_met_fraction"] for s in summ],
+             "deadlines met")
+        axes[0, k].set_ylim(0, 1)
+        axes[0, k].set_title("%s buffer" % b, fontsize=9)
+        bars(axes[1, k], list(summ), [summ[s]["bulk_goodput_fraction"] for s in summ],
+             "bulk goodput (of the link)")
+        axes[1, k].set_ylim(0, 1)
+    fig.suptitle("sized transfers with deadlines amid 6 bulk flows, %s" % res["config"]["rate"],
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
 def queues(res, path):
     summ = res["summary"]
     labels = list(summ)
@@ -139,6 +182,10 @@ def main():
             interactive(res, path)
         elif name == "queues":
             queues(res, path)
+        elif name == "tenants":
+            tenants(res, path)
+        elif name == "deadlines":
+            deadlines(res, path)
         else:
             print("plot.py: %s: unknown experiment %r" % (f, name), file=sys.stderr)
             continue

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks bench/e2e/run's metrics against hand-computed cases: Jain's index,
-the nearest-rank percentile, the convergence time and the queue summary.
+the nearest-rank percentile, the convergence time, the queue summary, the
+tenants' shares and the deadlines' plan and verdicts.
 No root, no network: `python3 bench/e2e/test_metrics.py` (smoke.sh runs it)."""
 import importlib.machinery
 import importlib.util
@@ -78,6 +79,49 @@ class QueueSummary(unittest.TestCase):
         self.assertEqual(out["queue_p50_bytes"], 1000)
         self.assertAlmostEqual(out["queue_p99_ms"], 3000 * 8 / 1e9 * 1000)
         self.assertEqual(out["ping_p99_ms"], 3.0)
+
+
+class TenantShares(unittest.TestCase):
+    def test_even_split_is_inside_the_band(self):
+        out = run.tenant_shares([50.0, 49.0], [50.0, 51.0], 100.0)
+        self.assertAlmostEqual(out["tenant_share_a"], 99 / 200)
+        self.assertAlmostEqual(out["tenant_share_b"], 101 / 200)
+        self.assertEqual(out["bins_within_band"], 1.0)
+        self.assertAlmostEqual(out["goodput_fraction"], 1.0)
+
+    def test_band_is_five_percent_of_half(self):
+        # 0.476 is in (0.475 is the edge); 0.47 is out; an empty bin is out.
+        out = run.tenant_shares([47.6, 47.0, 0.0], [52.4, 53.0, 0.0], 100.0)
+        self.assertAlmostEqual(out["bins_within_band"], 1 / 3)
+        self.assertAlmostEqual(out["goodput_fraction"], 200 / 300)
+
+    def test_sixteen_to_one_by_count(self):
+        out = run.tenant_shares([10.0] * 4, [160.0] * 4, 200.0)
+        self.assertAlmostEqual(out["tenant_share_a"], 1 / 17)
+        self.assertEqual(out["bins_within_band"], 0.0)
+
+
+class Deadlines(unittest.TestCase):
+    def test_plan_sizes_meet_the_need_in_the_deadline(self):
+        import random
+        plan = run.deadline_plan(random.Random(1), 8, 0.4, 2.0, 1e9)
+        self.assertEqual(len(plan), 8)
+        starts = [p["start"] for p in plan]
+        self.assertEqual(starts, sorted(starts))
+        for p in plan:
+            self.assertTrue(50 <= p["deadline_ms"] <= 250)
+            self.assertTrue(0.05 <= p["need_fraction"] <= 0.4)
+            rate = p["bytes"] * 8 / (p["deadline_ms"] / 1000)
+            self.assertAlmostEqual(rate / 1e9, p["need_fraction"], places=4)
+
+    def test_met_only_when_complete_within_the_deadline(self):
+        plan = [{"bytes": 1, "deadline_ms": 100, "need_fraction": 0.1}] * 3
+        transfers = [{"sender": 100, "complete": True, "start_s": 1.0, "finish_s": 1.0999},
+                     {"sender": 101, "complete": True, "start_s": 1.0, "finish_s": 1.1001},
+                     {"sender": 102, "complete": False, "start_s": 1.0, "finish_s": 1.01}]
+        got = run.deadlines_met(plan, transfers)
+        self.assertEqual([t["met"] for t in got], [True, False, False])
+        self.assertIsNone(got[2]["fct_s"])
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 //   flowtune-traffic recv --listen IP:PORT [--expect N] [--bin-ms MS] [--origin T] [--timeout-s S]
 //   flowtune-traffic send --to IP:PORT --sender ID [--flows K] [--bytes B | --stop-at T]
 //                         [--start-at T] [--cc NAME] [--pace-bps R] [--api shim|explicit]
+//                         [--deadline-ms MS] [--tenant NAME] [--class N]
 //
 // The sender uses one thread per connection with blocking write() only, so
 // the same binary runs plain, under flowtune-run (the shim sees every write)
@@ -92,6 +93,9 @@ const char kHelp[] = R"(flowtune-traffic: sender and receiver for the end-to-end
     --api shim|explicit  explicit: declare each transfer with libflowtune's C API
                      (allocator and host from $FLOWTUNE_ALLOCATOR, $FLOWTUNE_HOST);
                      shim (default): plain write()s, which flowtune-run may manage
+    --deadline-ms MS, --tenant NAME, --class N
+                     with --api explicit: each transfer's flowlet carries this deadline
+                     (from its begin), tenant and strict priority class
     Prints one JSON line: bytes sent, errors, and libflowtune's counters with
     --api explicit.
 )";
@@ -305,6 +309,7 @@ struct SendOpts {
   std::string cc;
   std::uint64_t pace = 0;
   ft_client* ft = nullptr;  // --api explicit
+  ft_flowlet_opts flowlet{};  // --api explicit: deadline, tenant, class
   std::int64_t wait_rate_ns = 0;
   RateWatch* watch = nullptr;  // --rate-latency
 };
@@ -411,7 +416,7 @@ void send_flow(const SendOpts& o, std::uint32_t flow, FlowResult& r) {
     ft_socket_register(o.ft, fd);
     // A sized transfer is declared whole, so its end goes out in advance;
     // a timed one is declared as it is written (as the shim does).
-    if (!o.stop_at) ft_flowlet_begin(o.ft, fd, o.bytes + sizeof h, nullptr);
+    if (!o.stop_at) ft_flowlet_begin(o.ft, fd, o.bytes + sizeof h, &o.flowlet);
     // An application that knows its transfer ahead can hold its first byte
     // until the allocator's rate is on the socket, so even the initial
     // window leaves paced instead of as a burst into the bottleneck.
@@ -429,7 +434,7 @@ void send_flow(const SendOpts& o, std::uint32_t flow, FlowResult& r) {
   bool ok = write_all(o, fd, reinterpret_cast<const char*>(&h), sizeof h, r);
   if (o.stop_at) {
     while (ok && now_ns() < o.stop_at) {
-      if (o.ft && ft_flowlet_active(o.ft, fd) != 1) ft_flowlet_begin(o.ft, fd, 1ull << 30, nullptr);
+      if (o.ft && ft_flowlet_active(o.ft, fd) != 1) ft_flowlet_begin(o.ft, fd, 1ull << 30, &o.flowlet);
       ok = write_all(o, fd, payload.data(), payload.size(), r);
     }
   } else {
@@ -454,7 +459,9 @@ void send_flow(const SendOpts& o, std::uint32_t flow, FlowResult& r) {
 
 int run_send(int argc, char** argv) {
   SendOpts o;
-  std::string to, api = "shim";
+  std::string to, api = "shim", tenant;
+  ft_flowlet_opts_init(&o.flowlet);
+  bool flowlet_opts = false;
   unsigned flows = 1;
   std::int64_t start_at = 0;
   bool have_sender = false;
@@ -474,6 +481,9 @@ int run_send(int argc, char** argv) {
     else if (a == "--api" && v) api = v, ++i;
     else if (a == "--fork") fork_each = true;
     else if (a == "--rate-latency") rate_latency = true;
+    else if (a == "--deadline-ms") o.flowlet.deadline_ms = static_cast<std::uint32_t>(parse_number(a, v)), flowlet_opts = true, ++i;
+    else if (a == "--tenant" && v) tenant = v, flowlet_opts = true, ++i;
+    else if (a == "--class") o.flowlet.priority_class = static_cast<std::int32_t>(parse_number(a, v)), flowlet_opts = true, ++i;
     else if (a == "--wait-rate-ms") o.wait_rate_ns = static_cast<std::int64_t>(parse_number(a, v) * 1e6), ++i;
     else usage_error("send: unknown or incomplete option '" + a + "'");
   }
@@ -482,6 +492,11 @@ int run_send(int argc, char** argv) {
   if (flows == 0 || flows > 10000) usage_error("--flows must be 1..10000");
   if (api != "shim" && api != "explicit") usage_error("--api must be shim or explicit");
   if (fork_each && api == "explicit") usage_error("--fork and --api explicit do not mix");
+  if (flowlet_opts && api != "explicit") usage_error("--deadline-ms, --tenant and --class need --api explicit");
+  if (o.flowlet.priority_class != FT_CLASS_DEFAULT &&
+      (o.flowlet.priority_class < 0 || o.flowlet.priority_class >= FT_NUM_CLASSES))
+    usage_error("--class must be 0.." + std::to_string(FT_NUM_CLASSES - 1));
+  o.flowlet.tenant = tenant.c_str();
   if (fork_each && rate_latency) usage_error("--rate-latency needs threads (not --fork)");
   if (o.bytes == 0 && o.stop_at == 0) usage_error("--bytes must be positive");
   o.to = parse_addr(to);
