@@ -233,6 +233,53 @@ CmdResult run(const std::string& cmd) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
+// The running daemon re-reads --policy on SIGHUP: live flows take the new
+// tenant weights, none is dropped; a file that does not load is refused with
+// its reason in the log and the old policy stays.
+TEST_F(DaemonTest, SighupReloadsThePolicyWithoutDroppingFlows) {
+  const std::string path = "/tmp/ft-test-policy-" + std::to_string(::getpid()) + ".toml";
+  const auto write = [&](const std::string& text) { std::ofstream(path) << text; };
+  write("[tenants.a]\nweight = 1\n[tenants.b]\nweight = 1\n");
+  daemon_.start(listen_, big_switch_args({"--policy", path}));
+  Endpoint a(listen_), b(listen_);
+  wire::FlowletStart fa = host_flow(1, 0, 2);
+  fa.tenant = "a";
+  a.send({wire::Hello{"ep-a", "h0"}, fa});
+  std::vector<wire::EndpointEvent> bs = {wire::Hello{"ep-b", "h1"}};
+  for (std::uint64_t k = 1; k <= 4; ++k) {
+    wire::FlowletStart f = host_flow(10 + k, 1, 2);
+    f.tenant = "b";
+    bs.push_back(f);
+  }
+  b.send(bs);
+  // Equal tenants: a's one flow gets half of h2's link, b's four the rest.
+  ASSERT_TRUE(a.wait_for_rate(1, [](auto r) { return near(r, share(2)); }, kWaitMs)) << daemon_.log();
+
+  write("[tenants.a]\nweight = 1\n[tenants.b]\nweight = 3\n");
+  ASSERT_EQ(::kill(daemon_.pid(), SIGHUP), 0);
+  EXPECT_TRUE(a.wait_for_rate(1, [](auto r) { return near(r, share(4)); }, kWaitMs)) << daemon_.log();
+  json s = daemon_.status();
+  EXPECT_EQ(s["flows"], 5);
+  EXPECT_EQ(s["endpoints"], 2);
+  EXPECT_EQ(s["policy"]["tenants"]["b"]["weight"], 3);
+  EXPECT_NE(daemon_.log().find("SIGHUP: policy re-read"), std::string::npos) << daemon_.log();
+
+  write("[tenants.b]\nweight = -1\n");
+  ASSERT_EQ(::kill(daemon_.pid(), SIGHUP), 0);
+  bool refused = false;
+  for (int i = 0; i < kWaitMs / 10 && !refused; ++i) {
+    refused = daemon_.log().find("SIGHUP: policy refused") != std::string::npos;
+    if (!refused) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(refused) << daemon_.log();
+  EXPECT_NE(daemon_.log().find(path), std::string::npos) << "the refusal names the file";
+  s = daemon_.status();
+  EXPECT_EQ(s["flows"], 5);
+  EXPECT_EQ(s["policy"]["tenants"]["b"]["weight"], 3);
+  EXPECT_EQ(daemon_.stop(), 0);
+  std::remove(path.c_str());
+}
+
 TEST(AllocatorCli, HelpAndConfigErrors) {
   const std::string bin = FT_ALLOCATOR_BINARY;
   CmdResult r = run(bin + " --help");
