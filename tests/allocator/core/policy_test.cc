@@ -386,6 +386,25 @@ TEST(Deadlines, InfeasibleOnesAreReportedLatestFirstAndLeaveTheOthersTheirFloors
   EXPECT_EQ(m.rig.book.counters().deadlines_infeasible, 1u);  // counted once
 }
 
+TEST(Deadlines, AReplanNeverLowersARunningFlowsFloor) {
+  // The book estimates progress from the rates it gave, which run ahead of a
+  // real sender's bytes; a later plan must not take back what the first one
+  // reserved. a needs 30% of the link for 200 ms; halfway through, b (due
+  // later, small) arrives and everything is re-planned.
+  Fluid m(1 * kGbps);
+  m.add(1e12, 0);
+  m.add(0.3e9 * 0.2 / 8, 200'000);
+  m.rig.settle(0);
+  const double first = m.rig.engine.floor_bps(m.flows[1].id);
+  EXPECT_NEAR(first, 0.3e9 * 1.05, 1e6);
+  m.now_us = 100'000;
+  m.add(1e6, 300'000);
+  m.rig.settle(m.now_us);
+  EXPECT_EQ(m.rig.book.deadline_state(m.flows[1].id), DeadlineState::kReserved);
+  EXPECT_GE(m.rig.engine.floor_bps(m.flows[1].id), first * (1 - 1e-9));
+  EXPECT_EQ(m.rig.book.deadline_state(m.flows[2].id), DeadlineState::kReserved);
+}
+
 TEST(Deadlines, AnOverdueFlowLosesItsFloor) {
   Fluid m(1 * kGbps);
   m.add(1e12, 0);

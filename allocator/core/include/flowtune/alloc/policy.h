@@ -124,6 +124,7 @@ class PolicyBook {
     std::uint32_t deadline_pos = 0;  // in deadline_flows_
     double guarantee_bps = 0;        // its share of its tenant's guarantee
     double sent_bytes = 0;           // estimated from its rates
+    double planned_bps = 0;          // its deadline floor at the last plan
     std::uint64_t progress_us = 0;   // when sent_bytes was last advanced
     DeadlineState state = DeadlineState::kNone;
     bool counted_infeasible = false;
