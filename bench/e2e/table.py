@@ -26,7 +26,17 @@ EXPERIMENTS = [
                            ("converge_ms_p90", "p90 (ms)", "%.0f"),
                            ("never_converged", "events never converged", "%d")]),
     ("interactive", "summary_by_buffer", [("fct_s", "2 MB FCT median (s)", "%.3f"),
-                                          ("fct_max_s", "max (s)", "%.3f")]),
+                                          ("fct_max_s", "max (s)", "%.3f"),
+                                          ("bulk_goodput_fraction", "bulk goodput after", "%.2f"),
+                                          ("bulk_recovery_ms", "bulk back to 90% (ms)", "%.0f")]),
+    ("tenants", "summary_by_buffer", [("tenant_share_a", "A's share (1 conn.)", "%.3f"),
+                                      ("tenant_share_b", "B's share (16)", "%.3f"),
+                                      ("bins_within_band", "10 ms bins within 5% of half", "%.2f"),
+                                      ("goodput_fraction", "goodput (of the port)", "%.2f")]),
+    ("deadlines", "summary_by_buffer", [("deadlines_met_fraction", "deadlines met", "%.3f"),
+                                        ("fct_over_deadline_p50", "FCT / deadline p50", "%.2f"),
+                                        ("fct_over_deadline_p90", "p90", "%.2f"),
+                                        ("bulk_goodput_fraction", "bulk goodput", "%.2f")]),
     ("queues", None, [("drop_fraction", "dropped", "%.4f"),
                       ("queue_p50_bytes", "queue p50 (B)", "%d"),
                       ("queue_p99_bytes", "queue p99 (B)", "%d"),
@@ -36,7 +46,8 @@ EXPERIMENTS = [
 
 
 # Counts, not figures of merit: no ratio.
-NO_RATIO = {"incomplete_runs", "never_converged", "rate_latency_p50_us", "rate_latency_p99_us"}
+NO_RATIO = {"incomplete_runs", "never_converged", "rate_latency_p50_us", "rate_latency_p99_us",
+            "bulk_goodput_fraction", "bulk_recovery_ms"}
 
 
 def cell(key, v, fmt, ft):
