@@ -36,11 +36,12 @@ Paces a whole host: keeps a tbf on DEV (the host's egress) at the sum of the
 rates the allocator gave the host's flows, so the host never sends more than
 its rates however its sockets' pacing timers fire. Traffic to the allocator
 bypasses the tbf (a prio band of its own), so control messages never wait
-behind data. Needs root (tc) and runs in
-the host's network namespace, one per host. The qdisc is removed on exit
-(SIGTERM, SIGINT); if the allocator goes silent for a lease, DEV is shaped to
-the link rate until it answers again. Killed outright (SIGKILL), it leaves its
-qdisc: starting it again replaces it.
+behind data. Needs root (tc) and runs in the host's network namespace, one
+per host. The qdisc is removed on exit (SIGTERM, SIGINT, SIGHUP); if the
+allocator goes silent for a lease, DEV is shaped to the link rate until it
+answers again. Killed outright (SIGKILL), it leaves its qdisc (starting it
+again replaces it) and, if it had changed it, the packet-size setting at 0
+(see --small-tso-below), which the next pacer in the namespace puts back.
 
 options:
   --dev DEV              the host's egress device (required)
@@ -71,7 +72,8 @@ options:
   --small-tso-below RATE while DEV is shaped below RATE, the host's sockets
                          build packets of about 1 ms at their rate
                          (net.ipv4.tcp_tso_rtt_log 0, put back at twice
-                         RATE and on exit); 0: never (default 50mbit). A
+                         RATE and on exit; one pacer per namespace manages
+                         it); 0: never (default 50mbit). A
                          socket with a small RTT otherwise sends 64 KB at
                          a time however low its rate, and waits 64 KB /
                          rate before its next send even after its rate is
@@ -233,39 +235,62 @@ constexpr int kExitBusy = 3;
 
 // The host's sockets' packet size (pacer::small_packets says when): TCP
 // sizes a packet to about 1 ms at its rate, but since Linux 5.18 a socket
-// whose minimum RTT is below 2^tcp_tso_rtt_log µs may add up to 64 KB
-// whatever its rate. Measured: bulk flows took 133-254 ms, not 50, to take a
-// 100 Mbit/s link back after a class-0 transfer had held them at 1 Mbit/s;
-// 40-46 ms with the setting at 0. Always 0 costs CPU at high rates (more,
-// smaller packets), hence only while the host's rate is low. Per network
-// namespace; the value found is put back on exit if no one changed it.
+// with a small minimum RTT may add up to 64 KB whatever its rate
+// (net.ipv4.tcp_tso_rtt_log; 0 turns that off). Measured: bulk flows took
+// 133-254 ms, not 50, to take a 100 Mbit/s link back after a class-0
+// transfer had held them at 1 Mbit/s; 40-46 ms with the setting at 0.
+// Always 0 costs CPU at high rates (more, smaller packets), hence only
+// while the host's rate is low.
+//
+// The setting is per network namespace, so one pacer per namespace manages
+// it (a lock beside the device locks). The value to put back is kept in the
+// lock file while the setting is 0, so a pacer that was killed before it
+// could put it back is undone by the next one.
 class PacketSize {
  public:
-  explicit PacketSize(double below_bps) : below_bps_(below_bps) { old_ = read(); }
+  PacketSize(double below_bps, bool verbose) : below_bps_(below_bps), verbose_(verbose) {
+    if (below_bps_ <= 0 || (old_ = read()).empty()) return;  // off, or an older kernel
+    if (!take_lock()) {
+      if (verbose_) std::fprintf(stderr, "flowtune-pacer: another pacer manages %s\n", kPath);
+      old_.clear();
+      return;
+    }
+    const std::string saved = saved_value();
+    if (!saved.empty() && old_ == "0") {
+      old_ = saved;  // left at 0 by a pacer that died: ours to put back
+      small_ = true;
+    }
+  }
   ~PacketSize() {
-    if (small_ && read() == "0") (void)write(old_);
+    if (small_ && read() == "0" && write(old_)) save("");
   }
   PacketSize(const PacketSize&) = delete;
   PacketSize& operator=(const PacketSize&) = delete;
 
   void follow(double bps) {
-    // An older kernel (no setting), or one already at 0: nothing to do.
+    // Not ours, or already 0 before any pacer: nothing to do.
     if (old_.empty() || old_ == "0" || failed_) return;
     const bool small = pacer::small_packets(small_, bps, below_bps_);
     if (small == small_) return;
+    if (small) save(old_);
     if (!write(small ? "0" : old_)) {
       std::fprintf(stderr, "flowtune-pacer: warning: cannot write %s (%s): slow flows may stall "
                    "after their rate is raised\n", kPath, std::strerror(errno));
       failed_ = true;
       return;
     }
+    if (!small) save("");
     small_ = small;
+    if (verbose_) {
+      std::fprintf(stderr, "flowtune-pacer: %s now %s (shaped to %.1f Mbit/s)\n", kPath,
+                   small ? "0" : old_.c_str(), bps / 1e6);
+    }
   }
 
  private:
   static constexpr const char* kPath = "/proc/sys/net/ipv4/tcp_tso_rtt_log";
-  static std::string read() {
-    std::FILE* f = std::fopen(kPath, "re");
+  static std::string read_line(const char* path) {
+    std::FILE* f = std::fopen(path, "re");
     if (f == nullptr) return "";
     char buf[32] = {};
     const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
@@ -274,14 +299,34 @@ class PacketSize {
     while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
     return v;
   }
+  static std::string read() { return read_line(kPath); }
   static bool write(const std::string& v) {
     std::FILE* f = std::fopen(kPath, "we");
     if (f == nullptr) return false;
     const bool ok = std::fputs(v.c_str(), f) >= 0;
     return std::fclose(f) == 0 && ok;
   }
+  // Without /run (or /proc/self/ns) there is no guard and nothing is saved:
+  // the pacer manages the setting alone, as it would with the lock.
+  bool take_lock() {
+    struct stat ns{};
+    if (stat("/proc/self/ns/net", &ns) != 0) return true;
+    lock_path_ = "/run/flowtune-pacer." + std::to_string(ns.st_ino) + ".tso_rtt_log";
+    lock_fd_ = open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd_ < 0) return true;
+    return flock(lock_fd_, LOCK_EX | LOCK_NB) == 0;  // held while the fd is open
+  }
+  std::string saved_value() const { return lock_fd_ < 0 ? "" : read_line(lock_path_.c_str()); }
+  void save(const std::string& v) const {
+    if (lock_fd_ < 0) return;
+    (void)!ftruncate(lock_fd_, 0);
+    (void)!pwrite(lock_fd_, v.data(), v.size(), 0);
+  }
   double below_bps_;
-  std::string old_;
+  bool verbose_;
+  std::string old_;  // the value to put back; empty: the setting is not ours
+  std::string lock_path_;
+  int lock_fd_ = -1;
   bool small_ = false, failed_ = false;
 };
 
@@ -312,7 +357,7 @@ int run(const Options& o) {
     return kExitBusy;
   }
   const int pidfd = watch_pid(o.while_pid);
-  PacketSize packets(o.small_tso_below_bps);
+  PacketSize packets(o.small_tso_below_bps, o.verbose);
   pacer::HostPacer state(o.config);
   const auto [control_ip, control_port] = control_address(o.allocator);
   // Until the allocator answers, the host runs as if unpaced: the link's rate
@@ -404,6 +449,7 @@ int main(int argc, char** argv) {
   sa.sa_handler = on_signal;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
   try {
     return run(o);
   } catch (const std::exception& e) {

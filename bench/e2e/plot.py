@@ -109,7 +109,9 @@ def tenants(res, path):
         a, bb = runs[0]["series_a_mbps"], runs[0]["series_b_mbps"]
         ys = [x / (x + y) if x + y > 0 else float("nan") for x, y in zip(a, bb)]
         ax.plot([res["config"]["skip_s"] + i * bin_s for i in range(len(ys))], ys, lw=0.9,
-                color=COLORS.get(s), label="%s (A %.3f)" % (s, res["summary"][s]["tenant_share_a"]))
+                color=COLORS.get(s), label="%s (A %s)" % (
+                    s, "%.3f" % res["summary"][s]["tenant_share_a"]
+                    if res["summary"][s]["tenant_share_a"] is not None else "-"))
     ax.axhspan(0.475, 0.525, color="k", alpha=0.08, lw=0)
     ax.set_ylim(0, 1)
     ax.set_xlabel("time (s), %d ms bins" % res["config"]["bin_ms"])

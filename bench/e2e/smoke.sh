@@ -12,7 +12,9 @@
 # the bottleneck; h1's egress must carry a tbf below the link rate (the
 # allocator's rate for h1, not a constant), a second pacer on the same device
 # must step aside, every byte must arrive, and the qdisc must be gone once
-# the command exits.
+# the command exits. Last, the pacer's packet-size setting
+# (net.ipv4.tcp_tso_rtt_log): 0 while its host is shaped below
+# --small-tso-below, put back on exit, and after a SIGKILL by the next pacer.
 # Exits non-zero with the failed check's message; always tears down.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -41,7 +43,9 @@ for b in "$traffic" "$ctl" "$bin/preload/flowtune-run" "$bin/allocator/daemon/fl
 done
 
 tmp=$(mktemp -d /tmp/ft-smoke.XXXXXX)
+pacer=""
 cleanup() {
+  [ -z "$pacer" ] || kill -TERM "$pacer" 2>/dev/null || true
   "$testbed" down --prefix ftsmoke || true
   rm -rf "$tmp"
 }
@@ -212,3 +216,36 @@ print("smoke: OK: pacer: h1's egress shaped to %.0f-%.0f Mbit/s while sharing th
       "a second pacer stepped aside; 4 x 8 MB arrived; the qdisc left with the command" % (
           min(seen) / 1e6, max(seen) / 1e6))
 EOF
+
+# ---- the pacer's packet-size setting (--small-tso-below): set to 0 while the
+# host is shaped below the threshold (here: any rate under 1 Gbit/s), put back
+# on SIGTERM, and put back by the next pacer after a SIGKILL.
+tso=/proc/sys/net/ipv4/tcp_tso_rtt_log
+if ! ip netns exec ftsmoke-h2 test -e "$tso"; then
+  echo "smoke: SKIP: pacer packet size: this kernel has no $tso"
+else
+  orig=$(ip netns exec ftsmoke-h2 cat "$tso")
+  [ "$orig" != 0 ] || ip netns exec ftsmoke-h2 sh -c "echo 9 > $tso"
+  orig=$(ip netns exec ftsmoke-h2 cat "$tso")
+  pacer_until_small() {  # starts a pacer on h2; waits for the setting to be 0
+    ip netns exec ftsmoke-h2 "$bin/pacer/flowtune-pacer" --dev eth0 --host h2 --allocator "$ep" \
+      --link-rate 200mbit --small-tso-below 1gbit >/dev/null 2>"$tmp/pacer-tso.err" &
+    pacer=$!
+    for _ in $(seq 100); do
+      [ "$(ip netns exec ftsmoke-h2 cat "$tso")" = 0 ] && return 0
+      sleep 0.05
+    done
+    fail "pacer packet size: $tso stayed $(ip netns exec ftsmoke-h2 cat "$tso") under a pacer shaping below --small-tso-below ($(cat "$tmp/pacer-tso.err"))"
+  }
+  pacer_until_small
+  kill -TERM "$pacer"; wait "$pacer" || true
+  [ "$(ip netns exec ftsmoke-h2 cat "$tso")" = "$orig" ] ||
+    fail "pacer packet size: $tso is $(ip netns exec ftsmoke-h2 cat "$tso") after SIGTERM, not $orig"
+  pacer_until_small
+  kill -KILL "$pacer"; wait "$pacer" 2>/dev/null || true
+  pacer_until_small  # finds 0 and the saved value
+  kill -TERM "$pacer"; wait "$pacer" || true
+  [ "$(ip netns exec ftsmoke-h2 cat "$tso")" = "$orig" ] ||
+    fail "pacer packet size: $tso is $(ip netns exec ftsmoke-h2 cat "$tso") after a SIGKILL and the next pacer's exit, not $orig"
+  echo "smoke: OK: pacer packet size: $tso 0 while shaped below the threshold, back to $orig on exit and after a SIGKILL"
+fi

@@ -90,7 +90,8 @@ class TenantShares(unittest.TestCase):
         self.assertAlmostEqual(out["goodput_fraction"], 1.0)
 
     def test_band_is_five_percent_of_half(self):
-        # 0.476 is in (0.475 is the edge); 0.47 is out; an empty bin is out.
+        # 0.476 is in, 0.47 out (the edge, 0.475, falls outside in floating
+        # point: a bin must be clearly inside); an empty bin is out.
         out = run.tenant_shares([47.6, 47.0, 0.0], [52.4, 53.0, 0.0], 100.0)
         self.assertAlmostEqual(out["bins_within_band"], 1 / 3)
         self.assertAlmostEqual(out["goodput_fraction"], 200 / 300)

@@ -32,6 +32,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -95,7 +96,8 @@ const char kHelp[] = R"(flowtune-traffic: sender and receiver for the end-to-end
                      shim (default): plain write()s, which flowtune-run may manage
     --deadline-ms MS, --tenant NAME, --class N
                      with --api explicit: each transfer's flowlet carries this deadline
-                     (from its begin), tenant and strict priority class
+                     (from its begin; sized transfers only), tenant (at most 256 bytes)
+                     and strict priority class (0 highest .. 7)
     Prints one JSON line: bytes sent, errors, and libflowtune's counters with
     --api explicit.
 )";
@@ -126,6 +128,16 @@ double parse_number(const std::string& flag, const char* v) {
   double d = std::strtod(v, &end);
   if (end == v || *end != '\0' || !(d >= 0)) usage_error(flag + ": not a non-negative number: " + v);
   return d;
+}
+
+// A whole number in [lo, hi], for flags whose value is cast to an integer.
+long parse_integer(const std::string& flag, const char* v, long lo, long hi) {
+  const double d = parse_number(flag, v);
+  if (d != std::floor(d) || d < static_cast<double>(lo) || d > static_cast<double>(hi)) {
+    usage_error(flag + " must be a whole number in " + std::to_string(lo) + ".." +
+                std::to_string(hi) + ", got " + v);
+  }
+  return static_cast<long>(d);
 }
 
 double secs(std::int64_t ns) { return static_cast<double>(ns) / 1e9; }
@@ -416,7 +428,13 @@ void send_flow(const SendOpts& o, std::uint32_t flow, FlowResult& r) {
     ft_socket_register(o.ft, fd);
     // A sized transfer is declared whole, so its end goes out in advance;
     // a timed one is declared as it is written (as the shim does).
-    if (!o.stop_at) ft_flowlet_begin(o.ft, fd, o.bytes + sizeof h, &o.flowlet);
+    const int rc = o.stop_at ? FT_OK : ft_flowlet_begin(o.ft, fd, o.bytes + sizeof h, &o.flowlet);
+    if (rc != FT_OK) {
+      r.error = std::string("ft_flowlet_begin: ") + ft_strerror(rc);
+      ft_socket_unregister(o.ft, fd);
+      close(fd);
+      return;
+    }
     // An application that knows its transfer ahead can hold its first byte
     // until the allocator's rate is on the socket, so even the initial
     // window leaves paced instead of as a burst into the bottleneck.
@@ -434,7 +452,13 @@ void send_flow(const SendOpts& o, std::uint32_t flow, FlowResult& r) {
   bool ok = write_all(o, fd, reinterpret_cast<const char*>(&h), sizeof h, r);
   if (o.stop_at) {
     while (ok && now_ns() < o.stop_at) {
-      if (o.ft && ft_flowlet_active(o.ft, fd) != 1) ft_flowlet_begin(o.ft, fd, 1ull << 30, &o.flowlet);
+      if (o.ft && ft_flowlet_active(o.ft, fd) != 1) {
+        const int rc = ft_flowlet_begin(o.ft, fd, 1ull << 30, &o.flowlet);
+        if (rc != FT_OK) {
+          r.error = std::string("ft_flowlet_begin: ") + ft_strerror(rc);
+          break;
+        }
+      }
       ok = write_all(o, fd, payload.data(), payload.size(), r);
     }
   } else {
@@ -481,9 +505,9 @@ int run_send(int argc, char** argv) {
     else if (a == "--api" && v) api = v, ++i;
     else if (a == "--fork") fork_each = true;
     else if (a == "--rate-latency") rate_latency = true;
-    else if (a == "--deadline-ms") o.flowlet.deadline_ms = static_cast<std::uint32_t>(parse_number(a, v)), flowlet_opts = true, ++i;
+    else if (a == "--deadline-ms") o.flowlet.deadline_ms = static_cast<std::uint32_t>(parse_integer(a, v, 1, 86'400'000)), flowlet_opts = true, ++i;
     else if (a == "--tenant" && v) tenant = v, flowlet_opts = true, ++i;
-    else if (a == "--class") o.flowlet.priority_class = static_cast<std::int32_t>(parse_number(a, v)), flowlet_opts = true, ++i;
+    else if (a == "--class") o.flowlet.priority_class = static_cast<std::int32_t>(parse_integer(a, v, 0, FT_NUM_CLASSES - 1)), flowlet_opts = true, ++i;
     else if (a == "--wait-rate-ms") o.wait_rate_ns = static_cast<std::int64_t>(parse_number(a, v) * 1e6), ++i;
     else usage_error("send: unknown or incomplete option '" + a + "'");
   }
@@ -493,9 +517,8 @@ int run_send(int argc, char** argv) {
   if (api != "shim" && api != "explicit") usage_error("--api must be shim or explicit");
   if (fork_each && api == "explicit") usage_error("--fork and --api explicit do not mix");
   if (flowlet_opts && api != "explicit") usage_error("--deadline-ms, --tenant and --class need --api explicit");
-  if (o.flowlet.priority_class != FT_CLASS_DEFAULT &&
-      (o.flowlet.priority_class < 0 || o.flowlet.priority_class >= FT_NUM_CLASSES))
-    usage_error("--class must be 0.." + std::to_string(FT_NUM_CLASSES - 1));
+  if (o.flowlet.deadline_ms != 0 && o.stop_at != 0) usage_error("--deadline-ms needs --bytes (a sized transfer)");
+  if (tenant.size() > 256) usage_error("--tenant: at most 256 bytes");
   o.flowlet.tenant = tenant.c_str();
   if (fork_each && rate_latency) usage_error("--rate-latency needs threads (not --fork)");
   if (o.bytes == 0 && o.stop_at == 0) usage_error("--bytes must be positive");

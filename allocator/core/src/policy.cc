@@ -172,11 +172,13 @@ void PolicyBook::reweigh(BasicEngine<Real>& engine, Tenant& t) {
 // deadlines by EDF. A flow's progress is estimated from the rate it had since
 // the last plan (rates hold between plans: they change when flows come and go).
 // The estimate runs ahead of the bytes (a new connection ramps, a rate takes a
-// round trip to apply, a busy host sends late), so a running flow's floor is
-// never planned below its last one: the constant rate that meets the deadline
-// from the plan on stays reserved until the flow ends or is overdue. Measured
-// in the testbed (bench/e2e/run deadlines), floors re-planned down from the
-// estimate left transfers at about 0.8 of their floor, and late.
+// round trip to apply, a busy host sends late), so a running flow keeps the
+// floor of its last plan while it fits: the constant rate that meets the
+// deadline from that plan on. When earlier deadlines leave no room for it,
+// the flow gets the estimate if that fits, else it is infeasible; an overdue
+// flow loses it. Measured in the testbed (bench/e2e/run deadlines), floors
+// re-planned down from the estimate left transfers at about 0.8 of their
+// floor; a plan could drop a floor to 0 with half the bytes still to go.
 template <typename Real>
 void PolicyBook::replan(BasicEngine<Real>& engine, std::uint64_t now_us) {
   replan_ = false;
@@ -218,15 +220,21 @@ void PolicyBook::replan(BasicEngine<Real>& engine, std::uint64_t now_us) {
     next_due_us_ = std::min(next_due_us_, e.p.deadline_at_us);
     const double left_s = static_cast<double>(e.p.deadline_at_us - now_us) * 1e-6;
     const double remaining = std::max(static_cast<double>(e.p.bytes) - e.sent_bytes, 0.0);
-    const double need = std::max(remaining * 8 / left_s * (1 + margin_), e.planned_bps);
-    const double floor = e.guarantee_bps + need;
-    if (need > 0 && engine.set_floor(id, floor)) {
+    const double estimated = remaining * 8 / left_s * (1 + margin_);
+    // The floor held from the last plan if it fits, else the estimate.
+    double need = std::max(estimated, e.planned_bps);
+    bool reserved = need > 0 && engine.set_floor(id, e.guarantee_bps + need);
+    if (!reserved && estimated > 0 && estimated < need) {
+      need = estimated;
+      reserved = engine.set_floor(id, e.guarantee_bps + need);
+    }
+    if (reserved) {
       e.state = DeadlineState::kReserved;
       e.planned_bps = need;
       floored_.push_back(id);
     } else if (need > 0) {
       e.state = DeadlineState::kInfeasible;
-      e.planned_bps = 0;  // EDF gave its place to an earlier deadline
+      e.planned_bps = 0;  // earlier deadlines (or guarantees) left it no room
       if (!e.counted_infeasible) ++counters_.deadlines_infeasible;
       e.counted_infeasible = true;
     } else {

@@ -405,6 +405,27 @@ TEST(Deadlines, AReplanNeverLowersARunningFlowsFloor) {
   EXPECT_EQ(m.rig.book.deadline_state(m.flows[2].id), DeadlineState::kReserved);
 }
 
+TEST(Deadlines, AHeldFloorThatNoLongerFitsFallsBackToTheEstimate) {
+  // a holds 31.5% of the link from its first plan (ten bulk flows keep its
+  // rate near that, so halfway through it still needs about 24%); then c,
+  // due first, takes 63%. The held floor no longer fits under the 90% a link
+  // may reserve, but what a still needs by the estimate does: a keeps that.
+  Fluid m(1 * kGbps);
+  for (int i = 0; i < 10; ++i) m.add(1e12, 0);
+  m.add(0.3e9 * 0.2 / 8, 200'000);
+  m.rig.settle(0);
+  const FlowId a = m.flows[10].id;
+  EXPECT_NEAR(m.rig.engine.floor_bps(a), 0.315e9, 1e6);
+  m.now_us = 100'000;
+  m.add(0.6e9 * 0.05 / 8, 150'000);
+  m.rig.settle(m.now_us);
+  EXPECT_EQ(m.rig.book.deadline_state(m.flows[11].id), DeadlineState::kReserved);
+  EXPECT_EQ(m.rig.book.deadline_state(a), DeadlineState::kReserved);
+  EXPECT_GT(m.rig.engine.floor_bps(a), 0.1e9);
+  EXPECT_LT(m.rig.engine.floor_bps(a), 0.3e9);
+  EXPECT_EQ(m.rig.book.counters().deadlines_infeasible, 0u);
+}
+
 TEST(Deadlines, AnOverdueFlowLosesItsFloor) {
   Fluid m(1 * kGbps);
   m.add(1e12, 0);
