@@ -227,12 +227,15 @@ else
   orig=$(ip netns exec ftsmoke-h2 cat "$tso")
   [ "$orig" != 0 ] || ip netns exec ftsmoke-h2 sh -c "echo 9 > $tso"
   orig=$(ip netns exec ftsmoke-h2 cat "$tso")
-  pacer_until_small() {  # starts a pacer on h2; waits for the setting to be 0
+  pacer_until_small() {  # starts a pacer on h2; waits for it to register and the setting to be 0
     ip netns exec ftsmoke-h2 "$bin/pacer/flowtune-pacer" --dev eth0 --host h2 --allocator "$ep" \
-      --link-rate 200mbit --small-tso-below 1gbit >/dev/null 2>"$tmp/pacer-tso.err" &
+      --link-rate 200mbit --small-tso-below 1gbit >"$tmp/pacer-tso.out" 2>"$tmp/pacer-tso.err" &
     pacer=$!
+    # Registered means past start-up (signals handled, the setting read), so
+    # a 0 left by a killed pacer is not mistaken for this one's.
     for _ in $(seq 100); do
-      [ "$(ip netns exec ftsmoke-h2 cat "$tso")" = 0 ] && return 0
+      grep -q registered "$tmp/pacer-tso.out" 2>/dev/null &&
+        [ "$(ip netns exec ftsmoke-h2 cat "$tso")" = 0 ] && return 0
       sleep 0.05
     done
     fail "pacer packet size: $tso stayed $(ip netns exec ftsmoke-h2 cat "$tso") under a pacer shaping below --small-tso-below ($(cat "$tmp/pacer-tso.err"))"
