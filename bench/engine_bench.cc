@@ -140,6 +140,30 @@ std::pair<double, double> interleave(benchmark::State& state, A a, B b) {
   return {a_s, b_s};
 }
 
+// Microseconds per iteration of the side of interleave() that took total_s.
+double per_iteration_us(const benchmark::State& state, double total_s) {
+  return total_s * 1e6 / (static_cast<double>(state.iterations()) * kAbBlock);
+}
+
+// One iteration of an engine: serial (threads 0) or on the TBB driver.
+class Stepper {
+ public:
+  explicit Stepper(unsigned threads) {
+    if (threads > 0) driver_ = std::make_unique<ParallelDriver>(threads);
+  }
+  template <typename Real>
+  void operator()(BasicEngine<Real>& e) {
+    if (driver_) {
+      driver_->iterate(e);
+    } else {
+      e.iterate();
+    }
+  }
+
+ private:
+  std::unique_ptr<ParallelDriver> driver_;
+};
+
 // Interleaved A/B: each benchmark iteration times kAbBlock naive iterations
 // and then kAbBlock engine iterations, so both see the same machine state
 // within milliseconds and the speed-up counter survives this VM's drift
@@ -156,23 +180,15 @@ void BM_EngineVsNaive(benchmark::State& state) {
   auto engine = make_engine<Real>(t, specs, threads);
   BasicEngine<Real>& e = *engine;
   flowtune::bench::NaiveEngine naive = make_naive(t, specs);
-  std::unique_ptr<ParallelDriver> driver;
-  if (threads > 0) driver = std::make_unique<ParallelDriver>(threads);
-  auto engine_step = [&] {
-    if (driver) {
-      driver->iterate(e);
-    } else {
-      e.iterate();
-    }
-  };
+  Stepper step(threads);
+  auto engine_step = [&] { step(e); };
   for (int i = 0; i < kWarmupIterations; ++i) {
     engine_step();
     naive.iterate();
   }
   const auto [naive_s, engine_s] = interleave(state, [&] { naive.iterate(); }, engine_step);
   set_counters(state, flows, threads == 0 ? 1 : threads);
-  state.counters["naive_us"] =
-      naive_s * 1e6 / (static_cast<double>(state.iterations()) * kAbBlock);
+  state.counters["naive_us"] = per_iteration_us(state, naive_s);
   state.counters["speedup_vs_naive"] = naive_s / engine_s;
 }
 
@@ -193,15 +209,7 @@ void BM_PolicyVsDefault(benchmark::State& state) {
   }
   auto policy = make_engine<double>(t, specs, threads);
   for (flowtune::alloc::FlowId id = 0; id < flows; id += 10) policy->set_floor(id, 1e8);
-  std::unique_ptr<ParallelDriver> driver;
-  if (threads > 0) driver = std::make_unique<ParallelDriver>(threads);
-  auto step = [&](BasicEngine<double>& e) {
-    if (driver) {
-      driver->iterate(e);
-    } else {
-      e.iterate();
-    }
-  };
+  Stepper step(threads);
   for (int i = 0; i < kWarmupIterations; ++i) {
     step(*plain);
     step(*policy);
@@ -209,8 +217,7 @@ void BM_PolicyVsDefault(benchmark::State& state) {
   const auto [plain_s, policy_s] =
       interleave(state, [&] { step(*plain); }, [&] { step(*policy); });
   set_counters(state, flows, threads == 0 ? 1 : threads);
-  state.counters["default_us"] =
-      plain_s * 1e6 / (static_cast<double>(state.iterations()) * kAbBlock);
+  state.counters["default_us"] = per_iteration_us(state, plain_s);
   state.counters["policy_cost"] = policy_s / plain_s;
 }
 

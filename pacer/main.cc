@@ -233,6 +233,28 @@ std::pair<std::uint32_t, std::uint16_t> control_address(const std::string& endpo
 
 constexpr int kExitBusy = 3;
 
+// /run/flowtune-pacer.<network namespace's inode>.<name>, opened and locked
+// exclusively; the fd stays open, so the lock lives with the process. fd -1
+// when there is no /run or no namespace to name the file by: nothing guards
+// then, and the caller goes on as the lock's holder.
+struct RunLock {
+  int fd = -1;
+  bool held = true;  // false: another process holds it
+};
+RunLock lock_run_file(const std::string& name) {
+  struct stat ns{};
+  if (stat("/proc/self/ns/net", &ns) != 0) return {};
+  const std::string path = "/run/flowtune-pacer." + std::to_string(ns.st_ino) + "." + name;
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return {};
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0) return {fd, true};
+  close(fd);
+  return {-1, false};
+}
+
+// One pacer per (network namespace, device). False when another pacer holds it.
+bool lock_device(const std::string& dev) { return lock_run_file(dev + ".lock").held; }
+
 // The host's sockets' packet size (pacer::small_packets says when): TCP
 // sizes a packet to about 1 ms at its rate, but since Linux 5.18 a socket
 // with a small minimum RTT may add up to 64 KB whatever its rate
@@ -250,11 +272,13 @@ class PacketSize {
  public:
   PacketSize(double below_bps, bool verbose) : below_bps_(below_bps), verbose_(verbose) {
     if (below_bps_ <= 0 || (old_ = read()).empty()) return;  // off, or an older kernel
-    if (!take_lock()) {
+    const RunLock lock = lock_run_file("tso_rtt_log");
+    if (!lock.held) {
       if (verbose_) std::fprintf(stderr, "flowtune-pacer: another pacer manages %s\n", kPath);
       old_.clear();
       return;
     }
+    lock_fd_ = lock.fd;
     const std::string saved = saved_value();
     if (!saved.empty() && old_ == "0") {
       old_ = saved;  // left at 0 by a pacer that died: ours to put back
@@ -289,8 +313,8 @@ class PacketSize {
 
  private:
   static constexpr const char* kPath = "/proc/sys/net/ipv4/tcp_tso_rtt_log";
-  static std::string read_line(const char* path) {
-    std::FILE* f = std::fopen(path, "re");
+  static std::string read() {
+    std::FILE* f = std::fopen(kPath, "re");
     if (f == nullptr) return "";
     char buf[32] = {};
     const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
@@ -299,24 +323,20 @@ class PacketSize {
     while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
     return v;
   }
-  static std::string read() { return read_line(kPath); }
   static bool write(const std::string& v) {
     std::FILE* f = std::fopen(kPath, "we");
     if (f == nullptr) return false;
     const bool ok = std::fputs(v.c_str(), f) >= 0;
     return std::fclose(f) == 0 && ok;
   }
-  // Without /run (or /proc/self/ns) there is no guard and nothing is saved:
-  // the pacer manages the setting alone, as it would with the lock.
-  bool take_lock() {
-    struct stat ns{};
-    if (stat("/proc/self/ns/net", &ns) != 0) return true;
-    lock_path_ = "/run/flowtune-pacer." + std::to_string(ns.st_ino) + ".tso_rtt_log";
-    lock_fd_ = open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock_fd_ < 0) return true;
-    return flock(lock_fd_, LOCK_EX | LOCK_NB) == 0;  // held while the fd is open
+  // Without the lock file (no /run) nothing is saved: the pacer manages the
+  // setting alone, as it would holding the lock.
+  std::string saved_value() const {
+    if (lock_fd_ < 0) return "";
+    char buf[32] = {};
+    const ssize_t n = pread(lock_fd_, buf, sizeof buf - 1, 0);
+    return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "";
   }
-  std::string saved_value() const { return lock_fd_ < 0 ? "" : read_line(lock_path_.c_str()); }
   void save(const std::string& v) const {
     if (lock_fd_ < 0) return;
     (void)!ftruncate(lock_fd_, 0);
@@ -325,21 +345,9 @@ class PacketSize {
   double below_bps_;
   bool verbose_;
   std::string old_;  // the value to put back; empty: the setting is not ours
-  std::string lock_path_;
-  int lock_fd_ = -1;
+  int lock_fd_ = -1;  // the lock file, which holds old_ while the setting is 0
   bool small_ = false, failed_ = false;
 };
-
-// One pacer per (network namespace, device): an exclusive lock named after
-// both, held for the process's life. False when another pacer holds it.
-bool lock_device(const std::string& dev) {
-  struct stat ns{};
-  if (stat("/proc/self/ns/net", &ns) != 0) return true;  // cannot tell: go on
-  const std::string path = "/run/flowtune-pacer." + std::to_string(ns.st_ino) + "." + dev + ".lock";
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return true;  // no /run: no guard, as before
-  return flock(fd, LOCK_EX | LOCK_NB) == 0;  // fd stays open: the lock lives with us
-}
 
 // A pidfd that becomes readable when `pid` exits; -1 when none is watched.
 int watch_pid(int pid) {
