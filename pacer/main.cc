@@ -60,6 +60,10 @@ options:
   --burst-us US          an allocated host's bucket: US microseconds at its
                          rate, at least --burst (default 0: --burst
                          always)
+  --burst-gap-share F    tbf fills its bucket at every change: a change's
+                         bucket is at most F of what the rate sends since
+                         the previous change, so frequent changes keep
+                         --burst (default 0.05; 1: no bound)
   --idle-hold-ms MS      keep the host's last rate this long after its last
                          rated flow ends (default 100)
   --lease-ms MS          shape to the allocator's rate this long after its
@@ -143,6 +147,7 @@ Options parse(int argc, char** argv) {
     else if (args.is("--idle-rate")) o.config.idle_bps = parse_rate(args);
     else if (args.is("--burst")) o.config.burst_bytes = static_cast<std::uint32_t>(args.count(64u << 20));
     else if (args.is("--burst-us")) o.config.burst_us = args.count(1'000'000);
+    else if (args.is("--burst-gap-share")) o.config.burst_gap_share = args.number();
     else if (args.is("--idle-hold-ms")) o.config.idle_hold_us = static_cast<std::uint64_t>(args.number() * 1000);
     else if (args.is("--lease-ms")) o.config.lease_us = static_cast<std::uint64_t>(args.number() * 1000);
     else if (args.is("--qdisc")) o.qdisc = args.choice<pacer::Qdisc>({{"tbf", pacer::Qdisc::kTbf}, {"htb", pacer::Qdisc::kHtb}});

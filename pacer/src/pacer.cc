@@ -28,6 +28,7 @@ void validate(const PacerConfig& c) {
   need(c.burst_bytes >= 1600 && c.burst_bytes <= (64u << 20),
        "burst must hold a full frame (1600 bytes at least) and at most 64 MiB");
   need(c.burst_us <= 1'000'000, "burst time must be at most 1 s");
+  need(c.burst_gap_share > 0 && c.burst_gap_share <= 1, "burst gap share must be within (0, 1]");
   need(c.lease_us > 0, "lease must be positive");
 }
 
@@ -43,16 +44,27 @@ double HostPacer::shaping_bps(std::uint64_t host_rate) const {
   return std::clamp(wire + c_.floor_bps, std::min(lowest, c_.link_bps), c_.link_bps);
 }
 
-std::uint32_t HostPacer::bucket_bytes(double bps, bool allocated) const {
+std::uint32_t HostPacer::bucket_bytes(double bps, bool allocated, std::uint64_t gap_us) const {
   if (!allocated || c_.burst_us == 0) return c_.burst_bytes;
-  const double b = bps * static_cast<double>(c_.burst_us) / 8e6;
+  // tbf fills its bucket at every change: bound the fills by the gap.
+  const double us = std::min(double(c_.burst_us), c_.burst_gap_share * double(gap_us));
+  const double b = bps * us / 8e6;
   return static_cast<std::uint32_t>(std::clamp(b, double(c_.burst_bytes), double(64u << 20)));
 }
 
-std::optional<Shape> HostPacer::set(double bps, bool allocated) {
-  const Shape s{bps, bucket_bytes(bps, allocated)};
+std::optional<Shape> HostPacer::set(double bps, bool allocated, std::uint64_t now_us) {
+  const std::uint64_t gap =
+      changed_at_us_ == UINT64_MAX || now_us < changed_at_us_ ? UINT64_MAX : now_us - changed_at_us_;
+  const Shape s{bps, bucket_bytes(bps, allocated, gap)};
   if (s == current_) return std::nullopt;
+  // The same allocation again (a lease refresh) only grows the bucket:
+  // shrinking it would be a change, and a fill, for nothing.
+  if (allocated && allocated_ && s.bps == current_.bps && s.burst_bytes < current_.burst_bytes) {
+    return std::nullopt;
+  }
   current_ = s;
+  allocated_ = allocated;
+  changed_at_us_ = now_us;
   return s;
 }
 
@@ -78,13 +90,13 @@ std::optional<Shape> HostPacer::on_message(const wire::AllocatorMessage& m,
       want >= current_.bps * (1 - c_.lower_hysteresis)) {
     return std::nullopt;
   }
-  return set(want, host_rate_ > 0);
+  return set(want, host_rate_ > 0, now_us);
 }
 
 std::optional<Shape> HostPacer::on_tick(std::uint64_t now_us) {
   if (now_us >= idle_at_us_) {
     idle_at_us_ = UINT64_MAX;
-    if (host_rate_ == 0) return set(shaping_bps(0), false);
+    if (host_rate_ == 0) return set(shaping_bps(0), false, now_us);
   }
   if (!leased_ || now_us < lease_until_us_) return std::nullopt;
   // The sockets' own caps lapse after the same lease: the host goes back
@@ -92,7 +104,7 @@ std::optional<Shape> HostPacer::on_tick(std::uint64_t now_us) {
   leased_ = false;
   host_rate_ = 0;
   idle_at_us_ = UINT64_MAX;
-  return set(c_.link_bps, true);
+  return set(c_.link_bps, true, now_us);
 }
 
 namespace {

@@ -158,6 +158,50 @@ TEST(HostPacer, TheBucketCoversBurstTimeAtTheAllocationAndStaysSmallWhenIdle) {
   EXPECT_EQ(same_rate->burst_bytes, 3028u);
 }
 
+TEST(HostPacer, FrequentChangesKeepTheSmallBucketSoFillsStayAShareOfTheRate) {
+  PacerConfig c = config();
+  c.floor_bps = 0;
+  c.margin = 0;
+  c.overhead = 1;
+  c.burst_bytes = 3028;
+  c.burst_us = 200;
+  c.burst_gap_share = 0.05;
+  HostPacer p(c);
+  // No change before: the whole burst time (800 Mbit/s for 200 us).
+  EXPECT_EQ(p.on_message(told(100'000'000), 0)->burst_bytes, 20'000u);
+  // 1 ms later: 5% of it, 50 us at 720 Mbit/s.
+  EXPECT_EQ(p.on_message(told(90'000'000), 1'000)->burst_bytes, 4'500u);
+  // 100 us later: 5 us at 640 Mbit/s is less than two frames.
+  EXPECT_EQ(p.on_message(told(80'000'000), 1'100)->burst_bytes, 3'028u);
+  // The same rate again soon (a refresh) changes nothing, not even a smaller
+  // bucket; later it grows the bucket, the gap having earned it.
+  EXPECT_FALSE(p.on_message(told(80'000'000), 1'200).has_value());
+  const auto grown = p.on_message(told(80'000'000), 5'100);
+  ASSERT_TRUE(grown.has_value());
+  EXPECT_DOUBLE_EQ(grown->bps, 640e6);
+  EXPECT_EQ(grown->burst_bytes, 16'000u);
+  // Over many changes 100 us apart, the fills beyond the two-frame bucket
+  // add up to at most 5% of what the rate sent, plus the first full bucket.
+  HostPacer q(c);
+  double extra = 0, sent = 0;
+  std::uint64_t t = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const std::uint64_t gap = 100 + 37 * (i % 7);
+    if (i > 0) sent += 99e6 * static_cast<double>(gap) / 1e6;  // the lower of the two rates
+    t += gap;
+    const auto s = q.on_message(told(100'000'000 - (i % 2) * 1'000'000), t);
+    ASSERT_TRUE(s.has_value());
+    extra += s->burst_bytes - 3028.0;
+  }
+  EXPECT_LE(extra, 0.05 * sent + 20'000);
+  EXPECT_GT(extra, 0.0);
+  // Share 1: every change gets the whole burst time.
+  c.burst_gap_share = 1;
+  HostPacer r(c);
+  ASSERT_TRUE(r.on_message(told(100'000'000), 0).has_value());
+  EXPECT_EQ(r.on_message(told(90'000'000), 200)->burst_bytes, 18'000u);
+}
+
 TEST(Shaper, TheTbfSplitsEveryPacketLargerThanTheSmallestBucket) {
   // The peak bucket caps what tbf queues whole at the smallest bucket, so a
   // bucket that shrinks can never strand a GSO packet queued under a larger
@@ -187,6 +231,9 @@ TEST(HostPacer, BadConfigurationsAreRefusedByName) {
   EXPECT_THROW(validate(c), std::invalid_argument);
   c = config();
   c.burst_us = 2'000'000;
+  EXPECT_THROW(validate(c), std::invalid_argument);
+  c = config();
+  c.burst_gap_share = 0;
   EXPECT_THROW(validate(c), std::invalid_argument);
 }
 

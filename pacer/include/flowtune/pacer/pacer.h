@@ -70,12 +70,23 @@ struct PacerConfig {
   // gives an allocated host burst_us at its rate (never less than
   // burst_bytes; an idle host keeps burst_bytes, so hosts that idled
   // together cannot burst together: 16 KB each dropped 1.5% of packets in
-  // coflow rounds). Off by default: tbf refills its bucket on every change,
-  // so each rate change is a free bucket, and coflow rounds with 200 us
-  // dropped 0.1-0.6% of packets in 3 of 5 sets against 1 of 5 without
+  // coflow rounds). tbf refills its bucket on every change, so each rate
+  // change is a free bucket: without burst_gap_share, coflow rounds with
+  // 200 us dropped 0.1-0.6% of packets in 3 of 5 sets against 1 of 5
+  // without; with it, none in 3 sets. Off by default all the same: in the
+  // testbed a fast host is held back by tbf splitting its GSO packets into
+  // frames (per-frame CPU), which no bucket below 64 KB avoids
   // (docs/pacer.md).
   std::uint32_t burst_bytes = 3028;  // two full frames
   std::uint64_t burst_us = 0;        // 0: always burst_bytes
+  // What bounds those free buckets: a change's bucket is at most this share
+  // of what the rate sends in the time since the previous change (and never
+  // below burst_bytes), so however often the rate changes the refills add at
+  // most this share to the host's rate, plus one full bucket. A host whose
+  // rate changes every millisecond (flowlets coming and going in incast)
+  // keeps the small bucket; one whose rate holds for tens of milliseconds
+  // (long flows) gets burst_us. 1: no bound (burst_us at every change).
+  double burst_gap_share = 0.05;
   std::uint64_t lease_us = 1'000'000;  // until a refresh: then unshaped
 };
 
@@ -114,16 +125,18 @@ class HostPacer {
 
   // Wire bit/s that carries `host_rate` payload bytes/s, within [floor, link].
   double shaping_bps(std::uint64_t host_rate) const;
-  // The bucket at `bps` for an allocation (PacerConfig::burst_us); an
-  // unallocated host gets burst_bytes.
-  std::uint32_t bucket_bytes(double bps, bool allocated) const;
+  // The bucket at `bps` for an allocation applied `gap_us` after the
+  // previous change (PacerConfig::burst_us, burst_gap_share); an unallocated
+  // host gets burst_bytes.
+  std::uint32_t bucket_bytes(double bps, bool allocated,
+                             std::uint64_t gap_us = UINT64_MAX) const;
   double current_bps() const { return current_.bps; }
   std::uint32_t current_burst() const { return current_.burst_bytes; }
   std::uint64_t host_rate() const { return host_rate_; }
   bool leased() const { return leased_; }
 
  private:
-  std::optional<Shape> set(double bps, bool allocated);
+  std::optional<Shape> set(double bps, bool allocated, std::uint64_t now_us);
 
   PacerConfig c_;
   std::uint64_t host_rate_ = 0;
@@ -131,6 +144,8 @@ class HostPacer {
   std::uint64_t lease_until_us_ = 0;
   std::uint64_t idle_at_us_ = UINT64_MAX;  // the idle hold ends
   Shape current_{-1, 0};  // nothing applied yet
+  bool allocated_ = false;  // current_ is an allocation's shape
+  std::uint64_t changed_at_us_ = UINT64_MAX;  // the last change applied; none yet
 };
 
 // Keeps DEV's egress shaped through one long-lived `tc -batch` (a fork per
