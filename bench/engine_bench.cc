@@ -16,6 +16,7 @@
 #include <utility>
 #include <x86intrin.h>
 
+#include "flowtune/alloc/coflow.h"
 #include "flowtune/alloc/engine.h"
 #include "flowtune/alloc/parallel.h"
 #include "naive_engine.h"
@@ -221,6 +222,42 @@ void BM_PolicyVsDefault(benchmark::State& state) {
   state.counters["policy_cost"] = policy_s / plain_s;
 }
 
+// Coflow planning (alloc::CoflowPlanner, run by PolicyBook when a flowlet of
+// a coflow comes or goes, --coflow-policy sebf), interleaved with one serial
+// engine iteration over the same flows: plan_over_iteration says what a plan
+// costs in iterations. Flows form coflows of 1-200 flows in arrival order.
+void BM_CoflowPlanVsIteration(benchmark::State& state) {
+  auto hosts = static_cast<std::uint32_t>(state.range(0));
+  auto flows = static_cast<std::uint32_t>(state.range(1));
+  Topology t = make_topology(hosts);
+  std::vector<FlowSpec> specs = flowtune::bench::random_host_pairs(t, flows, 42);
+  auto engine = make_engine<double>(t, specs, 0);
+  std::mt19937_64 rng(11);
+  std::vector<flowtune::alloc::CoflowFlow> cf(specs.size());
+  std::uint64_t coflow = 1;
+  std::uint64_t left_in_coflow = 0;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (left_in_coflow == 0) {
+      ++coflow;
+      left_in_coflow = 1 + rng() % 200;
+    }
+    --left_in_coflow;
+    cf[i] = {coflow, 1e3 * static_cast<double>(1 + rng() % 100'000), specs[i].path};
+  }
+  std::vector<double> avail(engine->num_links());
+  for (std::size_t l = 0; l < avail.size(); ++l) avail[l] = engine->capacity_bps(static_cast<flowtune::alloc::LinkId>(l));
+  flowtune::alloc::CoflowPlanner planner;
+  std::vector<double> rates;
+  const flowtune::alloc::CoflowConfig config{flowtune::alloc::CoflowPolicy::kSebf, 0.9};
+  Stepper step(0);
+  for (int i = 0; i < kWarmupIterations; ++i) step(*engine);
+  const auto [iteration_s, plan_s] = interleave(
+      state, [&] { step(*engine); }, [&] { planner.plan(config, avail, cf, rates); });
+  set_counters(state, flows, 1);
+  state.counters["iteration_us"] = per_iteration_us(state, iteration_s);
+  state.counters["plan_over_iteration"] = plan_s / iteration_s;
+}
+
 // The paper's §5.2 table: (hosts, flows).
 const std::vector<std::pair<std::int64_t, std::int64_t>> kSizes = {
     {384, 3072},    {768, 6144},    {1536, 12288}, {1536, 24576},
@@ -264,6 +301,12 @@ BENCHMARK(BM_EngineVsNaive<double>)->Name("BM_EngineVsNaive/double")->Apply(ab_a
 BENCHMARK(BM_Engine<float>)->Name("BM_Ned_Iteration/float")->Apply(engine_args);
 BENCHMARK(BM_Engine<double>)->Name("BM_Ned_Iteration/double")->Apply(engine_args);
 BENCHMARK(BM_PolicyVsDefault)->Apply(ab_args);
+BENCHMARK(BM_CoflowPlanVsIteration)->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hosts", "flows"});
+  for (auto [hosts, flows] : kSizes) b->Args({hosts, flows});
+  b->UseManualTime();
+  b->MinTime(0.05);
+});
 
 }  // namespace
 

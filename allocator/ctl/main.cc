@@ -145,7 +145,12 @@ void print_policy(const json& p) {
   std::cout << (p["tenants"].empty() ? " none\n" : "\n");
   std::cout << "planning  " << p.value("replans", 0u) << " floor plans; "
             << p.value("deadlines_infeasible", 0u) << " deadlines infeasible, "
-            << p.value("guarantees_refused", 0u) << " guarantee floors refused\n";
+            << p.value("guarantees_refused", 0u) << " guarantee floors refused";
+  if (p.value("coflow_plans", 0u) > 0) {
+    std::cout << "; " << p.value("coflow_plans", 0u) << " coflow plans, "
+              << p.value("coflows_ordered", 0u) << " coflows in order";
+  }
+  std::cout << "\n";
 }
 
 void print_status(const json& j) {

@@ -68,6 +68,15 @@ policy (docs/policy.md):
                              deadlines) may reserve together (default 0.9)
   --deadline-margin F        a deadline's floor is remaining / time left times
                              1 + F (default 0.05)
+  --coflow-policy P          none (default: every flowlet its fair share), stf
+                             (smallest remaining coflow first) or sebf
+                             (smallest effective bottleneck first, flows of a
+                             coflow paced to finish together): flowlets
+                             carrying one coflow id are served as one, in that
+                             order, after guarantees and deadlines
+  --coflow-share F           share of a link the coflow order may hand out; the
+                             rest is shared by every flowlet, so none starves
+                             (default 0.9, within --max-reserved)
 
 leases and limits:
   --lease-ms MS              lifetime of a rate at the endpoint (default 1000)
@@ -137,6 +146,13 @@ Options parse(int argc, char** argv) {
     else if (args.is("--policy")) o.policy_file = args.value();
     else if (args.is("--max-reserved")) o.alloc.engine.max_reserved_share = args.number();
     else if (args.is("--deadline-margin")) o.alloc.deadline_margin = args.number();
+    else if (args.is("--coflow-policy")) {
+      const std::string v = args.value();
+      if (!flowtune::alloc::parse_coflow_policy(v, o.alloc.coflow_policy)) {
+        args.usage_error("flowtune-allocator", "--coflow-policy must be none, stf or sebf, got '" + v + "'");
+      }
+    }
+    else if (args.is("--coflow-share")) o.alloc.coflow_share = args.number();
     else if (args.is("--max-settle-iterations")) o.alloc.max_settle_iterations = args.count();
     else if (args.is("--lease-ms")) o.alloc.lease_us = static_cast<std::uint32_t>(args.count(3'600'000) * 1000);
     else if (args.is("--lease-refresh-ms")) o.alloc.lease_refresh_us = args.count(3'600'000) * 1000;
@@ -193,6 +209,10 @@ std::string describe(const Options& o, const Network& n, const Allocator& a) {
   const AllocatorConfig& c = a.config();
   s += "; classes: default " + std::to_string(c.default_class) + ", top " +
        std::to_string(c.top_class) + ", reserve " + std::to_string(c.engine.class_reserve);
+  if (c.coflow_policy != flowtune::alloc::CoflowPolicy::kNone) {
+    s += std::string("; coflows: ") + flowtune::alloc::to_string(c.coflow_policy) + ", share " +
+         std::to_string(c.coflow_share);
+  }
   if (!o.policy_file.empty()) {
     s += "; policy " + o.policy_file + ": " + std::to_string(c.policy.tenants.size()) +
          " tenants, " + std::to_string(c.policy.rules.size()) + " rules";

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "coflow_trace.h"
 #include "figures.h"
 #include "flowtune/common/cli.h"
 #include "simulator.h"
@@ -43,6 +44,8 @@ commands:
                               allocated by the engine every 10 µs; print JSON.
   figure NAME [options]       Run one of the paper's experiments (or all):
                               writes DIR/NAME.json and DIR/NAME*.png.
+  coflows [options]           Replay a coflow trace (the Facebook one by
+                              default) under a coflow policy; print JSON.
 
 solve input:
   {"links": [{"id": ID, "capacity_bps": C}, ...],
@@ -89,10 +92,26 @@ run options (defaults: the paper's §5.3 network and web workload):
   --out FILE                 write the JSON there instead of standard output
   --progress | --no-progress progress bar on standard error (default: if a tty)
 
+coflows options (docs/coflows.md):
+  --trace fb|FILE            Coflow-Benchmark trace (fb: 526 coflows, 150 racks)
+  --policy pf|stf|sebf|offline  per-flow fair; smallest coflow first; smallest
+                             effective bottleneck first with MADD; each coflow
+                             alone (a bound) (sebf)
+  --port-gbps G              each rack's up- and downlink (1)
+  --time-scale S             multiply arrival times by S: < 1 is more load (1)
+  --ordered-share F          share of each link handed out in coflow order;
+                             the rest is shared by all flows (0.9)
+  --max-coflows N            the first N coflows only (all)
+  --batch-ms T               flows ending within T of the next end end with it,
+                             each at its own time (fewer rate changes) (10)
+  --per-coflow               every coflow's CCT in the JSON
+  --out FILE                 write the JSON there instead of standard output
+
 figure NAME: overallocation (Fig. 16), normalizers (Fig. 17), update-traffic
   (Fig. 9), threshold (Fig. 10), network-size (Fig. 11), convergence (Fig. 8,
   §5.3.1), fairness (§5.3.3 K), policies (short-flow FCT with a tenth of the
-  web workload in strict priority class 0, against all in one class), or all.
+  web workload in strict priority class 0, against all in one class),
+  coflow-trace (the Facebook coflow trace under each coflow policy), or all.
 figure options:
   --quick                    shorter runs and fewer points (each under a minute)
   --out DIR                  output folder (sim-results)
@@ -317,6 +336,60 @@ int cmd_run(int argc, char** argv) {
   return 0;
 }
 
+int cmd_coflows(int argc, char** argv) {
+  flowtune::sim::CoflowSimConfig c;
+  std::string trace = "fb", out_file;
+  bool per_coflow = false;
+  for (auto args = command_args(argc, argv); args.next();) {
+    std::string_view a = args.arg();
+    if (a == "--trace") {
+      trace = args.value();
+    } else if (a == "--policy") {
+      c.policy = args.value();
+    } else if (a == "--port-gbps") {
+      c.port_gbps = args.number();
+    } else if (a == "--time-scale") {
+      c.time_scale = args.number();
+    } else if (a == "--ordered-share") {
+      c.ordered_share = args.number();
+    } else if (a == "--max-coflows") {
+      c.max_coflows = parse_u32(args);
+    } else if (a == "--batch-ms") {
+      c.batch_s = args.number() / 1e3;
+    } else if (a == "--per-coflow") {
+      per_coflow = true;
+    } else if (a == "--out") {
+      out_file = args.value();
+    } else {
+      args.unknown("coflows");
+    }
+  }
+  if (const std::string why = flowtune::sim::check(c); !why.empty()) usage_error(why);
+  flowtune::sim::CoflowTrace t;
+  try {
+    t = flowtune::sim::load_coflow_trace(trace);
+  } catch (const std::runtime_error& e) {
+    throw InputError(e.what());
+  }
+  const auto r = flowtune::sim::simulate_coflows(t, c);
+  json out = {{"config", {{"trace", trace}, {"policy", c.policy}, {"port_gbps", c.port_gbps},
+                          {"time_scale", c.time_scale}, {"ordered_share", c.ordered_share},
+                          {"max_coflows", c.max_coflows}}},
+              {"summary", flowtune::sim::summarize(r)}};
+  if (per_coflow) {
+    for (const auto& o : r.coflows) {
+      out["coflows"].push_back({{"id", o.id}, {"arrival_s", o.arrival_s}, {"cct_s", o.cct_s},
+                                {"bound_s", o.bound_s}, {"bytes", o.bytes}, {"flows", o.flows}});
+    }
+  }
+  if (out_file.empty()) {
+    std::cout << out.dump(2) << '\n';
+  } else {
+    write_text(out_file, out.dump(2) + "\n");
+  }
+  return 0;
+}
+
 // Runs the plot script on a figure's JSON; a missing interpreter or
 // matplotlib costs the PNGs only, with a warning that says so.
 void plot(const std::string& json_path) {
@@ -414,6 +487,7 @@ int main(int argc, char** argv) {
     if (cmd == "solve") return cmd_solve(argc - 2, argv + 2);
     if (cmd == "run") return cmd_run(argc - 2, argv + 2);
     if (cmd == "figure") return cmd_figure(argc - 2, argv + 2);
+    if (cmd == "coflows") return cmd_coflows(argc - 2, argv + 2);
   } catch (const flowtune::sim::WorkloadError& e) {
     std::cerr << "flowtune-sim: bad workload: " << e.what() << '\n';
     return kExitBadInput;

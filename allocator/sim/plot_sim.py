@@ -156,6 +156,36 @@ def policies(d, base):
     plt.close(fig)
 
 
+def coflow_trace(d, base):
+    # Left: mean CCT per policy at each load; right: by Varys's bins at the
+    # native load (time scale 1).
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    policies = ["pf", "stf", "sebf", "offline"]
+    loads = sorted({p["summary"]["offered_load"] for p in d["points"]})
+    width = 0.8 / len(policies)
+    for k, pol in enumerate(policies):
+        ys = [next((p["summary"]["cct_mean_s"] for p in d["points"]
+                    if p["policy"] == pol and p["summary"]["offered_load"] == l), 0) for l in loads]
+        axes[0].bar([i + k * width for i in range(len(loads))], ys, width, label=pol)
+    axes[0].set_xticks([i + 0.4 - width / 2 for i in range(len(loads))])
+    axes[0].set_xticklabels(["%.2f" % l for l in loads])
+    axes[0].set_yscale("log")
+    finish(fig, axes[0], "mean coflow completion time", "offered load", "CCT (s)", None)
+    bins = ["short_narrow", "long_narrow", "short_wide", "long_wide"]
+    native = [p for p in d["points"] if p["time_scale"] == 1.0]
+    for k, pol in enumerate(policies):
+        ys = [next((p["summary"]["bins"][b]["cct_mean_s"] for p in native if p["policy"] == pol), 0)
+              for b in bins]
+        axes[1].bar([i + k * width for i in range(len(bins))], ys, width, label=pol)
+    axes[1].set_xticks([i + 0.4 - width / 2 for i in range(len(bins))])
+    axes[1].set_xticklabels([b.replace("_", "\n") for b in bins])
+    axes[1].set_yscale("log")
+    finish(fig, axes[1], "mean CCT by coflow bin (native load)", "", "CCT (s)", None)
+    fig.tight_layout()
+    fig.savefig(base + ".png", dpi=100)
+    plt.close(fig)
+
+
 PLOTS = {
     "overallocation": overallocation,
     "normalizers": normalizers,
@@ -165,6 +195,7 @@ PLOTS = {
     "network-size": network_size,
     "convergence": convergence,
     "policies": policies,
+    "coflow-trace": coflow_trace,
 }
 
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "flowtune/common/assert.h"
 
@@ -80,6 +81,14 @@ void PolicyBook::set_default_spec(const TenantSpec& spec) {
   }
 }
 
+std::string_view PolicyBook::set_coflow(CoflowPolicy policy, double share) {
+  CoflowConfig c{policy, share};
+  if (const auto why = check(c); !why.empty()) return why;
+  FT_ASSERT(coflow_flows_.empty(), coflow_flows_.size());
+  coflow_ = c;
+  return "";
+}
+
 void PolicyBook::mark(TenantId t) {
   if (t == kNoTenant || tenants_[t].dirty) return;
   tenants_[t].dirty = true;
@@ -88,7 +97,8 @@ void PolicyBook::mark(TenantId t) {
 
 void PolicyBook::add(FlowId id, const FlowPolicy& p, std::uint64_t now_us) {
   const bool deadline = p.deadline_at_us != 0 && p.bytes != 0;
-  if (p.tenant == kNoTenant && !deadline) return;
+  const bool coflow = coflow_.policy != CoflowPolicy::kNone;
+  if (p.tenant == kNoTenant && !deadline && !coflow) return;
   FT_ASSERT(p.tenant < tenants_.size(), p.tenant);
   if (entries_.size() <= id) entries_.resize(std::size_t{id} + 1);
   Entry& e = entries_[id];
@@ -109,6 +119,12 @@ void PolicyBook::add(FlowId id, const FlowPolicy& p, std::uint64_t now_us) {
     deadline_flows_.push_back(id);
     replan_ = true;
   }
+  if (coflow) {
+    e.in_coflows = true;
+    e.coflow_pos = static_cast<std::uint32_t>(coflow_flows_.size());
+    coflow_flows_.push_back(id);
+    replan_ = true;
+  }
 }
 
 void PolicyBook::remove(FlowId id) {
@@ -127,6 +143,12 @@ void PolicyBook::remove(FlowId id) {
     deadline_flows_.pop_back();
     replan_ = true;
   }
+  if (e.in_coflows) {
+    coflow_flows_[e.coflow_pos] = coflow_flows_.back();
+    entries_[coflow_flows_[e.coflow_pos]].coflow_pos = e.coflow_pos;
+    coflow_flows_.pop_back();
+    replan_ = true;
+  }
   if (e.guarantee_bps > 0) replan_ = true;
   // The engine drops the flow's floor with the flow; floored_ may still
   // name the id until the next plan, which skips dead entries.
@@ -136,7 +158,7 @@ void PolicyBook::remove(FlowId id) {
 void PolicyBook::add_bytes(FlowId id, std::uint64_t bytes) {
   if (id >= entries_.size() || !entries_[id].live || bytes == 0) return;
   Entry& e = entries_[id];
-  if (!e.in_deadlines) return;
+  if (!e.in_deadlines && !e.in_coflows) return;
   e.p.bytes += bytes;
   replan_ = true;
 }
@@ -198,12 +220,7 @@ void PolicyBook::replan(BasicEngine<Real>& engine, std::uint64_t now_us) {
       }
     }
   }
-  for (FlowId id : deadline_flows_) {
-    Entry& e = entries_[id];
-    const double dt = static_cast<double>(now_us - e.progress_us) * 1e-6;
-    e.sent_bytes += engine.rate_bps(id) / 8 * dt;
-    e.progress_us = now_us;
-  }
+  for (FlowId id : deadline_flows_) advance(engine, id, entries_[id], now_us);
   std::sort(deadline_flows_.begin(), deadline_flows_.end(), [&](FlowId a, FlowId b) {
     const auto da = entries_[a].p.deadline_at_us, db = entries_[b].p.deadline_at_us;
     return da != db ? da < db : a < b;
@@ -239,6 +256,51 @@ void PolicyBook::replan(BasicEngine<Real>& engine, std::uint64_t now_us) {
       e.counted_infeasible = true;
     } else {
       e.state = DeadlineState::kReserved;  // all sent: the end is on its way
+    }
+  }
+  if (coflow_.policy != CoflowPolicy::kNone && !coflow_flows_.empty()) plan_coflows(engine, now_us);
+}
+
+template <typename Real>
+void PolicyBook::advance(const BasicEngine<Real>& engine, FlowId id, Entry& e,
+                         std::uint64_t now_us) {
+  if (now_us <= e.progress_us) return;
+  e.sent_bytes += engine.rate_bps(id) / 8 * static_cast<double>(now_us - e.progress_us) * 1e-6;
+  e.progress_us = now_us;
+}
+
+// Coflow order on what guarantees and deadlines left: each flow's ordered
+// rate is added to its floor, so the engine's own share (of at least 1 -
+// share of every link) is the work-conserving rest. Flows without a coflow
+// id are coflows of their own (their key has the top bit set; wire ids use
+// the other 63), flows without a size go last.
+template <typename Real>
+void PolicyBook::plan_coflows(BasicEngine<Real>& engine, std::uint64_t now_us) {
+  constexpr std::uint64_t kOwn = std::uint64_t{1} << 63;
+  ++counters_.coflow_plans;
+  planned_.clear();
+  for (FlowId id : coflow_flows_) {
+    Entry& e = entries_[id];
+    advance(engine, id, e, now_us);
+    const double left = e.p.bytes == 0 ? std::numeric_limits<double>::infinity()
+                                       : std::max(double(e.p.bytes) - e.sent_bytes, 1.0);
+    planned_.push_back({e.p.coflow != 0 ? e.p.coflow & ~kOwn : kOwn | id, left, e.p.path});
+  }
+  const double share = std::min(coflow_.ordered_share, engine.config().max_reserved_share);
+  avail_.resize(engine.num_links());
+  for (LinkId l = 0; l < avail_.size(); ++l) {
+    avail_[l] = std::max(0.0, share * engine.capacity_bps(l) - engine.reserved_bps(l));
+  }
+  planner_.plan({coflow_.policy, 1.0}, avail_, planned_, ordered_);
+  counters_.coflows_ordered = planner_.order().size();
+  for (std::size_t i = 0; i < planned_.size(); ++i) {
+    if (ordered_[i] <= 0) continue;
+    const FlowId id = coflow_flows_[i];
+    const double base = engine.floor_bps(id);
+    // Rounding may put a full link a hair over the reserve: take a hair less.
+    if (engine.set_floor(id, base + ordered_[i]) ||
+        engine.set_floor(id, base + ordered_[i] * (1 - 1e-6))) {
+      floored_.push_back(id);
     }
   }
 }

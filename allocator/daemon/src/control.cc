@@ -87,7 +87,9 @@ json policy_json(const Allocator& a) {
           {"tenants", tenants},
           {"replans", t.counters.replans},
           {"deadlines_infeasible", t.counters.deadlines_infeasible},
-          {"guarantees_refused", t.counters.guarantees_refused}};
+          {"guarantees_refused", t.counters.guarantees_refused},
+          {"coflow_plans", t.counters.coflow_plans},
+          {"coflows_ordered", t.counters.coflows_ordered}};
 }
 
 json status_json(const Allocator& a, const ServerInfo& info) {

@@ -177,7 +177,7 @@ struct TenantRig {
   FlowId add(FlowSpec f, TenantId t, std::uint64_t deadline_at_us = 0, std::uint64_t bytes = 0,
              std::uint64_t now_us = 0) {
     const FlowId id = engine.add_flow(f);
-    book.add(id, {t, f.weight, f.max_bps, deadline_at_us, bytes}, now_us);
+    book.add(id, {t, f.weight, f.max_bps, deadline_at_us, bytes, 0, f.path}, now_us);
     return id;
   }
   void settle(std::uint64_t now_us = 0) {
@@ -439,6 +439,59 @@ TEST(Deadlines, AnOverdueFlowLosesItsFloor) {
   EXPECT_FALSE(m.rig.book.dirty(m.now_us + 1'000'000));
   EXPECT_EQ(m.rig.book.deadline_state(m.flows[2].id), DeadlineState::kOverdue);
   EXPECT_EQ(m.rig.engine.floor_bps(m.flows[2].id), 0);
+}
+
+// ---- Coflows ----
+
+TEST(Coflows, TheEngineServesTheSmallerCoflowFirstAndSharesTheRestWithEveryFlow) {
+  Engine e({10 * kGbps}, 1, tight());
+  PolicyBook book;
+  ASSERT_EQ(book.set_coflow(CoflowPolicy::kStf, 0.9), "");
+  const auto add = [&](std::uint64_t coflow, std::uint64_t bytes, std::uint64_t deadline = 0) {
+    const FlowSpec f = on_links({0});
+    const FlowId id = e.add_flow(f);
+    book.add(id, {kNoTenant, 1, 0, deadline, bytes, coflow, f.path}, 0);
+    return id;
+  };
+  const FlowId small = add(1, 1'000'000);
+  const FlowId big1 = add(2, 10'000'000), big2 = add(2, 10'000'000);
+  const FlowId untagged = add(0, 0);  // no coflow, no size: last
+  book.apply(e, 0);
+  e.solve(20000);
+  ASSERT_TRUE(e.stats().converged);
+  // The small coflow holds 90% as its floor; the other 10% is shared by all four.
+  EXPECT_NEAR(e.floor_bps(small), 9 * kGbps, 1e3);
+  EXPECT_NEAR(e.rate_bps(small), 9.25 * kGbps, 1e-6 * kGbps);
+  for (FlowId id : {big1, big2, untagged}) EXPECT_NEAR(e.rate_bps(id), 0.25 * kGbps, 1e-6 * kGbps);
+  EXPECT_EQ(book.counters().coflows_ordered, 2u);  // the unsized flow is not ordered
+  // The small coflow ends: the big one's flows split the order's 90%.
+  book.remove(small);
+  e.remove_flow(small);
+  book.apply(e, 1000);
+  e.solve(20000);
+  EXPECT_NEAR(e.rate_bps(big1), (4.5 + 1.0 / 3) * kGbps, 1e-6 * kGbps);
+  EXPECT_NEAR(e.rate_bps(untagged), kGbps / 3, 1e-6 * kGbps);
+  double sum = 0;
+  for (FlowId id : {big1, big2, untagged}) sum += e.rate_bps(id);
+  EXPECT_LE(sum, 10 * kGbps * (1 + 1e-9));
+  // A deadline's floor comes first: the order gets 90% less it.
+  const FlowId urgent = add(0, 25'000'000, 101'000);  // 25 MB in 0.1 s: 2 Gbit/s
+  book.apply(e, 1000);
+  e.solve(20000);
+  EXPECT_NEAR(e.floor_bps(urgent), 2 * 1.05 * kGbps, 1e-3 * kGbps);
+  EXPECT_NEAR(e.floor_bps(big1) + e.floor_bps(big2), (9 - 2.1) * kGbps, 1e-3 * kGbps);
+  EXPECT_GT(book.counters().coflow_plans, 1u);
+}
+
+TEST(Coflows, ABadShareIsRefusedAndNoPolicyRecordsNothing) {
+  PolicyBook book;
+  EXPECT_EQ(book.set_coflow(CoflowPolicy::kSebf, 1.5), "ordered share must be within (0, 1]");
+  EXPECT_EQ(book.coflow_policy(), CoflowPolicy::kNone);
+  Engine e({10 * kGbps}, 1, tight());
+  const FlowSpec f = on_links({0});
+  const FlowId id = e.add_flow(f);
+  book.add(id, {kNoTenant, 1, 0, 0, 1000, 7, f.path}, 0);
+  EXPECT_FALSE(book.dirty(0));  // off: a coflow id alone costs nothing
 }
 
 }  // namespace

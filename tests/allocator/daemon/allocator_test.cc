@@ -1126,6 +1126,51 @@ TEST_F(AllocatorTest, DeadlinesGetFloorsAndInfeasibleOnesAreShown) {
   }
 }
 
+// --coflow-policy stf: the flowlets of one coflow id are served as one, the
+// smaller coflow first; without it every flowlet gets its fair share.
+TEST_F(AllocatorTest, CoflowOrderServesTheSmallerCoflowFirstAndKeepsAShareForTheRest) {
+  for (bool ordered : {false, true}) {
+    AllocatorConfig c = config();
+    if (ordered) c.coflow_policy = alloc::CoflowPolicy::kStf;
+    make(c);
+    hello("a", "ep-a", "h0");
+    hello("b", "ep-b", "h1");
+    hello("c", "ep-c", "h2");
+    wire::FlowletStart small = start_of(1, 0, 3);  // 1 MiB
+    small.coflow_id = 7;
+    wire::FlowletStart big = start_of(1, 1, 3);
+    big.bytes = 64u << 20;
+    big.coflow_id = 9;
+    send("a", {small});
+    send("b", {big});
+    big.endpoints = wire::HostPair{2, 3};
+    send("c", {big});
+    const auto rates = last_rates(settle());
+    const double a = static_cast<double>(rates.at({"a", 1}));
+    const double b = static_cast<double>(rates.at({"b", 1}));
+    if (!ordered) {
+      EXPECT_NEAR(a, share(3), share(3) * 0.01);
+      EXPECT_NEAR(b, share(3), share(3) * 0.01);
+      EXPECT_EQ(alloc_->policy_totals().counters.coflow_plans, 0u);
+      continue;
+    }
+    // 90% of h3's downlink in order, the other 10% split three ways.
+    EXPECT_NEAR(a, share(1) * (0.9 + 0.1 / 3), share(1) * 0.01);
+    EXPECT_NEAR(b, share(1) * 0.1 / 3, share(1) * 0.01);
+    EXPECT_NEAR(static_cast<double>(rates.at({"c", 1})), b, b * 0.01);
+    EXPECT_EQ(alloc_->policy_totals().counters.coflows_ordered, 2u);
+    for (const FlowView& f : alloc_->flows(now_, 10)) {
+      if (f.endpoint_id == "ep-a") {
+        EXPECT_GT(f.floor_bps, 0.85 * kGbps * 0.99);
+      }
+    }
+    // The small coflow ends: the big one takes the link, its two flowlets alike.
+    send("a", {wire::FlowletEnd{1}});
+    const auto after = last_rates(settle());
+    EXPECT_NEAR(static_cast<double>(after.at({"b", 1})), share(2), share(2) * 0.01);
+  }
+}
+
 TEST(PolicyFile, ErrorsNameTheFileLineAndKey) {
   auto error = [](std::string_view text) {
     try {

@@ -14,6 +14,12 @@
 //   infeasible: reported and left its fair share, never taking from others'
 //   floors.
 //
+// - Coflows (set_coflow, docs/coflows.md): with a coflow policy, every flow
+//   is planned by CoflowPlanner after guarantees and deadlines, in coflow
+//   order, and its ordered rate is added to its floor; the engine shares
+//   what floors leave (at least 1 - share of every link) among all flows.
+//   Remaining bytes are estimated from rates, as for deadlines.
+//
 // Weights and caps are rewritten only for tenants whose membership or spec
 // changed, and floors re-planned only when a tenant or deadline flow comes or
 // goes, once per apply(): flows without policy cost nothing, and rates still
@@ -26,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "flowtune/alloc/coflow.h"
 #include "flowtune/alloc/engine.h"
 
 namespace flowtune::alloc {
@@ -48,6 +55,8 @@ struct FlowPolicy {
   double max_bps = 0;              // its own cap; 0 = none
   std::uint64_t deadline_at_us = 0;  // 0 = none
   std::uint64_t bytes = 0;         // declared size (a deadline needs one)
+  std::uint64_t coflow = 0;        // 0 = none (a coflow of its own)
+  Path path;                       // as given to the engine (coflow planning)
 };
 
 enum class DeadlineState : std::uint8_t {
@@ -62,6 +71,8 @@ struct PolicyCounters {
   std::uint64_t replans = 0;
   std::uint64_t deadlines_infeasible = 0;  // flows found infeasible (once each)
   std::uint64_t guarantees_refused = 0;    // guarantee floors the links could not hold
+  std::uint64_t coflow_plans = 0;          // plans with a coflow policy
+  std::uint64_t coflows_ordered = 0;       // coflows given an ordered rate, last plan
 };
 
 class PolicyBook {
@@ -69,6 +80,13 @@ class PolicyBook {
   // margin: deadline floors are (remaining ÷ time left) × (1 + margin), for
   // pacing below the rate and progress estimated from rates, not reported.
   explicit PolicyBook(double deadline_margin = 0.05);
+
+  // Coflow planning for every flow added from now on (kNone: off, the
+  // default). share: the most of a link coflow order may hand out, within
+  // the engine's max_reserved_share, guarantees and deadlines first. Call
+  // before adding flows; "" when accepted, else why not.
+  std::string_view set_coflow(CoflowPolicy policy, double share);
+  CoflowPolicy coflow_policy() const { return coflow_.policy; }
 
   // A tenant by name, created with default_spec() on first use; "" is none.
   TenantId tenant(std::string_view name);
@@ -128,7 +146,14 @@ class PolicyBook {
     std::uint64_t progress_us = 0;   // when sent_bytes was last advanced
     DeadlineState state = DeadlineState::kNone;
     bool counted_infeasible = false;
+    bool in_coflows = false;
+    std::uint32_t coflow_pos = 0;  // in coflow_flows_
   };
+  // Advances e's estimated bytes sent to now_us at its current rate.
+  template <typename Real>
+  void advance(const BasicEngine<Real>& engine, FlowId id, Entry& e, std::uint64_t now_us);
+  template <typename Real>
+  void plan_coflows(BasicEngine<Real>& engine, std::uint64_t now_us);
   void mark(TenantId t);
   template <typename Real>
   void reweigh(BasicEngine<Real>& engine, Tenant& t);
@@ -142,6 +167,11 @@ class PolicyBook {
   std::vector<Entry> entries_;  // by engine FlowId
   std::vector<FlowId> deadline_flows_;
   std::vector<FlowId> floored_;  // flows given a floor at the last plan
+  CoflowConfig coflow_{CoflowPolicy::kNone, 0.9};
+  std::vector<FlowId> coflow_flows_;
+  CoflowPlanner planner_;
+  std::vector<CoflowFlow> planned_;
+  std::vector<double> avail_, ordered_;
   std::vector<TenantId> dirty_tenants_;
   bool replan_ = false;
   static constexpr std::uint64_t kNever = ~std::uint64_t{0};

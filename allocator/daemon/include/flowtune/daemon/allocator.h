@@ -81,6 +81,11 @@ struct AllocatorConfig {
   // paced a little below what they allow, and progress is estimated from
   // them, not reported.
   double deadline_margin = 0.05;
+  // Coflow order (docs/coflows.md): kNone leaves every flowlet to the
+  // engine's fair share; stf / sebf add each flowlet's rate in coflow order
+  // to its floor, within coflow_share of every link (and --max-reserved).
+  alloc::CoflowPolicy coflow_policy = alloc::CoflowPolicy::kNone;
+  double coflow_share = 0.9;
   // Tenants, rules and the file's default and top class (--policy); its
   // classes, where it sets them, replace default_class and top_class.
   OperatorPolicy policy;

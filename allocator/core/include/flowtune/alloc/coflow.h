@@ -1,0 +1,117 @@
+// Coflow-aware allocation (docs/coflows.md). A coflow is every flow carrying
+// one coflow id, from any hosts to any hosts; it ends with its last flow, so
+// what its user waits for is the coflow completion time (CCT), not any one
+// flow's rate. Pure: no clock, no I/O; the daemon (through PolicyBook) and
+// the simulator run the same planner.
+//
+// plan() orders the coflows and hands out each link's capacity in that order:
+// - kStf (smallest total remaining bytes first, as Creek's smallest-task-
+//   first): a coflow's flows split what the coflows before it left max-min
+//   fairly, each as fast as its path allows;
+// - kSebf (smallest effective bottleneck first, Varys): the coflow whose
+//   remaining bytes would take least time alone on its most loaded link goes
+//   first, and its flows get rates that make them all finish together on
+//   what is left (MADD: remaining ÷ Γ, Γ the coflow's bottleneck time on the
+//   capacity left), so no flow takes capacity its coflow cannot use.
+// The order only hands out `ordered_share` of every link; what it leaves
+// (that share's unused part, and the rest of the link) is shared by every
+// flow, so the planner is work-conserving and no coflow starves: a large
+// coflow always keeps its fair share of 1 - ordered_share. A flow with no
+// coflow id is a coflow of its own; one of unknown size goes last.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "flowtune/alloc/topology.h"
+
+namespace flowtune::alloc {
+
+enum class CoflowPolicy : std::uint8_t { kNone, kStf, kSebf };
+const char* to_string(CoflowPolicy p);
+// "none", "stf", "sebf"; false for anything else.
+bool parse_coflow_policy(std::string_view s, CoflowPolicy& out);
+
+struct CoflowFlow {
+  std::uint64_t coflow = 0;  // flows with equal ids form one coflow
+  double remaining_bytes = 0;  // > 0; +infinity when unknown
+  Path path;
+};
+
+struct CoflowConfig {
+  CoflowPolicy policy = CoflowPolicy::kSebf;
+  // The share of every link the order hands out, in (0, 1]; the rest is
+  // shared by all flows (the starvation guard).
+  double ordered_share = 0.9;
+};
+
+// "" when the config is valid, else why not.
+std::string_view check(const CoflowConfig& c);
+
+class CoflowPlanner {
+ public:
+  // ordered[i]: flow i's rate from the order, bits/s (0 for a flow the order
+  // gave nothing). avail_bps: per link, what the order may use before the
+  // ordered share is applied (the link's capacity less floors held by
+  // others). Every link a flow names must be < avail_bps.size(). kNone gives
+  // every flow 0. O(flows × path + coflows log coflows).
+  void plan(const CoflowConfig& c, std::span<const double> avail_bps,
+            std::span<const CoflowFlow> flows, std::vector<double>& ordered);
+
+  // Adds to rates[i] a max-min fair share of what `rates` leave of
+  // capacity_bps (progressive filling), so no link with a flow that could
+  // use more is left idle. rates.size() == flows.size(). O(links × rounds +
+  // flows × path).
+  void backfill(std::span<const double> capacity_bps, std::span<const CoflowFlow> flows,
+                std::vector<double>& rates);
+
+  // How progressive filling finds the next full link: by cost (the
+  // default), or always one way (tests compare the two).
+  enum class Fill : std::uint8_t { kAuto, kScan, kHeap };
+  void set_fill(Fill f) { fill_way_ = f; }
+
+  // The coflows of the last plan(), in the order served (their ids).
+  const std::vector<std::uint64_t>& order() const { return order_ids_; }
+
+ private:
+  struct Group {
+    std::uint64_t id;
+    double key;      // the order's key (bytes or seconds)
+    std::uint32_t begin, end;  // in by_coflow_
+  };
+  void group(std::span<const CoflowFlow> flows);
+  // Water-fills `members` (flow indices) on cap (bits/s, consumed), adding
+  // to rates.
+  void fill(std::span<const CoflowFlow> flows, std::span<const std::uint32_t> members,
+            std::vector<double>& cap, std::vector<double>& rates);
+  // fill()'s two ways to find the next full link (links x rounds, or a heap).
+  void fill_scan(std::span<const CoflowFlow> flows, std::span<const std::uint32_t> members,
+                 std::vector<double>& cap, std::vector<double>& rates);
+  void fill_heap(std::span<const CoflowFlow> flows, std::span<const std::uint32_t> members,
+                 std::vector<double>& cap, std::vector<double>& rates);
+
+  std::vector<std::uint32_t> by_coflow_;  // flow indices grouped by coflow
+  std::vector<Group> groups_;
+  std::vector<std::uint64_t> order_ids_;
+  std::vector<double> cap_, load_;
+  std::vector<LinkId> touched_;
+  // fill() scratch: links touched (local numbers), flows per link (CSR),
+  // unfrozen counts, the level each link's cap is counted from, and a heap
+  // of the levels at which links fill (stale entries skipped by version).
+  struct Due {
+    double level;
+    std::uint32_t link;
+    std::uint32_t version;
+  };
+  std::vector<std::uint32_t> local_, link_begin_, link_flows_, unfrozen_, version_, all_;
+  std::vector<LinkId> links_;
+  std::vector<std::uint32_t> full_;
+  std::vector<double> base_;
+  std::vector<Due> heap_;
+  std::vector<std::uint8_t> frozen_;
+  Fill fill_way_ = Fill::kAuto;
+};
+
+}  // namespace flowtune::alloc

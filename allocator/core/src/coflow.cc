@@ -1,0 +1,268 @@
+#include "flowtune/alloc/coflow.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace flowtune::alloc {
+
+const char* to_string(CoflowPolicy p) {
+  switch (p) {
+    case CoflowPolicy::kNone: return "none";
+    case CoflowPolicy::kStf: return "stf";
+    case CoflowPolicy::kSebf: return "sebf";
+  }
+  return "?";
+}
+
+bool parse_coflow_policy(std::string_view s, CoflowPolicy& out) {
+  for (auto p : {CoflowPolicy::kNone, CoflowPolicy::kStf, CoflowPolicy::kSebf}) {
+    if (s == to_string(p)) {
+      out = p;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string_view check(const CoflowConfig& c) {
+  if (!(c.ordered_share > 0 && c.ordered_share <= 1)) return "ordered share must be within (0, 1]";
+  return "";
+}
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr std::uint32_t kNoLocal = ~0u;
+}  // namespace
+
+void CoflowPlanner::group(std::span<const CoflowFlow> flows) {
+  by_coflow_.resize(flows.size());
+  std::iota(by_coflow_.begin(), by_coflow_.end(), 0u);
+  const auto by_id = [&](std::uint32_t a, std::uint32_t b) {
+    return flows[a].coflow < flows[b].coflow;
+  };
+  // Callers that keep flows grouped (the simulator) pay no sort.
+  if (!std::is_sorted(by_coflow_.begin(), by_coflow_.end(), by_id)) {
+    std::stable_sort(by_coflow_.begin(), by_coflow_.end(), by_id);
+  }
+  groups_.clear();
+  for (std::uint32_t i = 0; i < by_coflow_.size();) {
+    std::uint32_t j = i;
+    while (j < by_coflow_.size() && flows[by_coflow_[j]].coflow == flows[by_coflow_[i]].coflow) ++j;
+    groups_.push_back({flows[by_coflow_[i]].coflow, 0, i, j});
+    i = j;
+  }
+}
+
+void CoflowPlanner::plan(const CoflowConfig& c, std::span<const double> avail_bps,
+                         std::span<const CoflowFlow> flows, std::vector<double>& ordered) {
+  ordered.assign(flows.size(), 0.0);
+  order_ids_.clear();
+  if (c.policy == CoflowPolicy::kNone || flows.empty()) return;
+  group(flows);
+  cap_.assign(avail_bps.size(), 0.0);
+  for (std::size_t l = 0; l < avail_bps.size(); ++l) cap_[l] = std::max(0.0, avail_bps[l]) * c.ordered_share;
+  load_.assign(avail_bps.size(), 0.0);
+
+  // The coflow's bytes per link (load_, touched_), and its bottleneck time
+  // on `cap` (seconds; +inf when a loaded link has nothing left).
+  const auto bottleneck = [&](const Group& g, const std::vector<double>& cap) {
+    touched_.clear();
+    for (std::uint32_t k = g.begin; k < g.end; ++k) {
+      const CoflowFlow& f = flows[by_coflow_[k]];
+      for (LinkId l : f.path) {
+        if (load_[l] == 0) touched_.push_back(l);
+        load_[l] += f.remaining_bytes;
+      }
+    }
+    double gamma = 0;
+    for (LinkId l : touched_) gamma = std::max(gamma, cap[l] > 0 ? 8 * load_[l] / cap[l] : kInf);
+    return gamma;
+  };
+  const auto clear_load = [&] {
+    for (LinkId l : touched_) load_[l] = 0;
+  };
+
+  for (Group& g : groups_) {
+    if (c.policy == CoflowPolicy::kStf) {
+      g.key = 0;
+      for (std::uint32_t k = g.begin; k < g.end; ++k) g.key += flows[by_coflow_[k]].remaining_bytes;
+    } else {
+      g.key = bottleneck(g, cap_);
+      clear_load();
+    }
+  }
+  std::sort(groups_.begin(), groups_.end(), [](const Group& a, const Group& b) {
+    return a.key != b.key ? a.key < b.key : a.id < b.id;
+  });
+
+  std::vector<std::uint32_t>& members = all_;
+  for (const Group& g : groups_) {
+    if (!(g.key < kInf)) break;  // unknown sizes, or nothing left to give: backfill only
+    order_ids_.push_back(g.id);
+    if (c.policy == CoflowPolicy::kStf) {
+      members.assign(by_coflow_.begin() + g.begin, by_coflow_.begin() + g.end);
+      fill(flows, members, cap_, ordered);
+      continue;
+    }
+    // MADD: every flow at remaining ÷ Γ, Γ on what earlier coflows left.
+    const double gamma = bottleneck(g, cap_);
+    if (gamma > 0 && gamma < kInf) {
+      for (std::uint32_t k = g.begin; k < g.end; ++k) {
+        const std::uint32_t i = by_coflow_[k];
+        ordered[i] = 8 * flows[i].remaining_bytes / gamma;
+      }
+      for (LinkId l : touched_) cap_[l] = std::max(0.0, cap_[l] - 8 * load_[l] / gamma);
+    }
+    clear_load();
+  }
+  if (c.policy != CoflowPolicy::kSebf) return;
+  // Work conservation in the same order: what MADD left (links a coflow's
+  // bottleneck kept it from filling) goes to the first coflows that can use it.
+  for (const Group& g : groups_) {
+    if (!(g.key < kInf)) break;
+    members.assign(by_coflow_.begin() + g.begin, by_coflow_.begin() + g.end);
+    fill(flows, members, cap_, ordered);
+  }
+}
+
+void CoflowPlanner::backfill(std::span<const double> capacity_bps,
+                             std::span<const CoflowFlow> flows, std::vector<double>& rates) {
+  cap_.assign(capacity_bps.begin(), capacity_bps.end());
+  for (std::size_t i = 0; i < flows.size(); ++i) {
+    for (LinkId l : flows[i].path) cap_[l] -= rates[i];
+  }
+  for (double& x : cap_) x = std::max(0.0, x);
+  all_.resize(flows.size());
+  std::iota(all_.begin(), all_.end(), 0u);
+  fill(flows, all_, cap_, rates);
+}
+
+void CoflowPlanner::fill(std::span<const CoflowFlow> flows,
+                         std::span<const std::uint32_t> members, std::vector<double>& cap,
+                         std::vector<double>& rates) {
+  // Progressive filling: every unfrozen flow rises by the same amount until
+  // some link is full; that link's flows freeze; repeat. Links are numbered
+  // locally (only those the members touch), so a small coflow costs nothing
+  // for the links it does not touch.
+  if (local_.size() < cap.size()) local_.resize(cap.size(), kNoLocal);
+  links_.clear();
+  for (std::uint32_t i : members) {
+    for (LinkId l : flows[i].path) {
+      if (local_[l] == kNoLocal) {
+        local_[l] = static_cast<std::uint32_t>(links_.size());
+        links_.push_back(l);
+      }
+    }
+  }
+  const std::size_t nl = links_.size();
+  link_begin_.assign(nl + 1, 0);
+  for (std::uint32_t i : members) {
+    for (LinkId l : flows[i].path) ++link_begin_[local_[l] + 1];
+  }
+  for (std::size_t j = 0; j < nl; ++j) link_begin_[j + 1] += link_begin_[j];
+  link_flows_.resize(link_begin_[nl]);
+  unfrozen_.assign(nl, 0);
+  for (std::uint32_t k = 0; k < members.size(); ++k) {
+    for (LinkId l : flows[members[k]].path) {
+      const std::uint32_t j = local_[l];
+      link_flows_[link_begin_[j] + unfrozen_[j]++] = k;
+    }
+  }
+  frozen_.assign(members.size(), 0);
+  // Scanning every link each round costs links x rounds; the heap, a log
+  // per flow and link. Measured: the heap made a 50k-flow backfill over 300
+  // links 5.5x slower, the scan made a plan of 100-flow coflows over
+  // thousands of links cost more than the heap.
+  const double rounds = static_cast<double>(std::min(nl, members.size()));
+  const bool scan = fill_way_ == Fill::kAuto
+                        ? static_cast<double>(nl) * rounds <=
+                              8.0 * static_cast<double>(members.size()) *
+                                  std::log2(static_cast<double>(nl) + 2)
+                        : fill_way_ == Fill::kScan;
+  if (scan) {
+    fill_scan(flows, members, cap, rates);
+  } else {
+    fill_heap(flows, members, cap, rates);
+  }
+  for (LinkId l : links_) {
+    cap[l] = std::max(0.0, cap[l]);
+    local_[l] = kNoLocal;
+  }
+}
+
+void CoflowPlanner::fill_scan(std::span<const CoflowFlow> flows,
+                              std::span<const std::uint32_t> members, std::vector<double>& cap,
+                              std::vector<double>& rates) {
+  const std::size_t nl = links_.size();
+  double level = 0;
+  std::size_t left = members.size();
+  while (left > 0) {
+    double inc = kInf;
+    for (std::uint32_t j = 0; j < nl; ++j) {
+      if (unfrozen_[j] > 0) inc = std::min(inc, std::max(0.0, cap[links_[j]]) / unfrozen_[j]);
+    }
+    if (!(inc < kInf)) break;
+    level += inc;
+    full_.clear();
+    for (std::uint32_t j = 0; j < nl; ++j) {
+      if (unfrozen_[j] == 0) continue;
+      double& c = cap[links_[j]];
+      const double before = c;
+      c -= inc * unfrozen_[j];
+      if (c <= 1e-9 * before || c <= 1e-6) full_.push_back(j);
+    }
+    for (std::uint32_t j : full_) {
+      cap[links_[j]] = 0;
+      for (std::uint32_t p = link_begin_[j]; p < link_begin_[j + 1]; ++p) {
+        const std::uint32_t k = link_flows_[p];
+        if (frozen_[k]) continue;
+        frozen_[k] = 1;
+        --left;
+        rates[members[k]] += level;
+        for (LinkId m : flows[members[k]].path) --unfrozen_[local_[m]];
+      }
+    }
+  }
+}
+
+void CoflowPlanner::fill_heap(std::span<const CoflowFlow> flows,
+                              std::span<const std::uint32_t> members, std::vector<double>& cap,
+                              std::vector<double>& rates) {
+  const std::size_t nl = links_.size();
+  base_.assign(nl, 0.0);
+  version_.assign(nl, 0);
+  heap_.clear();
+  // Min-heap on the level at which a link fills.
+  const auto later = [](const Due& a, const Due& b) { return a.level > b.level; };
+  for (std::uint32_t j = 0; j < nl; ++j) {
+    heap_.push_back({std::max(0.0, cap[links_[j]]) / unfrozen_[j], j, 0});
+  }
+  std::make_heap(heap_.begin(), heap_.end(), later);
+  while (!heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end(), later);
+    const Due d = heap_.back();
+    heap_.pop_back();
+    if (d.version != version_[d.link] || unfrozen_[d.link] == 0) continue;
+    const double level = d.level;
+    for (std::uint32_t p = link_begin_[d.link]; p < link_begin_[d.link + 1]; ++p) {
+      const std::uint32_t k = link_flows_[p];
+      if (frozen_[k]) continue;
+      frozen_[k] = 1;
+      rates[members[k]] += level;
+      for (LinkId m : flows[members[k]].path) {
+        const std::uint32_t j = local_[m];
+        cap[m] -= (level - base_[j]) * unfrozen_[j];
+        base_[j] = level;
+        if (--unfrozen_[j] > 0 && j != d.link) {
+          heap_.push_back({level + std::max(0.0, cap[m]) / unfrozen_[j], j, ++version_[j]});
+          std::push_heap(heap_.begin(), heap_.end(), later);
+        }
+      }
+    }
+    cap[links_[d.link]] = 0;  // full
+  }
+}
+
+}  // namespace flowtune::alloc

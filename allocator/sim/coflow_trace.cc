@@ -1,0 +1,304 @@
+#include "coflow_trace.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include "flowtune/alloc/coflow.h"
+
+namespace flowtune::sim {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+[[noreturn]] void bad(const std::string& name, std::size_t line, const std::string& why) {
+  throw std::runtime_error(name + ":" + std::to_string(line) + ": " + why);
+}
+
+}  // namespace
+
+CoflowTrace parse_coflow_trace(std::istream& in, const std::string& name) {
+  CoflowTrace t;
+  std::string text;
+  std::size_t lineno = 0, expected = 0;
+  bool header = false;
+  while (std::getline(in, text)) {
+    ++lineno;
+    std::istringstream ls(text);
+    if (!header) {
+      long long ports = 0, n = 0;
+      if (!(ls >> ports >> n) || ports <= 0 || ports > 1'000'000 || n < 0 || n > 10'000'000) {
+        bad(name, lineno, "expected 'PORTS COFLOWS' (positive counts)");
+      }
+      t.ports = static_cast<std::uint32_t>(ports);
+      expected = static_cast<std::size_t>(n);
+      header = true;
+      continue;
+    }
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    TraceCoflow c;
+    double arrival_ms = 0;
+    long long m = 0;
+    if (!(ls >> c.id >> arrival_ms >> m) || !(arrival_ms >= 0) || m <= 0 || m > t.ports) {
+      bad(name, lineno, "expected 'ID ARRIVAL_MS MAPPERS ...' with 1..PORTS mappers");
+    }
+    c.arrival_s = arrival_ms / 1000;
+    for (long long i = 0; i < m; ++i) {
+      long long p = -1;
+      if (!(ls >> p) || p < 0 || p >= t.ports) bad(name, lineno, "mapper port outside 0..PORTS-1");
+      c.mappers.push_back(static_cast<std::uint32_t>(p));
+    }
+    long long r = 0;
+    if (!(ls >> r) || r <= 0 || r > t.ports) bad(name, lineno, "expected 1..PORTS reducers");
+    for (long long i = 0; i < r; ++i) {
+      std::string tok;
+      if (!(ls >> tok)) bad(name, lineno, "fewer reducers than announced");
+      const auto colon = tok.find(':');
+      char* end = nullptr;
+      const long long p = std::strtoll(tok.c_str(), &end, 10);
+      if (colon == std::string::npos || end != tok.c_str() + colon || p < 0 || p >= t.ports) {
+        bad(name, lineno, "reducer '" + tok + "': expected PORT:MB with PORT in 0..PORTS-1");
+      }
+      const double mb = std::strtod(tok.c_str() + colon + 1, &end);
+      if (*end != 0 || !(mb >= 0) || !std::isfinite(mb)) bad(name, lineno, "reducer '" + tok + "': bad MB");
+      c.reducers.emplace_back(static_cast<std::uint32_t>(p), mb * kMiB);
+    }
+    std::string extra;
+    if (ls >> extra) bad(name, lineno, "unexpected '" + extra + "' after the reducers");
+    if (!t.coflows.empty() && c.arrival_s < t.coflows.back().arrival_s) {
+      bad(name, lineno, "arrival times must not decrease");
+    }
+    t.coflows.push_back(std::move(c));
+  }
+  if (!header) bad(name, lineno, "empty trace");
+  if (t.coflows.size() != expected) {
+    bad(name, lineno, "header announces " + std::to_string(expected) + " coflows, found " +
+                          std::to_string(t.coflows.size()));
+  }
+  return t;
+}
+
+CoflowTrace load_coflow_trace(const std::string& name_or_path) {
+  std::string path = name_or_path;
+  if (name_or_path == "fb") {
+    // The shipped trace: an installed copy, then the source tree.
+    std::vector<std::string> dirs;
+    if (const char* env = std::getenv("FLOWTUNE_WORKLOADS"); env != nullptr && *env != '\0') {
+      dirs.emplace_back(env);
+    }
+    dirs.emplace_back(FT_SIM_INSTALLED_WORKLOADS);
+    dirs.emplace_back(FT_SIM_SOURCE_WORKLOADS);
+    path.clear();
+    for (const auto& d : dirs) {
+      if (std::ifstream(d + "/fb_coflows.txt").good()) {
+        path = d + "/fb_coflows.txt";
+        break;
+      }
+    }
+    if (path.empty()) {
+      throw std::runtime_error("trace 'fb' not found: set FLOWTUNE_WORKLOADS to the folder "
+                               "holding fb_coflows.txt");
+    }
+  }
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot open (a trace is 'fb' or a file)");
+  return parse_coflow_trace(in, path);
+}
+
+std::string check(const CoflowSimConfig& c) {
+  if (c.policy != "pf" && c.policy != "stf" && c.policy != "sebf" && c.policy != "offline") {
+    return "policy must be pf, stf, sebf or offline";
+  }
+  if (!(c.port_gbps > 0 && c.port_gbps <= 1e4)) return "port rate must be within (0, 10000] Gbit/s";
+  if (!(c.time_scale > 0 && c.time_scale <= 1e6)) return "time scale must be positive";
+  if (!(c.ordered_share > 0 && c.ordered_share <= 1)) return "ordered share must be within (0, 1]";
+  if (!(c.batch_s >= 0 && c.batch_s <= 1)) return "batch must be within [0, 1] s";
+  return "";
+}
+
+namespace {
+
+// One coflow's flows over the fabric: uplink of the mapper's port, downlink
+// of the reducer's.
+struct Expanded {
+  std::vector<alloc::CoflowFlow> flows;
+  CoflowOutcome out;
+};
+
+Expanded expand(const TraceCoflow& c, std::uint32_t ports, double port_bps) {
+  Expanded e;
+  e.out.id = c.id;
+  std::vector<double> load(2 * static_cast<std::size_t>(ports), 0.0);
+  for (const auto& [rp, bytes] : c.reducers) {
+    const double each = bytes / static_cast<double>(c.mappers.size());
+    for (std::uint32_t mp : c.mappers) {
+      if (mp == rp || each <= 0) continue;
+      alloc::CoflowFlow f;
+      f.coflow = c.id;
+      f.remaining_bytes = each;
+      f.path.push(mp);
+      f.path.push(ports + rp);
+      load[mp] += each;
+      load[ports + rp] += each;
+      e.flows.push_back(f);
+      e.out.bytes += each;
+      e.out.longest_flow_bytes = std::max(e.out.longest_flow_bytes, each);
+    }
+  }
+  e.out.flows = static_cast<std::uint32_t>(e.flows.size());
+  for (double b : load) e.out.bound_s = std::max(e.out.bound_s, 8 * b / port_bps);
+  return e;
+}
+
+}  // namespace
+
+CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig& c) {
+  if (const std::string why = check(c); !why.empty()) throw std::invalid_argument(why);
+  const auto wall0 = std::chrono::steady_clock::now();
+  const double port_bps = c.port_gbps * 1e9;
+  const std::size_t n = c.max_coflows ? std::min(c.max_coflows, trace.coflows.size())
+                                      : trace.coflows.size();
+  CoflowSimResult r;
+  std::vector<Expanded> all;
+  all.reserve(n);
+  double bytes = 0, first = 0, last = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    Expanded e = expand(trace.coflows[i], trace.ports, port_bps);
+    e.out.arrival_s = trace.coflows[i].arrival_s * c.time_scale;
+    if (e.flows.empty()) {
+      ++r.local_only;
+      continue;
+    }
+    if (all.empty()) first = e.out.arrival_s;
+    last = e.out.arrival_s;
+    bytes += e.out.bytes;
+    all.push_back(std::move(e));
+  }
+  if (last > first) r.offered_load = 8 * bytes / (trace.ports * port_bps * (last - first));
+
+  if (c.policy == "offline") {
+    for (auto& e : all) {
+      e.out.cct_s = e.out.bound_s;
+      r.coflows.push_back(e.out);
+    }
+    r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    return r;
+  }
+
+  alloc::CoflowConfig pc;
+  pc.policy = c.policy == "stf"    ? alloc::CoflowPolicy::kStf
+              : c.policy == "sebf" ? alloc::CoflowPolicy::kSebf
+                                   : alloc::CoflowPolicy::kNone;
+  pc.ordered_share = c.ordered_share;
+  const std::vector<double> cap(2 * static_cast<std::size_t>(trace.ports), port_bps);
+  alloc::CoflowPlanner planner;
+  // Active flows stay grouped by coflow in arrival order (ends compact them
+  // in place), so the planner's grouping finds them sorted.
+  std::vector<alloc::CoflowFlow> flows;
+  std::vector<std::uint32_t> owner;  // index into all
+  std::vector<std::uint32_t> left(all.size(), 0);
+  std::vector<double> rates;
+  double t = 0;
+  std::size_t next = 0;
+  const double kInf = std::numeric_limits<double>::infinity();
+  while (next < all.size() || !flows.empty()) {
+    if (flows.empty()) t = std::max(t, all[next].out.arrival_s);
+    while (next < all.size() && all[next].out.arrival_s <= t) {
+      for (const auto& f : all[next].flows) {
+        flows.push_back(f);
+        owner.push_back(static_cast<std::uint32_t>(next));
+      }
+      left[next] = static_cast<std::uint32_t>(all[next].flows.size());
+      ++next;
+    }
+    planner.plan(pc, cap, flows, rates);
+    planner.backfill(cap, flows, rates);
+    ++r.events;
+    double dt = next < all.size() ? all[next].out.arrival_s - t : kInf;
+    for (std::size_t i = 0; i < flows.size(); ++i) {
+      if (rates[i] > 0) dt = std::min(dt, 8 * flows[i].remaining_bytes / rates[i]);
+    }
+    if (!(dt < kInf)) throw std::logic_error("coflow replay: no flow can progress");
+    // Flows that end within batch_s after the next end end now, each at its
+    // own time.
+    const double horizon = dt + c.batch_s;
+    std::size_t w = 0;
+    for (std::size_t i = 0; i < flows.size(); ++i) {
+      const double need = rates[i] > 0 ? 8 * flows[i].remaining_bytes / rates[i] : kInf;
+      if (need <= horizon) {
+        const std::uint32_t k = owner[i];
+        if (--left[k] == 0) {
+          all[k].out.cct_s = t + need - all[k].out.arrival_s;
+          r.coflows.push_back(all[k].out);
+        }
+        continue;
+      }
+      flows[i].remaining_bytes -= rates[i] * dt / 8;
+      flows[w] = flows[i];
+      owner[w] = owner[i];
+      ++w;
+    }
+    flows.resize(w);
+    owner.resize(w);
+    t += dt;
+  }
+  std::sort(r.coflows.begin(), r.coflows.end(),
+            [](const CoflowOutcome& a, const CoflowOutcome& b) { return a.id < b.id; });
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  return r;
+}
+
+namespace {
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+double pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double rank = p / 100 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(rank);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
+}
+
+}  // namespace
+
+json summarize(const CoflowSimResult& r) {
+  std::vector<double> all;
+  std::vector<double> bins[4];  // SN, LN, SW, LW
+  for (const auto& o : r.coflows) {
+    all.push_back(o.cct_s);
+    const bool is_short = o.longest_flow_bytes < 5 * kMiB;
+    const bool narrow = o.flows <= 50;
+    bins[(is_short ? 0 : 1) + (narrow ? 0 : 2)].push_back(o.cct_s);
+  }
+  json j = {{"coflows", r.coflows.size()},
+            {"local_only", r.local_only},
+            {"offered_load", r.offered_load},
+            {"events", r.events},
+            {"wall_s", r.wall_s},
+            {"cct_mean_s", mean(all)},
+            {"cct_p50_s", pct(all, 50)},
+            {"cct_p95_s", pct(all, 95)},
+            {"cct_small_mean_s", mean(bins[0])}};
+  const char* names[4] = {"short_narrow", "long_narrow", "short_wide", "long_wide"};
+  for (int b = 0; b < 4; ++b) {
+    j["bins"][names[b]] = {{"coflows", bins[b].size()}, {"cct_mean_s", mean(bins[b])},
+                           {"cct_p95_s", pct(bins[b], 95)}};
+  }
+  return j;
+}
+
+}  // namespace flowtune::sim

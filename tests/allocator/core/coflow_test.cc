@@ -1,0 +1,197 @@
+// CoflowPlanner: the order (STF by bytes, SEBF by bottleneck time), MADD's
+// rates, the starvation guard, and work conservation (every flow crosses a
+// full link once the backfill has run).
+#include "flowtune/alloc/coflow.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+namespace flowtune::alloc {
+namespace {
+
+constexpr double kMB = 1e6;
+
+CoflowFlow flow(std::uint64_t coflow, double bytes, std::initializer_list<LinkId> links) {
+  CoflowFlow f;
+  f.coflow = coflow;
+  f.remaining_bytes = bytes;
+  for (LinkId l : links) f.path.push(l);
+  return f;
+}
+
+CoflowConfig config(CoflowPolicy p, double share = 1.0) {
+  CoflowConfig c;
+  c.policy = p;
+  c.ordered_share = share;
+  return c;
+}
+
+TEST(CoflowPlanner, StfServesTheSmallerCoflowFirstAndFairSharingCannot) {
+  // One 8 Mbit/s link (1 MB/s), coflows of 1 MB and 2 MB: fair sharing ends
+  // them at 2 s and 3 s (mean 2.5 s), smallest first at 1 s and 3 s (2 s).
+  const std::vector<double> cap{8e6};
+  const std::vector<CoflowFlow> flows{flow(7, 2 * kMB, {0}), flow(9, 1 * kMB, {0})};
+  CoflowPlanner p;
+  std::vector<double> r;
+  p.plan(config(CoflowPolicy::kStf), cap, flows, r);
+  EXPECT_DOUBLE_EQ(r[1], 8e6);
+  EXPECT_DOUBLE_EQ(r[0], 0);
+  EXPECT_EQ(p.order(), (std::vector<std::uint64_t>{9, 7}));
+  // kNone orders nothing; the backfill alone is per-flow fair sharing.
+  p.plan(config(CoflowPolicy::kNone), cap, flows, r);
+  EXPECT_EQ(r, (std::vector<double>{0, 0}));
+  p.backfill(cap, flows, r);
+  EXPECT_DOUBLE_EQ(r[0], 4e6);
+  EXPECT_DOUBLE_EQ(r[1], 4e6);
+}
+
+TEST(CoflowPlanner, SebfOrdersByBottleneckTimeNotBytes) {
+  // Three 8 Mbit/s links. X: 1 MB on each (3 MB, 1 s alone); Y: 2 MB on
+  // link 0 (2 MB, 2 s alone). STF serves Y first, SEBF X.
+  const std::vector<double> cap{8e6, 8e6, 8e6};
+  const std::vector<CoflowFlow> flows{flow(1, kMB, {0}), flow(1, kMB, {1}), flow(1, kMB, {2}),
+                                      flow(2, 2 * kMB, {0})};
+  CoflowPlanner p;
+  std::vector<double> r;
+  p.plan(config(CoflowPolicy::kStf), cap, flows, r);
+  EXPECT_EQ(p.order(), (std::vector<std::uint64_t>{2, 1}));
+  EXPECT_DOUBLE_EQ(r[3], 8e6);
+  EXPECT_DOUBLE_EQ(r[0], 0);
+  EXPECT_DOUBLE_EQ(r[1], 8e6);
+  p.plan(config(CoflowPolicy::kSebf), cap, flows, r);
+  EXPECT_EQ(p.order(), (std::vector<std::uint64_t>{1, 2}));
+  for (int i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(r[i], 8e6);
+  EXPECT_DOUBLE_EQ(r[3], 0);
+  // Mean CCT on this instance: SEBF 1 s and 3 s (2 s); STF 2 s and 3 s
+  // (X's flow on link 0 waits for Y): 2.5 s.
+}
+
+TEST(CoflowPlanner, MaddFinishesACoflowsFlowsTogetherAndPassesOnWhatItCannotUse) {
+  // A: 1 MB on link 0 and 3 MB on link 1 (Γ = 3 s): 1/3 and 1 MB/s, so both
+  // end at 3 s; link 0's other 2/3 goes to B, next in order.
+  const std::vector<double> cap{8e6, 8e6};
+  const std::vector<CoflowFlow> flows{flow(1, kMB, {0}), flow(1, 3 * kMB, {1}),
+                                      flow(2, 10 * kMB, {0})};
+  CoflowPlanner p;
+  std::vector<double> r;
+  p.plan(config(CoflowPolicy::kSebf), cap, flows, r);
+  EXPECT_NEAR(r[0], 8e6 / 3, 1e-6);
+  EXPECT_NEAR(r[1], 8e6, 1e-6);
+  EXPECT_NEAR(r[2], 8e6 * 2 / 3, 1e-6);
+  EXPECT_NEAR(kMB * 8 / r[0], 3 * kMB * 8 / r[1], 1e-9);
+}
+
+TEST(CoflowPlanner, TheGuardKeepsAShareForEveryFlowSoNoCoflowStarves) {
+  const std::vector<double> cap{10e6};
+  const std::vector<CoflowFlow> flows{flow(1, kMB, {0}), flow(2, 100 * kMB, {0})};
+  CoflowPlanner p;
+  std::vector<double> r;
+  p.plan(config(CoflowPolicy::kStf, 0.9), cap, flows, r);
+  EXPECT_DOUBLE_EQ(r[0], 9e6);
+  EXPECT_DOUBLE_EQ(r[1], 0);
+  p.backfill(cap, flows, r);
+  EXPECT_NEAR(r[0], 9.5e6, 1e-6);
+  EXPECT_NEAR(r[1], 0.5e6, 1e-6);
+}
+
+TEST(CoflowPlanner, UnknownSizesGoLastWithTheBackfillOnly) {
+  const std::vector<double> cap{10e6};
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<CoflowFlow> flows{flow(1, inf, {0}), flow(2, 1e12, {0})};
+  for (auto pol : {CoflowPolicy::kStf, CoflowPolicy::kSebf}) {
+    CoflowPlanner p;
+    std::vector<double> r;
+    p.plan(config(pol), cap, flows, r);
+    EXPECT_EQ(p.order(), (std::vector<std::uint64_t>{2})) << to_string(pol);
+    EXPECT_DOUBLE_EQ(r[0], 0);
+    EXPECT_DOUBLE_EQ(r[1], 10e6);
+  }
+}
+
+TEST(CoflowPlanner, BackfillIsMaxMinFair) {
+  // f0 crosses both links; link 1 is the small one.
+  const std::vector<double> cap{10e6, 4e6};
+  const std::vector<CoflowFlow> flows{flow(1, kMB, {0, 1}), flow(2, kMB, {0}), flow(3, kMB, {1})};
+  CoflowPlanner p;
+  std::vector<double> r(3, 0.0);
+  p.backfill(cap, flows, r);
+  EXPECT_NEAR(r[0], 2e6, 1e-6);
+  EXPECT_NEAR(r[2], 2e6, 1e-6);
+  EXPECT_NEAR(r[1], 8e6, 1e-6);
+}
+
+TEST(CoflowPlanner, RandomInstancesNeverOverfillALinkAndLeaveNoFlowUnderserved) {
+  std::mt19937 rng(5);
+  const auto draw = [&](std::uint32_t n) { return static_cast<std::uint32_t>(rng() % n); };
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::uint32_t nl = 2 + draw(12);
+    std::vector<double> cap(nl);
+    for (double& c : cap) c = 1e6 * (1 + draw(100));
+    std::vector<CoflowFlow> flows;
+    const int nf = 1 + static_cast<int>(draw(40));
+    for (int i = 0; i < nf; ++i) {
+      CoflowFlow f;
+      f.coflow = draw(6);
+      f.remaining_bytes = 1e3 * (1 + draw(10000));
+      const LinkId a = draw(nl), b = draw(nl);
+      f.path.push(a);
+      if (b != a) f.path.push(b);
+      flows.push_back(f);
+    }
+    for (auto pol : {CoflowPolicy::kNone, CoflowPolicy::kStf, CoflowPolicy::kSebf}) {
+      CoflowPlanner p;
+      std::vector<double> r;
+      const double share = trial % 2 ? 1.0 : 0.8;
+      p.plan(config(pol, share), cap, flows, r);
+      // Both ways of filling give the same rates.
+      for (auto way : {CoflowPlanner::Fill::kScan, CoflowPlanner::Fill::kHeap}) {
+        CoflowPlanner q;
+        q.set_fill(way);
+        std::vector<double> s;
+        q.plan(config(pol, share), cap, flows, s);
+        std::vector<double> rb = r, sb = s;
+        p.backfill(cap, flows, rb);
+        q.backfill(cap, flows, sb);
+        for (int i = 0; i < nf; ++i) {
+          ASSERT_NEAR(s[i], r[i], 1e-6 * (1 + r[i])) << "trial " << trial << " flow " << i;
+          ASSERT_NEAR(sb[i], rb[i], 1e-6 * (1 + rb[i])) << "trial " << trial << " flow " << i;
+        }
+      }
+      std::vector<double> used(nl, 0.0);
+      for (int i = 0; i < nf; ++i) {
+        for (LinkId l : flows[i].path) used[l] += r[i];
+      }
+      for (std::uint32_t l = 0; l < nl; ++l) ASSERT_LE(used[l], cap[l] * share * (1 + 1e-9));
+      p.backfill(cap, flows, r);
+      used.assign(nl, 0.0);
+      for (int i = 0; i < nf; ++i) {
+        ASSERT_GE(r[i], 0);
+        for (LinkId l : flows[i].path) used[l] += r[i];
+      }
+      for (std::uint32_t l = 0; l < nl; ++l) ASSERT_LE(used[l], cap[l] * (1 + 1e-9));
+      // Work-conserving: every flow crosses a link that is full.
+      for (int i = 0; i < nf; ++i) {
+        bool full = false;
+        for (LinkId l : flows[i].path) full = full || used[l] >= cap[l] * (1 - 1e-6);
+        ASSERT_TRUE(full) << "trial " << trial << " policy " << to_string(pol) << " flow " << i;
+      }
+    }
+  }
+}
+
+TEST(CoflowPlanner, PoliciesParseByNameAndBadSharesAreRefused) {
+  CoflowPolicy p = CoflowPolicy::kNone;
+  EXPECT_TRUE(parse_coflow_policy("sebf", p));
+  EXPECT_EQ(p, CoflowPolicy::kSebf);
+  EXPECT_TRUE(parse_coflow_policy("stf", p));
+  EXPECT_EQ(p, CoflowPolicy::kStf);
+  EXPECT_FALSE(parse_coflow_policy("fifo", p));
+  EXPECT_EQ(check(config(CoflowPolicy::kStf, 0)), "ordered share must be within (0, 1]");
+  EXPECT_EQ(check(config(CoflowPolicy::kStf, 0.5)), "");
+}
+
+}  // namespace
+}  // namespace flowtune::alloc

@@ -1,0 +1,181 @@
+// Coflow trace replay: the Coflow-Benchmark parser (and its errors), CCTs on
+// instances small enough to work out by hand, and the `coflows` and
+// `figure coflow-trace` command lines.
+#include "coflow_trace.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <sstream>
+#include <stdexcept>
+
+#include "sim_cli.h"
+
+namespace flowtune::sim {
+namespace {
+
+using nlohmann::json;
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+CoflowTrace parse(const std::string& text) {
+  std::istringstream in(text);
+  return parse_coflow_trace(in, "t.txt");
+}
+
+std::string parse_error(const std::string& text) {
+  try {
+    parse(text);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Ports of 1 MiB/s, so a flow of N MiB alone takes N seconds.
+CoflowSimConfig exact(const std::string& policy) {
+  CoflowSimConfig c;
+  c.policy = policy;
+  c.port_gbps = 8 * kMiB / 1e9;
+  c.ordered_share = 1;
+  c.batch_s = 0;
+  return c;
+}
+
+double cct(const CoflowSimResult& r, std::uint64_t id) {
+  for (const auto& o : r.coflows) {
+    if (o.id == id) return o.cct_s;
+  }
+  ADD_FAILURE() << "no coflow " << id;
+  return -1;
+}
+
+TEST(CoflowTrace, ParsesTheBenchmarkFormat) {
+  const CoflowTrace t = parse("4 2\n1 0 2 0 1 1 3:2.5\n2 1500 1 2 2 0:1 3:4\n");
+  EXPECT_EQ(t.ports, 4u);
+  ASSERT_EQ(t.coflows.size(), 2u);
+  EXPECT_EQ(t.coflows[0].mappers, (std::vector<std::uint32_t>{0, 1}));
+  ASSERT_EQ(t.coflows[0].reducers.size(), 1u);
+  EXPECT_EQ(t.coflows[0].reducers[0].first, 3u);
+  EXPECT_DOUBLE_EQ(t.coflows[0].reducers[0].second, 2.5 * kMiB);
+  EXPECT_DOUBLE_EQ(t.coflows[1].arrival_s, 1.5);
+  EXPECT_EQ(t.coflows[1].id, 2u);
+}
+
+TEST(CoflowTrace, BadInputIsRefusedWithItsLine) {
+  EXPECT_EQ(parse_error(""), "t.txt:0: empty trace");
+  EXPECT_NE(parse_error("x 1\n").find("t.txt:1: expected 'PORTS COFLOWS'"), std::string::npos);
+  EXPECT_NE(parse_error("4 1\n1 0 1 9 1 3:1\n").find("t.txt:2: mapper port"), std::string::npos);
+  EXPECT_NE(parse_error("4 1\n1 0 1 0 1 3-1\n").find("t.txt:2: reducer '3-1'"), std::string::npos);
+  EXPECT_NE(parse_error("4 1\n1 0 1 0 2 3:1\n").find("fewer reducers"), std::string::npos);
+  EXPECT_NE(parse_error("4 1\n1 0 1 0 1 3:1 7\n").find("unexpected '7'"), std::string::npos);
+  EXPECT_NE(parse_error("4 2\n1 5 1 0 1 3:1\n2 4 1 0 1 3:1\n").find("t.txt:3: arrival times"),
+            std::string::npos);
+  EXPECT_NE(parse_error("4 3\n1 0 1 0 1 3:1\n").find("announces 3 coflows, found 1"),
+            std::string::npos);
+}
+
+TEST(CoflowReplay, SmallestFirstBeatsFairSharingByTheWorkedOutFactor) {
+  // Two coflows on one path at t = 0: 2 MiB and 1 MiB. Fair sharing ends
+  // them at 3 s and 2 s; either coflow policy at 3 s and 1 s.
+  const CoflowTrace t = parse("2 2\n1 0 1 0 1 1:2\n2 0 1 0 1 1:1\n");
+  const auto pf = simulate_coflows(t, exact("pf"));
+  EXPECT_NEAR(cct(pf, 1), 3, 1e-9);
+  EXPECT_NEAR(cct(pf, 2), 2, 1e-9);
+  for (const char* p : {"stf", "sebf"}) {
+    const auto r = simulate_coflows(t, exact(p));
+    EXPECT_NEAR(cct(r, 1), 3, 1e-9) << p;
+    EXPECT_NEAR(cct(r, 2), 1, 1e-9) << p;
+  }
+  const auto off = simulate_coflows(t, exact("offline"));
+  EXPECT_NEAR(cct(off, 1), 2, 1e-9);
+  EXPECT_NEAR(cct(off, 2), 1, 1e-9);
+  // The starvation guard: with 0.9 ordered, the large coflow keeps moving
+  // (half of the other tenth), so the small one ends a little later.
+  CoflowSimConfig guarded = exact("stf");
+  guarded.ordered_share = 0.9;
+  EXPECT_NEAR(cct(simulate_coflows(t, guarded), 2), 1 / 0.95, 1e-9);
+}
+
+TEST(CoflowReplay, SebfBeatsStfWhenTheLargerCoflowIsTheQuickerOne) {
+  // X (id 1): mappers 0, 1 to reducers 2, 3, 1 MiB per flow: 4 MiB, 2 s
+  // alone. Y (id 2): 3 MiB from 0 to 2, 3 s alone. STF serves Y first (Y 3 s,
+  // X 5 s), SEBF X first (X 2 s, Y 5 s).
+  const CoflowTrace t = parse("4 2\n1 0 2 0 1 2 2:2 3:2\n2 0 1 0 1 2:3\n");
+  const auto sebf = simulate_coflows(t, exact("sebf"));
+  EXPECT_NEAR(cct(sebf, 1), 2, 1e-9);
+  EXPECT_NEAR(cct(sebf, 2), 5, 1e-9);
+  const auto stf = simulate_coflows(t, exact("stf"));
+  EXPECT_NEAR(cct(stf, 2), 3, 1e-9);
+  EXPECT_NEAR(cct(stf, 1), 5, 1e-9);
+}
+
+TEST(CoflowReplay, RackLocalFlowsAndLoadAreAccountedFor) {
+  // Coflow 1 is rack-local only (mapper and reducer on port 0); coflow 2
+  // moves 2 MiB over 2 ports in 4 s of arrivals: load 2 MiB / (2 x 1 MiB/s x 4 s).
+  const CoflowTrace t = parse("2 2\n1 0 1 0 1 0:5\n2 4000 1 0 1 1:2\n");
+  const auto r = simulate_coflows(t, exact("pf"));
+  EXPECT_EQ(r.local_only, 1u);
+  ASSERT_EQ(r.coflows.size(), 1u);
+  EXPECT_NEAR(cct(r, 2), 2, 1e-9);
+  EXPECT_EQ(r.offered_load, 0);  // one coflow over the fabric: no span
+  CoflowSimConfig slow = exact("pf");
+  slow.time_scale = 2;
+  const CoflowTrace u = parse("2 2\n1 0 1 0 1 1:2\n2 4000 1 1 1 0:2\n");
+  EXPECT_NEAR(simulate_coflows(u, slow).offered_load, 4.0 / (2 * 8), 1e-9);
+  EXPECT_NEAR(cct(simulate_coflows(u, slow), 2), 2, 1e-9);
+}
+
+TEST(CoflowCli, ReplaysATraceFileAndRefusesBadArguments) {
+  const std::string trace = write_temp("trace.txt", "2 2\n1 0 1 0 1 1:2\n2 0 1 0 1 1:1\n");
+  CliResult r = sim("coflows --trace '" + trace + "' --policy stf --per-coflow");
+  ASSERT_EQ(r.status, 0) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["config"]["policy"], "stf");
+  EXPECT_EQ(j["summary"]["coflows"], 2);
+  EXPECT_EQ(j["coflows"].size(), 2u);
+  EXPECT_GT(j["summary"]["cct_mean_s"].get<double>(), 0);
+  const std::string bad = write_temp("bad.txt", "2 1\n1 0 1 7 1 1:2\n");
+  struct Case {
+    std::string args;
+    const char* needle;
+  } cases[] = {
+      {"coflows --policy fifo", "policy must be pf, stf, sebf or offline"},
+      {"coflows --ordered-share 0", "ordered share must be within"},
+      {"coflows --trace /no/such/trace", "cannot open"},
+      {"coflows --trace '" + bad + "'", ":2: mapper port"},
+  };
+  for (const auto& k : cases) {
+    CliResult e = sim(k.args);
+    EXPECT_EQ(e.status, 2) << k.args;
+    EXPECT_NE(e.err.find(k.needle), std::string::npos) << k.args << ": " << e.err;
+  }
+  std::remove(trace.c_str());
+  std::remove(bad.c_str());
+}
+
+TEST(CoflowCli, TheTraceFigureReportsSpeedupsOverFairSharing) {
+  const std::string dir = temp_path("coflowfig");
+  CliResult r = sim("figure coflow-trace --quick --no-plot --no-progress --out '" + dir + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  json j = json::parse(slurp(dir + "/coflow-trace.json"));
+  for (const char* p : {"pf", "stf", "sebf", "offline"}) {
+    ASSERT_TRUE(j["summary"].contains(p)) << p;
+    EXPECT_GT(j["summary"][p]["cct_mean_s"].get<double>(), 0) << p;
+  }
+  EXPECT_DOUBLE_EQ(j["summary"]["pf"]["speedup_mean_vs_pf"].get<double>(), 1.0);
+  // No schedule beats each coflow alone; the coflow policies beat fair
+  // sharing on the trace's small coflows.
+  for (const char* p : {"pf", "stf", "sebf"}) {
+    EXPECT_GE(j["summary"][p]["cct_mean_s"].get<double>(),
+              j["summary"]["offline"]["cct_mean_s"].get<double>() * (1 - 1e-9))
+        << p;
+    if (std::string(p) != "pf") {
+      EXPECT_GT(j["summary"][p]["speedup_small_vs_pf"].get<double>(), 1.5) << p;
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace flowtune::sim
