@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "flowtune/alloc/coflow.h"
 
@@ -30,6 +31,7 @@ CoflowTrace parse_coflow_trace(std::istream& in, const std::string& name) {
   std::string text;
   std::size_t lineno = 0, expected = 0;
   bool header = false;
+  std::unordered_set<std::uint64_t> ids;
   while (std::getline(in, text)) {
     ++lineno;
     std::istringstream ls(text);
@@ -64,11 +66,15 @@ CoflowTrace parse_coflow_trace(std::istream& in, const std::string& name) {
       const auto colon = tok.find(':');
       char* end = nullptr;
       const long long p = std::strtoll(tok.c_str(), &end, 10);
-      if (colon == std::string::npos || end != tok.c_str() + colon || p < 0 || p >= t.ports) {
+      if (colon == std::string::npos || colon == 0 || end != tok.c_str() + colon || p < 0 ||
+          p >= t.ports) {
         bad(name, lineno, "reducer '" + tok + "': expected PORT:MB with PORT in 0..PORTS-1");
       }
-      const double mb = std::strtod(tok.c_str() + colon + 1, &end);
-      if (*end != 0 || !(mb >= 0) || !std::isfinite(mb)) bad(name, lineno, "reducer '" + tok + "': bad MB");
+      const char* mb_text = tok.c_str() + colon + 1;
+      const double mb = std::strtod(mb_text, &end);
+      if (end == mb_text || *end != 0 || !(mb >= 0) || !std::isfinite(mb)) {
+        bad(name, lineno, "reducer '" + tok + "': bad MB");
+      }
       c.reducers.emplace_back(static_cast<std::uint32_t>(p), mb * kMiB);
     }
     std::string extra;
@@ -76,6 +82,7 @@ CoflowTrace parse_coflow_trace(std::istream& in, const std::string& name) {
     if (!t.coflows.empty() && c.arrival_s < t.coflows.back().arrival_s) {
       bad(name, lineno, "arrival times must not decrease");
     }
+    if (!ids.insert(c.id).second) bad(name, lineno, "coflow id " + std::to_string(c.id) + " repeats");
     t.coflows.push_back(std::move(c));
   }
   if (!header) bad(name, lineno, "empty trace");
@@ -174,7 +181,7 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
     Expanded e = expand(trace.coflows[i], trace.ports, port_bps);
     e.out.arrival_s = trace.coflows[i].arrival_s * c.time_scale;
     if (e.flows.empty()) {
-      ++r.local_only;
+      ++r.left_out;
       continue;
     }
     if (all.empty()) first = e.out.arrival_s;
@@ -205,6 +212,7 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
   std::vector<alloc::CoflowFlow> flows;
   std::vector<std::uint32_t> owner;  // index into all
   std::vector<std::uint32_t> left(all.size(), 0);
+  std::vector<double> ends(all.size(), 0.0);  // the latest end of a coflow's flows so far
   std::vector<double> rates;
   double t = 0;
   std::size_t next = 0;
@@ -234,9 +242,12 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
     for (std::size_t i = 0; i < flows.size(); ++i) {
       const double need = rates[i] > 0 ? 8 * flows[i].remaining_bytes / rates[i] : kInf;
       if (need <= horizon) {
+        // Ended at its own time; a coflow ends with the latest of its flows,
+        // which need not be the last one ended.
         const std::uint32_t k = owner[i];
+        ends[k] = std::max(ends[k], t + need);
         if (--left[k] == 0) {
-          all[k].out.cct_s = t + need - all[k].out.arrival_s;
+          all[k].out.cct_s = ends[k] - all[k].out.arrival_s;
           r.coflows.push_back(all[k].out);
         }
         continue;
@@ -285,7 +296,7 @@ json summarize(const CoflowSimResult& r) {
     bins[(is_short ? 0 : 1) + (narrow ? 0 : 2)].push_back(o.cct_s);
   }
   json j = {{"coflows", r.coflows.size()},
-            {"local_only", r.local_only},
+            {"left_out", r.left_out},
             {"offered_load", r.offered_load},
             {"events", r.events},
             {"wall_s", r.wall_s},

@@ -75,7 +75,7 @@ struct CoflowOutcome {
 
 struct CoflowSimResult {
   std::vector<CoflowOutcome> coflows;  // those with bytes over the fabric
-  std::size_t local_only = 0;          // coflows left out: every flow inside a rack
+  std::size_t left_out = 0;  // coflows with no byte over the fabric (inside racks, or empty)
   double offered_load = 0;             // fabric bytes / (ports × rate × arrival span)
   std::uint64_t events = 0;
   double wall_s = 0;

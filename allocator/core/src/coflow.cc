@@ -64,30 +64,48 @@ void CoflowPlanner::plan(const CoflowConfig& c, std::span<const double> avail_bp
   cap_.assign(avail_bps.size(), 0.0);
   for (std::size_t l = 0; l < avail_bps.size(); ++l) cap_[l] = std::max(0.0, avail_bps[l]) * c.ordered_share;
   load_.assign(avail_bps.size(), 0.0);
+  // Only flows of known size are ordered; the others of a coflow get the
+  // shared part alone and do not hold their coflow back.
+  const auto sized = [&](std::uint32_t i) { return flows[i].remaining_bytes < kInf; };
 
   // The coflow's bytes per link (load_, touched_), and its bottleneck time
-  // on `cap` (seconds; +inf when a loaded link has nothing left).
+  // on `cap` (seconds; +inf when a loaded link has nothing left or no flow
+  // has a size). A capped flow is a bottleneck of its own.
   const auto bottleneck = [&](const Group& g, const std::vector<double>& cap) {
     touched_.clear();
+    double gamma = kInf;
     for (std::uint32_t k = g.begin; k < g.end; ++k) {
-      const CoflowFlow& f = flows[by_coflow_[k]];
+      const std::uint32_t i = by_coflow_[k];
+      if (!sized(i)) continue;
+      const CoflowFlow& f = flows[i];
+      gamma = gamma < kInf ? std::max(gamma, 0.0) : 0.0;
+      if (f.max_bps < kInf) gamma = std::max(gamma, 8 * f.remaining_bytes / f.max_bps);
       for (LinkId l : f.path) {
         if (load_[l] == 0) touched_.push_back(l);
         load_[l] += f.remaining_bytes;
       }
     }
-    double gamma = 0;
     for (LinkId l : touched_) gamma = std::max(gamma, cap[l] > 0 ? 8 * load_[l] / cap[l] : kInf);
     return gamma;
   };
   const auto clear_load = [&] {
     for (LinkId l : touched_) load_[l] = 0;
   };
+  const auto sized_members = [&](const Group& g) {
+    all_.clear();
+    for (std::uint32_t k = g.begin; k < g.end; ++k) {
+      if (sized(by_coflow_[k])) all_.push_back(by_coflow_[k]);
+    }
+    return std::span<const std::uint32_t>(all_);
+  };
 
   for (Group& g : groups_) {
     if (c.policy == CoflowPolicy::kStf) {
-      g.key = 0;
-      for (std::uint32_t k = g.begin; k < g.end; ++k) g.key += flows[by_coflow_[k]].remaining_bytes;
+      g.key = kInf;
+      for (std::uint32_t k = g.begin; k < g.end; ++k) {
+        const std::uint32_t i = by_coflow_[k];
+        if (sized(i)) g.key = (g.key < kInf ? g.key : 0) + flows[i].remaining_bytes;
+      }
     } else {
       g.key = bottleneck(g, cap_);
       clear_load();
@@ -97,13 +115,11 @@ void CoflowPlanner::plan(const CoflowConfig& c, std::span<const double> avail_bp
     return a.key != b.key ? a.key < b.key : a.id < b.id;
   });
 
-  std::vector<std::uint32_t>& members = all_;
   for (const Group& g : groups_) {
-    if (!(g.key < kInf)) break;  // unknown sizes, or nothing left to give: backfill only
+    if (!(g.key < kInf)) break;  // no sized flow, or nothing left to give: shared part only
     order_ids_.push_back(g.id);
     if (c.policy == CoflowPolicy::kStf) {
-      members.assign(by_coflow_.begin() + g.begin, by_coflow_.begin() + g.end);
-      fill(flows, members, cap_, ordered);
+      fill(flows, sized_members(g), cap_, ordered);
       continue;
     }
     // MADD: every flow at remaining ÷ Γ, Γ on what earlier coflows left.
@@ -111,7 +127,7 @@ void CoflowPlanner::plan(const CoflowConfig& c, std::span<const double> avail_bp
     if (gamma > 0 && gamma < kInf) {
       for (std::uint32_t k = g.begin; k < g.end; ++k) {
         const std::uint32_t i = by_coflow_[k];
-        ordered[i] = 8 * flows[i].remaining_bytes / gamma;
+        if (sized(i)) ordered[i] = 8 * flows[i].remaining_bytes / gamma;
       }
       for (LinkId l : touched_) cap_[l] = std::max(0.0, cap_[l] - 8 * load_[l] / gamma);
     }
@@ -122,8 +138,7 @@ void CoflowPlanner::plan(const CoflowConfig& c, std::span<const double> avail_bp
   // bottleneck kept it from filling) goes to the first coflows that can use it.
   for (const Group& g : groups_) {
     if (!(g.key < kInf)) break;
-    members.assign(by_coflow_.begin() + g.begin, by_coflow_.begin() + g.end);
-    fill(flows, members, cap_, ordered);
+    fill(flows, sized_members(g), cap_, ordered);
   }
 }
 
@@ -134,9 +149,9 @@ void CoflowPlanner::backfill(std::span<const double> capacity_bps,
     for (LinkId l : flows[i].path) cap_[l] -= rates[i];
   }
   for (double& x : cap_) x = std::max(0.0, x);
-  all_.resize(flows.size());
-  std::iota(all_.begin(), all_.end(), 0u);
-  fill(flows, all_, cap_, rates);
+  members_.resize(flows.size());
+  std::iota(members_.begin(), members_.end(), 0u);
+  fill(flows, members_, cap_, rates);
 }
 
 void CoflowPlanner::fill(std::span<const CoflowFlow> flows,
@@ -145,123 +160,119 @@ void CoflowPlanner::fill(std::span<const CoflowFlow> flows,
   // Progressive filling: every unfrozen flow rises by the same amount until
   // some link is full; that link's flows freeze; repeat. Links are numbered
   // locally (only those the members touch), so a small coflow costs nothing
-  // for the links it does not touch.
+  // for the links it does not touch; a capped flow has a link of its own
+  // (its headroom to the cap) that only it crosses.
   if (local_.size() < cap.size()) local_.resize(cap.size(), kNoLocal);
   links_.clear();
-  for (std::uint32_t i : members) {
-    for (LinkId l : flows[i].path) {
+  lcap_.clear();
+  own_.assign(members.size(), kNoLocal);
+  for (std::uint32_t k = 0; k < members.size(); ++k) {
+    const CoflowFlow& f = flows[members[k]];
+    for (LinkId l : f.path) {
       if (local_[l] == kNoLocal) {
         local_[l] = static_cast<std::uint32_t>(links_.size());
         links_.push_back(l);
+        lcap_.push_back(std::max(0.0, cap[l]));
       }
     }
   }
-  const std::size_t nl = links_.size();
+  const std::size_t real = links_.size();
+  for (std::uint32_t k = 0; k < members.size(); ++k) {
+    const CoflowFlow& f = flows[members[k]];
+    if (!(f.max_bps < kInf)) continue;
+    own_[k] = static_cast<std::uint32_t>(lcap_.size());
+    lcap_.push_back(std::max(0.0, f.max_bps - rates[members[k]]));
+  }
+  const std::size_t nl = lcap_.size();
   link_begin_.assign(nl + 1, 0);
-  for (std::uint32_t i : members) {
-    for (LinkId l : flows[i].path) ++link_begin_[local_[l] + 1];
+  const auto each_link = [&](std::uint32_t k, auto&& fn) {
+    for (LinkId l : flows[members[k]].path) fn(local_[l]);
+    if (own_[k] != kNoLocal) fn(own_[k]);
+  };
+  for (std::uint32_t k = 0; k < members.size(); ++k) {
+    each_link(k, [&](std::uint32_t j) { ++link_begin_[j + 1]; });
   }
   for (std::size_t j = 0; j < nl; ++j) link_begin_[j + 1] += link_begin_[j];
   link_flows_.resize(link_begin_[nl]);
   unfrozen_.assign(nl, 0);
   for (std::uint32_t k = 0; k < members.size(); ++k) {
-    for (LinkId l : flows[members[k]].path) {
-      const std::uint32_t j = local_[l];
-      link_flows_[link_begin_[j] + unfrozen_[j]++] = k;
-    }
+    each_link(k, [&](std::uint32_t j) { link_flows_[link_begin_[j] + unfrozen_[j]++] = k; });
   }
   frozen_.assign(members.size(), 0);
   // Scanning every link each round costs links x rounds; the heap, a log
   // per flow and link. Measured: the heap made a 50k-flow backfill over 300
-  // links 5.5x slower, the scan made a plan of 100-flow coflows over
-  // thousands of links cost more than the heap.
+  // links 5.5x slower; the scan suits few links, the heap many.
   const double rounds = static_cast<double>(std::min(nl, members.size()));
   const bool scan = fill_way_ == Fill::kAuto
                         ? static_cast<double>(nl) * rounds <=
                               8.0 * static_cast<double>(members.size()) *
                                   std::log2(static_cast<double>(nl) + 2)
                         : fill_way_ == Fill::kScan;
+  const auto freeze = [&](std::uint32_t k, double level, auto&& touch) {
+    frozen_[k] = 1;
+    rates[members[k]] += level;
+    each_link(k, touch);
+  };
   if (scan) {
-    fill_scan(flows, members, cap, rates);
-  } else {
-    fill_heap(flows, members, cap, rates);
-  }
-  for (LinkId l : links_) {
-    cap[l] = std::max(0.0, cap[l]);
-    local_[l] = kNoLocal;
-  }
-}
-
-void CoflowPlanner::fill_scan(std::span<const CoflowFlow> flows,
-                              std::span<const std::uint32_t> members, std::vector<double>& cap,
-                              std::vector<double>& rates) {
-  const std::size_t nl = links_.size();
-  double level = 0;
-  std::size_t left = members.size();
-  while (left > 0) {
-    double inc = kInf;
-    for (std::uint32_t j = 0; j < nl; ++j) {
-      if (unfrozen_[j] > 0) inc = std::min(inc, std::max(0.0, cap[links_[j]]) / unfrozen_[j]);
-    }
-    if (!(inc < kInf)) break;
-    level += inc;
-    full_.clear();
-    for (std::uint32_t j = 0; j < nl; ++j) {
-      if (unfrozen_[j] == 0) continue;
-      double& c = cap[links_[j]];
-      const double before = c;
-      c -= inc * unfrozen_[j];
-      if (c <= 1e-9 * before || c <= 1e-6) full_.push_back(j);
-    }
-    for (std::uint32_t j : full_) {
-      cap[links_[j]] = 0;
-      for (std::uint32_t p = link_begin_[j]; p < link_begin_[j + 1]; ++p) {
-        const std::uint32_t k = link_flows_[p];
-        if (frozen_[k]) continue;
-        frozen_[k] = 1;
-        --left;
-        rates[members[k]] += level;
-        for (LinkId m : flows[members[k]].path) --unfrozen_[local_[m]];
+    double level = 0;
+    std::size_t left = members.size();
+    while (left > 0) {
+      double inc = kInf;
+      for (std::uint32_t j = 0; j < nl; ++j) {
+        if (unfrozen_[j] > 0) inc = std::min(inc, lcap_[j] / unfrozen_[j]);
       }
-    }
-  }
-}
-
-void CoflowPlanner::fill_heap(std::span<const CoflowFlow> flows,
-                              std::span<const std::uint32_t> members, std::vector<double>& cap,
-                              std::vector<double>& rates) {
-  const std::size_t nl = links_.size();
-  base_.assign(nl, 0.0);
-  version_.assign(nl, 0);
-  heap_.clear();
-  // Min-heap on the level at which a link fills.
-  const auto later = [](const Due& a, const Due& b) { return a.level > b.level; };
-  for (std::uint32_t j = 0; j < nl; ++j) {
-    heap_.push_back({std::max(0.0, cap[links_[j]]) / unfrozen_[j], j, 0});
-  }
-  std::make_heap(heap_.begin(), heap_.end(), later);
-  while (!heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), later);
-    const Due d = heap_.back();
-    heap_.pop_back();
-    if (d.version != version_[d.link] || unfrozen_[d.link] == 0) continue;
-    const double level = d.level;
-    for (std::uint32_t p = link_begin_[d.link]; p < link_begin_[d.link + 1]; ++p) {
-      const std::uint32_t k = link_flows_[p];
-      if (frozen_[k]) continue;
-      frozen_[k] = 1;
-      rates[members[k]] += level;
-      for (LinkId m : flows[members[k]].path) {
-        const std::uint32_t j = local_[m];
-        cap[m] -= (level - base_[j]) * unfrozen_[j];
-        base_[j] = level;
-        if (--unfrozen_[j] > 0 && j != d.link) {
-          heap_.push_back({level + std::max(0.0, cap[m]) / unfrozen_[j], j, ++version_[j]});
-          std::push_heap(heap_.begin(), heap_.end(), later);
+      if (!(inc < kInf)) break;
+      level += inc;
+      full_.clear();
+      for (std::uint32_t j = 0; j < nl; ++j) {
+        if (unfrozen_[j] == 0) continue;
+        const double before = lcap_[j];
+        lcap_[j] -= inc * unfrozen_[j];
+        if (lcap_[j] <= 1e-9 * before || lcap_[j] <= 1e-6) full_.push_back(j);
+      }
+      for (std::uint32_t j : full_) {
+        lcap_[j] = 0;
+        for (std::uint32_t p = link_begin_[j]; p < link_begin_[j + 1]; ++p) {
+          const std::uint32_t k = link_flows_[p];
+          if (frozen_[k]) continue;
+          --left;
+          freeze(k, level, [&](std::uint32_t m) { --unfrozen_[m]; });
         }
       }
     }
-    cap[links_[d.link]] = 0;  // full
+  } else {
+    // A heap of the levels at which links fill; entries go stale when a
+    // link loses a flow (its version moves) and are skipped.
+    base_.assign(nl, 0.0);
+    version_.assign(nl, 0);
+    heap_.clear();
+    const auto later = [](const Due& a, const Due& b) { return a.level > b.level; };
+    for (std::uint32_t j = 0; j < nl; ++j) heap_.push_back({lcap_[j] / unfrozen_[j], j, 0});
+    std::make_heap(heap_.begin(), heap_.end(), later);
+    while (!heap_.empty()) {
+      std::pop_heap(heap_.begin(), heap_.end(), later);
+      const Due d = heap_.back();
+      heap_.pop_back();
+      if (d.version != version_[d.link] || unfrozen_[d.link] == 0) continue;
+      const double level = d.level;
+      for (std::uint32_t p = link_begin_[d.link]; p < link_begin_[d.link + 1]; ++p) {
+        const std::uint32_t k = link_flows_[p];
+        if (frozen_[k]) continue;
+        freeze(k, level, [&](std::uint32_t j) {
+          lcap_[j] -= (level - base_[j]) * unfrozen_[j];
+          base_[j] = level;
+          if (--unfrozen_[j] > 0 && j != d.link) {
+            heap_.push_back({level + std::max(0.0, lcap_[j]) / unfrozen_[j], j, ++version_[j]});
+            std::push_heap(heap_.begin(), heap_.end(), later);
+          }
+        });
+      }
+      lcap_[d.link] = 0;  // full
+    }
+  }
+  for (std::size_t j = 0; j < real; ++j) {
+    cap[links_[j]] = std::max(0.0, lcap_[j]);
+    local_[links_[j]] = kNoLocal;
   }
 }
 

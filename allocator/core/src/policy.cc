@@ -106,6 +106,7 @@ void PolicyBook::add(FlowId id, const FlowPolicy& p, std::uint64_t now_us) {
   e = Entry{};
   e.live = true;
   e.p = p;
+  e.cap_bps = p.max_bps;
   e.progress_us = now_us;
   if (p.tenant != kNoTenant) {
     Tenant& t = tenants_[p.tenant];
@@ -182,6 +183,7 @@ void PolicyBook::reweigh(BasicEngine<Real>& engine, Tenant& t) {
       const double c = std::max(t.spec.cap_bps * share, kMinRateBps);
       cap = cap > 0 ? std::min(cap, c) : c;
     }
+    e.cap_bps = cap;
     const double g = t.spec.guarantee_bps * share;
     if (g != e.guarantee_bps) replan_ = true;
     e.guarantee_bps = g;
@@ -269,22 +271,28 @@ void PolicyBook::advance(const BasicEngine<Real>& engine, FlowId id, Entry& e,
   e.progress_us = now_us;
 }
 
-// Coflow order on what guarantees and deadlines left: each flow's ordered
-// rate is added to its floor, so the engine's own share (of at least 1 -
-// share of every link) is the work-conserving rest. Flows without a coflow
-// id are coflows of their own (their key has the top bit set; wire ids use
-// the other 63), flows without a size go last.
+// Coflow order on what guarantees and deadlines left: a flow's floor becomes
+// the larger of its ordered rate and the floor it has (a deadline's or a
+// guarantee's), and the engine shares what floors leave (at least 1 - share
+// of every link). Floors are reservations: a flow that sends less than its
+// floor leaves the difference idle until the next plan. Flows without a
+// coflow id are coflows of their own (their key has the top bit set; wire
+// ids use the other 63). A flow without a size, or one the estimate says
+// has sent it all (the estimate runs ahead of a flow that sends less than
+// its rate), is not ordered: it shares the rest.
 template <typename Real>
 void PolicyBook::plan_coflows(BasicEngine<Real>& engine, std::uint64_t now_us) {
   constexpr std::uint64_t kOwn = std::uint64_t{1} << 63;
+  constexpr double kUnknown = std::numeric_limits<double>::infinity();
   ++counters_.coflow_plans;
   planned_.clear();
   for (FlowId id : coflow_flows_) {
     Entry& e = entries_[id];
     advance(engine, id, e, now_us);
-    const double left = e.p.bytes == 0 ? std::numeric_limits<double>::infinity()
-                                       : std::max(double(e.p.bytes) - e.sent_bytes, 1.0);
-    planned_.push_back({e.p.coflow != 0 ? e.p.coflow & ~kOwn : kOwn | id, left, e.p.path});
+    const double left = double(e.p.bytes) - e.sent_bytes;
+    planned_.push_back({e.p.coflow != 0 ? e.p.coflow & ~kOwn : kOwn | id,
+                        e.p.bytes != 0 && left > 0 ? left : kUnknown, e.p.path,
+                        e.cap_bps > 0 ? e.cap_bps : kUnknown});
   }
   const double share = std::min(coflow_.ordered_share, engine.config().max_reserved_share);
   avail_.resize(engine.num_links());
@@ -297,9 +305,10 @@ void PolicyBook::plan_coflows(BasicEngine<Real>& engine, std::uint64_t now_us) {
     if (ordered_[i] <= 0) continue;
     const FlowId id = coflow_flows_[i];
     const double base = engine.floor_bps(id);
+    if (ordered_[i] <= base) continue;
     // Rounding may put a full link a hair over the reserve: take a hair less.
-    if (engine.set_floor(id, base + ordered_[i]) ||
-        engine.set_floor(id, base + ordered_[i] * (1 - 1e-6))) {
+    if (engine.set_floor(id, ordered_[i]) ||
+        engine.set_floor(id, base + (ordered_[i] - base) * (1 - 1e-6))) {
       floored_.push_back(id);
     }
   }

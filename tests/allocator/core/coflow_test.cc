@@ -111,6 +111,41 @@ TEST(CoflowPlanner, UnknownSizesGoLastWithTheBackfillOnly) {
   }
 }
 
+TEST(CoflowPlanner, AFlowOfUnknownSizeDoesNotHoldItsCoflowBack) {
+  // Coflow 1: a sized 1 MB flow on link 0 and an unsized one on link 1;
+  // coflow 2: 5 MB on link 0. Coflow 1 still goes first, its sized flow
+  // ordered, the unsized one left to the shared part.
+  const std::vector<double> cap{8e6, 8e6};
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<CoflowFlow> flows{flow(1, kMB, {0}), flow(1, inf, {1}), flow(2, 5 * kMB, {0})};
+  for (auto pol : {CoflowPolicy::kStf, CoflowPolicy::kSebf}) {
+    CoflowPlanner p;
+    std::vector<double> r;
+    p.plan(config(pol), cap, flows, r);
+    EXPECT_EQ(p.order(), (std::vector<std::uint64_t>{1, 2})) << to_string(pol);
+    EXPECT_DOUBLE_EQ(r[0], 8e6) << to_string(pol);
+    EXPECT_DOUBLE_EQ(r[1], 0) << to_string(pol);
+    EXPECT_DOUBLE_EQ(r[2], 0) << to_string(pol);
+  }
+}
+
+TEST(CoflowPlanner, CapsBoundTheOrderAndTheBackfillAndTheRestPassesOn) {
+  // Coflow 1's flow may take at most 2 Mbit/s of the 8: SEBF paces it at its
+  // cap (Γ = 4 s) and coflow 2 gets the other 6; the backfill leaves it capped.
+  const std::vector<double> cap{8e6};
+  std::vector<CoflowFlow> flows{flow(1, kMB, {0}), flow(2, 10 * kMB, {0})};
+  flows[0].max_bps = 2e6;
+  for (auto pol : {CoflowPolicy::kStf, CoflowPolicy::kSebf}) {
+    CoflowPlanner p;
+    std::vector<double> r;
+    p.plan(config(pol), cap, flows, r);
+    EXPECT_NEAR(r[0], 2e6, 1e-6) << to_string(pol);
+    EXPECT_NEAR(r[1], 6e6, 1e-6) << to_string(pol);
+    p.backfill(cap, flows, r);
+    EXPECT_NEAR(r[0], 2e6, 1e-6) << to_string(pol);
+  }
+}
+
 TEST(CoflowPlanner, BackfillIsMaxMinFair) {
   // f0 crosses both links; link 1 is the small one.
   const std::vector<double> cap{10e6, 4e6};
@@ -135,7 +170,9 @@ TEST(CoflowPlanner, RandomInstancesNeverOverfillALinkAndLeaveNoFlowUnderserved) 
     for (int i = 0; i < nf; ++i) {
       CoflowFlow f;
       f.coflow = draw(6);
-      f.remaining_bytes = 1e3 * (1 + draw(10000));
+      f.remaining_bytes = draw(10) == 0 ? std::numeric_limits<double>::infinity()
+                                        : 1e3 * (1 + draw(10000));
+      if (draw(4) == 0) f.max_bps = 1e5 * (1 + draw(300));
       const LinkId a = draw(nl), b = draw(nl);
       f.path.push(a);
       if (b != a) f.path.push(b);
@@ -172,9 +209,10 @@ TEST(CoflowPlanner, RandomInstancesNeverOverfillALinkAndLeaveNoFlowUnderserved) 
         for (LinkId l : flows[i].path) used[l] += r[i];
       }
       for (std::uint32_t l = 0; l < nl; ++l) ASSERT_LE(used[l], cap[l] * (1 + 1e-9));
-      // Work-conserving: every flow crosses a link that is full.
+      // Work-conserving: every flow is at its cap or crosses a link that is full.
       for (int i = 0; i < nf; ++i) {
-        bool full = false;
+        ASSERT_LE(r[i], flows[i].max_bps * (1 + 1e-9));
+        bool full = r[i] >= flows[i].max_bps * (1 - 1e-6);
         for (LinkId l : flows[i].path) full = full || used[l] >= cap[l] * (1 - 1e-6);
         ASSERT_TRUE(full) << "trial " << trial << " policy " << to_string(pol) << " flow " << i;
       }

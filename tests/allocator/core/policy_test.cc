@@ -480,7 +480,41 @@ TEST(Coflows, TheEngineServesTheSmallerCoflowFirstAndSharesTheRestWithEveryFlow)
   e.solve(20000);
   EXPECT_NEAR(e.floor_bps(urgent), 2 * 1.05 * kGbps, 1e-3 * kGbps);
   EXPECT_NEAR(e.floor_bps(big1) + e.floor_bps(big2), (9 - 2.1) * kGbps, 1e-3 * kGbps);
+  // A flow both due and first in coflow order keeps the larger floor, not
+  // their sum: 1 MB is the smallest coflow (id 5) and its deadline wants 2.1.
+  const FlowId both = add(5, 1'000'000, 1'001'000);  // 1 MB in 1 s: 8.4 Mbit/s due
+  book.apply(e, 1000);
+  e.solve(20000);
+  // The order hands out 90% less both deadlines' floors (8.4 Mbit/s is both's own).
+  EXPECT_NEAR(e.floor_bps(both), 9 * kGbps - e.floor_bps(urgent) - 8.4e6, 1e-3 * kGbps);
+  EXPECT_LE(e.floor_bps(both) + e.floor_bps(urgent), 9 * kGbps * (1 + 1e-9));
   EXPECT_GT(book.counters().coflow_plans, 1u);
+}
+
+TEST(Coflows, CapsAndFlowsTheEstimateCallsDoneAreNotOverReserved) {
+  Engine e({10 * kGbps}, 1, tight());
+  PolicyBook book;
+  ASSERT_EQ(book.set_coflow(CoflowPolicy::kSebf, 0.9), "");
+  const auto add = [&](std::uint64_t coflow, std::uint64_t bytes, double max_bps) {
+    const FlowSpec f = on_links({0}, 1, max_bps);
+    const FlowId id = e.add_flow(f);
+    book.add(id, {kNoTenant, 1, max_bps, 0, bytes, coflow, f.path}, 0);
+    return id;
+  };
+  const FlowId capped = add(1, 1'000'000, 1 * kGbps);  // first, but may take 1 Gbit/s only
+  const FlowId other = add(2, 100'000'000'000, 0);
+  book.apply(e, 0);
+  e.solve(20000);
+  EXPECT_NEAR(e.floor_bps(capped), 1 * kGbps, 1e-3 * kGbps);
+  EXPECT_NEAR(e.floor_bps(other), 8 * kGbps, 1e-3 * kGbps);
+  // 2 s later the estimate says the capped flow sent its 1 MB long ago: it
+  // is no longer ordered (its floor goes) and the other takes the order's 90%.
+  const FlowId third = add(3, 200'000'000'000, 0);  // a change, so the book plans again
+  book.apply(e, 2'000'000);
+  e.solve(20000);
+  EXPECT_EQ(e.floor_bps(capped), 0);
+  EXPECT_NEAR(e.floor_bps(other), 9 * kGbps, 1e-3 * kGbps);
+  EXPECT_EQ(e.floor_bps(third), 0);
 }
 
 TEST(Coflows, ABadShareIsRefusedAndNoPolicyRecordsNothing) {

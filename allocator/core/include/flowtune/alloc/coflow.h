@@ -16,11 +16,14 @@
 // The order only hands out `ordered_share` of every link; what it leaves
 // (that share's unused part, and the rest of the link) is shared by every
 // flow, so the planner is work-conserving and no coflow starves: a large
-// coflow always keeps its fair share of 1 - ordered_share. A flow with no
-// coflow id is a coflow of its own; one of unknown size goes last.
+// coflow always keeps its fair share of 1 - ordered_share. Flows with equal
+// ids are one coflow (callers give a flow outside any coflow an id of its
+// own); a flow of unknown size is never ordered and does not hold its
+// coflow back.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -38,6 +41,8 @@ struct CoflowFlow {
   std::uint64_t coflow = 0;  // flows with equal ids form one coflow
   double remaining_bytes = 0;  // > 0; +infinity when unknown
   Path path;
+  // The most the flow may get (its own or its tenant's cap), bits/s.
+  double max_bps = std::numeric_limits<double>::infinity();
 };
 
 struct CoflowConfig {
@@ -56,7 +61,8 @@ class CoflowPlanner {
   // gave nothing). avail_bps: per link, what the order may use before the
   // ordered share is applied (the link's capacity less floors held by
   // others). Every link a flow names must be < avail_bps.size(). kNone gives
-  // every flow 0. O(flows × path + coflows log coflows).
+  // every flow 0. Flows grouped by id cost no sort (else one stable sort by
+  // id); then each coflow's fill costs its own flows and links.
   void plan(const CoflowConfig& c, std::span<const double> avail_bps,
             std::span<const CoflowFlow> flows, std::vector<double>& ordered);
 
@@ -86,11 +92,6 @@ class CoflowPlanner {
   // to rates.
   void fill(std::span<const CoflowFlow> flows, std::span<const std::uint32_t> members,
             std::vector<double>& cap, std::vector<double>& rates);
-  // fill()'s two ways to find the next full link (links x rounds, or a heap).
-  void fill_scan(std::span<const CoflowFlow> flows, std::span<const std::uint32_t> members,
-                 std::vector<double>& cap, std::vector<double>& rates);
-  void fill_heap(std::span<const CoflowFlow> flows, std::span<const std::uint32_t> members,
-                 std::vector<double>& cap, std::vector<double>& rates);
 
   std::vector<std::uint32_t> by_coflow_;  // flow indices grouped by coflow
   std::vector<Group> groups_;
@@ -105,10 +106,11 @@ class CoflowPlanner {
     std::uint32_t link;
     std::uint32_t version;
   };
-  std::vector<std::uint32_t> local_, link_begin_, link_flows_, unfrozen_, version_, all_;
+  std::vector<std::uint32_t> local_, link_begin_, link_flows_, unfrozen_, version_, all_, members_;
+  std::vector<std::uint32_t> own_;  // a capped member's own link
   std::vector<LinkId> links_;
   std::vector<std::uint32_t> full_;
-  std::vector<double> base_;
+  std::vector<double> lcap_, base_;
   std::vector<Due> heap_;
   std::vector<std::uint8_t> frozen_;
   Fill fill_way_ = Fill::kAuto;

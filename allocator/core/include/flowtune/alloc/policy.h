@@ -146,6 +146,7 @@ class PolicyBook {
     std::uint64_t progress_us = 0;   // when sent_bytes was last advanced
     DeadlineState state = DeadlineState::kNone;
     bool counted_infeasible = false;
+    double cap_bps = 0;              // its cap as the engine holds it; 0 = none
     bool in_coflows = false;
     std::uint32_t coflow_pos = 0;  // in coflow_flows_
   };
