@@ -1,0 +1,151 @@
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "service.h"
+
+namespace flowtune::shuffle {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int connect_to(const std::string& host, std::uint16_t port, std::string* why) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0) {
+    *why = "cannot resolve " + host + ": " + ::gai_strerror(rc);
+    return -1;
+  }
+  int fd = -1;
+  for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      *why = "cannot connect to " + host + ":" + std::to_string(port) + ": " + std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(res);
+  return fd;
+}
+
+bool read_all(int fd, void* p, std::size_t n) {
+  auto* b = static_cast<char*>(p);
+  while (n > 0) {
+    const ssize_t r = ::recv(fd, b, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    b += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+bool write_all(int fd, const std::string& s) {
+  std::size_t off = 0;
+  while (off < s.size()) {
+    const ssize_t w = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    off += static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+// One source: every request at once, then the answers in order.
+void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t partition,
+                std::uint64_t coflow, Clock::time_point t0, std::vector<BlockResult>& out) {
+  for (std::uint32_t m = src.first_map; m <= src.last_map; ++m) out.push_back({m, 0, 0, ""});
+  std::string why;
+  const int fd = connect_to(src.host, src.port, &why);
+  const auto fail_rest = [&](std::size_t from, const std::string& e) {
+    for (std::size_t k = from; k < out.size(); ++k) out[k].error = e;
+  };
+  if (fd < 0) {
+    fail_rest(0, why);
+    return;
+  }
+  std::string requests;
+  for (const BlockResult& b : out) requests += format_fetch({shuffle, b.map, partition, coflow});
+  if (!write_all(fd, requests)) {
+    fail_rest(0, std::string("cannot send requests: ") + std::strerror(errno));
+    ::close(fd);
+    return;
+  }
+  std::vector<char> buf(256 * 1024);
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    std::uint8_t raw[kHeaderBytes];
+    if (!read_all(fd, raw, sizeof raw)) {
+      fail_rest(k, "connection closed before the block's header");
+      break;
+    }
+    const auto h = decode_header(raw);
+    if (!h) {
+      fail_rest(k, "not a flowtune-shuffle server (bad header)");
+      break;
+    }
+    std::uint32_t crc = 0;
+    std::uint64_t left = h->length;
+    std::string message;
+    bool whole = true;
+    while (left > 0) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size()));
+      if (!read_all(fd, buf.data(), n)) {
+        whole = false;
+        break;
+      }
+      crc = crc32c(crc, buf.data(), n);
+      if (h->status != Status::kOk && message.size() < 4096) message.append(buf.data(), n);
+      left -= n;
+    }
+    BlockResult& b = out[k];
+    b.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!whole) {
+      fail_rest(k, "connection closed mid-block");
+      break;
+    }
+    if (crc != h->crc) {
+      b.error = "CRC mismatch";
+    } else if (h->status != Status::kOk) {
+      b.error = std::string(to_string(h->status)) + ": " + message;
+    } else {
+      b.bytes = h->length;
+    }
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+FetchResult fetch_partition(const std::vector<FetchSource>& sources, std::uint32_t shuffle,
+                            std::uint32_t partition, std::uint64_t coflow) {
+  const auto t0 = Clock::now();
+  std::vector<std::vector<BlockResult>> per(sources.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    threads.emplace_back(fetch_from, std::cref(sources[i]), shuffle, partition, coflow, t0,
+                         std::ref(per[i]));
+  }
+  for (auto& t : threads) t.join();
+  FetchResult r;
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (auto& v : per) {
+    for (auto& b : v) {
+      r.bytes += b.bytes;
+      if (!b.error.empty()) ++r.failed;
+      r.blocks.push_back(std::move(b));
+    }
+  }
+  return r;
+}
+
+}  // namespace flowtune::shuffle

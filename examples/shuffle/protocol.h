@@ -1,0 +1,74 @@
+// flowtune-shuffle's wire format and map-output files (docs/coflows.md).
+//
+// A reducer asks a server for one block (one map's output for one reduce
+// partition) with a text line, "FETCH <shuffle> <map> <partition> <coflow>\n"
+// (at most kMaxRequestLine bytes); the server answers each line, in order,
+// with a 24-byte header (magic, status, length, CRC32C of the body) and the
+// body: the block, or for an error a message. Map outputs are files as a
+// Spark shuffle writes them: DIR/shuffle_S/map_M.data holds the partitions
+// back to back, DIR/shuffle_S/map_M.index their offsets and checksums.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace flowtune::shuffle {
+
+struct Fetch {
+  std::uint32_t shuffle = 0;
+  std::uint32_t map = 0;
+  std::uint32_t partition = 0;
+  std::uint64_t coflow = 0;  // the stage's coflow id; 0 = none
+  bool operator==(const Fetch&) const = default;
+};
+
+inline constexpr std::size_t kMaxRequestLine = 128;
+
+// One request line without its '\n'; the error says what is wrong.
+std::variant<Fetch, std::string> parse_fetch(std::string_view line);
+std::string format_fetch(const Fetch& f);  // with the '\n'
+
+enum class Status : std::uint32_t { kOk = 0, kBadRequest = 1, kNotFound = 2, kServerError = 3 };
+const char* to_string(Status s);
+
+struct BlockHeader {
+  Status status = Status::kOk;
+  std::uint64_t length = 0;  // body bytes
+  std::uint32_t crc = 0;     // CRC32C of the body
+};
+inline constexpr std::size_t kHeaderBytes = 24;
+void encode_header(const BlockHeader& h, std::uint8_t out[kHeaderBytes]);
+// nullopt for a bad magic or an unknown status.
+std::optional<BlockHeader> decode_header(const std::uint8_t in[kHeaderBytes]);
+
+// CRC32C (Castagnoli), continued from `crc` (0 to start).
+std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t n);
+
+// ---- Map outputs ----
+
+struct MapIndex {
+  std::vector<std::uint64_t> offsets;  // partitions + 1, from 0 to the data file's size
+  std::vector<std::uint32_t> crcs;     // per partition
+  std::size_t partitions() const { return crcs.size(); }
+};
+
+std::string data_path(const std::string& dir, std::uint32_t shuffle, std::uint32_t map);
+std::string index_path(const std::string& dir, std::uint32_t shuffle, std::uint32_t map);
+// The index file's bytes, and back (nullopt with *why for a bad file).
+std::string encode_index(const MapIndex& ix);
+std::optional<MapIndex> decode_index(std::string_view bytes, std::string* why);
+
+// Writes `maps` map outputs of `partitions` blocks each. Block sizes are
+// drawn uniformly from [min_bytes, max_bytes] and their bytes from a
+// generator seeded by (seed, shuffle, map), so a run is reproducible.
+// Throws std::runtime_error naming the file that could not be written.
+void generate(const std::string& dir, std::uint32_t shuffle, std::uint32_t maps,
+              std::uint32_t partitions, std::uint64_t min_bytes, std::uint64_t max_bytes,
+              std::uint64_t seed);
+
+}  // namespace flowtune::shuffle

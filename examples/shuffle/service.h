@@ -1,0 +1,91 @@
+// flowtune-shuffle's server and fetch client (docs/coflows.md).
+//
+// The server serves map-output blocks over TCP from one io_uring loop:
+// accepts, request reads, file reads and sends are all submissions, so one
+// thread keeps every connection busy without a thread or a blocking call per
+// fetch. Each block it sends is a flowlet declared through libflowtune with
+// its size and the coflow id the request names (the reduce stage), so the
+// allocator sees the stage whole; without an allocator, or with
+// --no-flowtune, blocks go out as plain TCP and arrive all the same.
+// The client fetches one reduce partition from many servers at once, one
+// connection per server with its requests pipelined, and checks every
+// block's CRC32C.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "protocol.h"
+
+namespace flowtune::shuffle {
+
+struct ServerConfig {
+  std::string dir;               // map outputs (generate())
+  std::string bind = "0.0.0.0";  // IPv4 address to listen on
+  std::uint16_t port = 0;        // 0: the kernel picks (port() says which)
+  bool flowtune = true;          // declare blocks as flowlets (libflowtune)
+  std::uint32_t chunk_bytes = 256 * 1024;  // file read and send size
+  std::uint32_t max_pipelined = 1024;      // requests queued per connection
+};
+
+struct ServerStats {
+  std::atomic<std::uint64_t> connections{0};
+  std::atomic<std::uint64_t> blocks{0};        // served whole
+  std::atomic<std::uint64_t> bytes{0};         // block bytes sent
+  std::atomic<std::uint64_t> bad_requests{0};  // answered with an error
+  std::atomic<std::uint64_t> not_found{0};
+  std::atomic<std::uint64_t> aborted{0};       // connections lost mid-block
+};
+
+class Server {
+ public:
+  // Listens (throws std::runtime_error with the reason); serves on run().
+  explicit Server(ServerConfig c);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  std::uint16_t port() const;
+  // Serves until stop(); throws std::runtime_error if io_uring fails.
+  void run();
+  // From any thread (async-signal-safe: one eventfd write).
+  void stop();
+  const ServerStats& stats() const;
+  bool flowtune_active() const;  // a libflowtune client is open
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct FetchSource {
+  std::string host;
+  std::uint16_t port = 0;
+  std::uint32_t first_map = 0;
+  std::uint32_t last_map = 0;  // inclusive
+};
+
+struct BlockResult {
+  std::uint32_t map = 0;
+  std::uint64_t bytes = 0;
+  double seconds = 0;  // from the stage's start to the block's last byte
+  std::string error;   // empty when the block arrived whole and its CRC matched
+};
+
+struct FetchResult {
+  std::vector<BlockResult> blocks;
+  std::uint64_t bytes = 0;
+  std::uint32_t failed = 0;
+  double seconds = 0;  // the stage: first request to last byte
+};
+
+// Fetches partition `partition` of shuffle `shuffle` from every source's
+// maps, one connection per source, all at once. Never throws for network
+// errors: they are reported per block.
+FetchResult fetch_partition(const std::vector<FetchSource>& sources, std::uint32_t shuffle,
+                            std::uint32_t partition, std::uint64_t coflow);
+
+}  // namespace flowtune::shuffle

@@ -1,0 +1,209 @@
+// flowtune-shuffle: the request parser (with random input), headers, CRC32C
+// and the index format; then the io_uring server against the fetch client
+// on loopback: every block arrives with its checksum, bad requests get an
+// error and the server keeps serving, with and without an allocator.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "protocol.h"
+#include "service.h"
+
+namespace flowtune::shuffle {
+namespace {
+
+TEST(ShuffleProtocol, ParsesAFetchAndRefusesEverythingElse) {
+  const auto ok = parse_fetch("FETCH 3 17 5 123456789012");
+  ASSERT_TRUE(std::holds_alternative<Fetch>(ok));
+  EXPECT_EQ(std::get<Fetch>(ok), (Fetch{3, 17, 5, 123456789012ull}));
+  EXPECT_TRUE(std::holds_alternative<Fetch>(parse_fetch("FETCH 0 0 0 0\r")));
+  for (const char* bad : {"", "FETCH", "FETCH 1 2 3", "FETCH 1 2 3 4 5", "GET 1 2 3 4", "FETCH  1 2 3 4",
+                          "FETCH 1 2 3 4 ", "FETCH -1 2 3 4", "FETCH 1 2 x 4", "FETCH 4294967296 0 0 0",
+                          "FETCH 1 2 3 18446744073709551616"}) {
+    EXPECT_TRUE(std::holds_alternative<std::string>(parse_fetch(bad))) << bad;
+  }
+  EXPECT_EQ(std::get<std::string>(parse_fetch(std::string(200, 'F'))), "request longer than 128 bytes");
+  EXPECT_EQ(format_fetch({1, 2, 3, 4}), "FETCH 1 2 3 4\n");
+}
+
+TEST(ShuffleProtocol, RandomLinesNeverCrashTheParserAndWhatItAcceptsRoundTrips) {
+  std::mt19937 rng(3);
+  const std::string alphabet = "FETCH 0123456789 \r\t-x";
+  for (int i = 0; i < 20000; ++i) {
+    std::string line;
+    const int n = static_cast<int>(rng() % 150);
+    for (int k = 0; k < n; ++k) {
+      line += i % 2 ? static_cast<char>(rng() % 256) : alphabet[rng() % alphabet.size()];
+    }
+    if (i % 7 == 0) line = "FETCH " + line;
+    const auto r = parse_fetch(line);
+    if (const auto* f = std::get_if<Fetch>(&r)) {
+      const std::string again = format_fetch(*f);
+      EXPECT_EQ(std::get<Fetch>(parse_fetch(again.substr(0, again.size() - 1))), *f);
+    } else {
+      EXPECT_FALSE(std::get<std::string>(r).empty());
+    }
+  }
+}
+
+TEST(ShuffleProtocol, HeadersChecksumsAndIndexesRoundTripAndBadOnesAreRefused) {
+  std::uint8_t raw[kHeaderBytes];
+  encode_header({Status::kNotFound, 1234567890123ull, 0xdeadbeef}, raw);
+  const auto h = decode_header(raw);
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->status, Status::kNotFound);
+  EXPECT_EQ(h->length, 1234567890123ull);
+  EXPECT_EQ(h->crc, 0xdeadbeefu);
+  raw[0] ^= 1;
+  EXPECT_FALSE(decode_header(raw).has_value());
+  // The standard CRC32C check value, and incremental equals one-shot.
+  EXPECT_EQ(crc32c(0, "123456789", 9), 0xE3069283u);
+  const std::string text(1000, 'q');
+  EXPECT_EQ(crc32c(crc32c(0, text.data(), 333), text.data() + 333, 667), crc32c(0, text.data(), 1000));
+
+  MapIndex ix{{0, 10, 10, 25}, {1, 2, 3}};
+  std::string why;
+  const auto back = decode_index(encode_index(ix), &why);
+  ASSERT_TRUE(back.has_value()) << why;
+  EXPECT_EQ(back->offsets, ix.offsets);
+  EXPECT_EQ(back->crcs, ix.crcs);
+  EXPECT_FALSE(decode_index("nonsense", &why).has_value());
+  std::string cut = encode_index(ix);
+  cut.pop_back();
+  EXPECT_FALSE(decode_index(cut, &why).has_value());
+  EXPECT_EQ(why, "index size does not match its partitions");
+  MapIndex down{{0, 10, 5, 25}, {1, 2, 3}};
+  EXPECT_FALSE(decode_index(encode_index(down), &why).has_value());
+}
+
+// A served directory and a server thread on loopback.
+class ShuffleService : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "shuffle_test_" + std::to_string(::getpid());
+    generate(dir_, 7, 3, 4, 0, 300'000, 11);  // blocks of 0 to 300 kB
+  }
+  void TearDown() override {
+    stop();
+    std::filesystem::remove_all(dir_);
+  }
+  void start(bool flowtune) {
+    ServerConfig c;
+    c.dir = dir_;
+    c.bind = "127.0.0.1";
+    c.flowtune = flowtune;
+    c.chunk_bytes = 64 * 1024;  // several reads per block
+    server_ = std::make_unique<Server>(c);
+    thread_ = std::thread([this] { server_->run(); });
+  }
+  void stop() {
+    if (!server_) return;
+    server_->stop();
+    thread_.join();
+    server_.reset();
+  }
+  std::uint64_t block_bytes(std::uint32_t map, std::uint32_t partition) {
+    std::ifstream in(index_path(dir_, 7, map), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    const auto ix = decode_index(bytes, nullptr);
+    return ix->offsets[partition + 1] - ix->offsets[partition];
+  }
+  std::uint64_t partition_bytes(std::uint32_t partition) {
+    std::uint64_t n = 0;
+    for (std::uint32_t m = 0; m < 3; ++m) n += block_bytes(m, partition);
+    return n;
+  }
+  std::string dir_;
+  std::unique_ptr<Server> server_;
+  std::thread thread_;
+};
+
+TEST_F(ShuffleService, EveryBlockOfAPartitionArrivesWithItsChecksum) {
+  start(false);
+  for (std::uint32_t p = 0; p < 4; ++p) {
+    // Two sources (the same server, maps split between them), as a reducer
+    // fetches from several servers at once.
+    const auto r = fetch_partition({{"127.0.0.1", server_->port(), 0, 1}, {"127.0.0.1", server_->port(), 2, 2}},
+                                   7, p, 42);
+    ASSERT_EQ(r.blocks.size(), 3u);
+    for (const auto& b : r.blocks) EXPECT_EQ(b.error, "") << "map " << b.map;
+    EXPECT_EQ(r.failed, 0u);
+    EXPECT_EQ(r.bytes, partition_bytes(p));
+  }
+  EXPECT_EQ(server_->stats().blocks.load(), 12u);
+}
+
+TEST_F(ShuffleService, BadRequestsGetAnErrorAndTheServerKeepsServing) {
+  start(false);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(server_->port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string req = "HELLO\nFETCH 7 0 99 0\nFETCH 7 9 0 0\nFETCH 7 1 2 5\n";
+  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  const auto answer = [&](Status want) {
+    std::uint8_t raw[kHeaderBytes];
+    ASSERT_EQ(::recv(fd, raw, sizeof raw, MSG_WAITALL), static_cast<ssize_t>(sizeof raw));
+    const auto h = decode_header(raw);
+    ASSERT_TRUE(h.has_value());
+    EXPECT_EQ(h->status, want);
+    std::string body(h->length, '\0');
+    if (h->length > 0) {
+      ASSERT_EQ(::recv(fd, body.data(), body.size(), MSG_WAITALL), static_cast<ssize_t>(body.size()));
+    }
+    EXPECT_EQ(crc32c(0, body.data(), body.size()), h->crc);
+    if (want != Status::kOk) {
+      EXPECT_FALSE(body.empty());
+    }
+  };
+  answer(Status::kBadRequest);
+  answer(Status::kNotFound);  // partition 99
+  answer(Status::kNotFound);  // map 9
+  answer(Status::kOk);
+  // A line that never ends: an error, then the connection closes.
+  const std::string endless(300, 'x');
+  ASSERT_EQ(::send(fd, endless.data(), endless.size(), 0), 300);
+  answer(Status::kBadRequest);
+  char c;
+  EXPECT_EQ(::recv(fd, &c, 1, 0), 0);
+  ::close(fd);
+  const auto r = fetch_partition({{"127.0.0.1", server_->port(), 0, 2}}, 7, 1, 0);
+  EXPECT_EQ(r.failed, 0u);
+  EXPECT_EQ(server_->stats().bad_requests.load(), 2u);
+  EXPECT_EQ(server_->stats().not_found.load(), 2u);
+}
+
+TEST_F(ShuffleService, WithoutAnAllocatorBlocksArriveAllTheSame) {
+  // libflowtune is on but its allocator does not exist: blocks go unpaced.
+  ::setenv("FLOWTUNE_ALLOCATOR", "tcp://127.0.0.1:9", 1);
+  ::setenv("FLOWTUNE_LOG", "0", 1);
+  start(true);
+  EXPECT_TRUE(server_->flowtune_active());
+  const auto r = fetch_partition({{"127.0.0.1", server_->port(), 0, 2}}, 7, 3, 99);
+  EXPECT_EQ(r.failed, 0u);
+  EXPECT_EQ(r.bytes, partition_bytes(3));
+  ::unsetenv("FLOWTUNE_ALLOCATOR");
+  ::unsetenv("FLOWTUNE_LOG");
+}
+
+TEST(ShuffleFetch, AnUnreachableSourceFailsEachOfItsBlocksWithAReason) {
+  // Port 9 (discard) on loopback: nothing listens in the test environment.
+  const auto r = fetch_partition({{"127.0.0.1", 9, 0, 3}}, 0, 0, 0);
+  ASSERT_EQ(r.blocks.size(), 4u);
+  EXPECT_EQ(r.failed, 4u);
+  EXPECT_NE(r.blocks[0].error.find("cannot connect"), std::string::npos) << r.blocks[0].error;
+}
+
+}  // namespace
+}  // namespace flowtune::shuffle
