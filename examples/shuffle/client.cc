@@ -28,7 +28,9 @@ int connect_to(const std::string& host, std::uint16_t port, std::string* why) {
   int fd = -1;
   for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
     fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+    if (fd < 0) {
+      *why = std::string("cannot open a socket: ") + std::strerror(errno);
+    } else if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
       *why = "cannot connect to " + host + ":" + std::to_string(port) + ": " + std::strerror(errno);
       ::close(fd);
       fd = -1;
@@ -74,15 +76,26 @@ void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t par
     fail_rest(0, why);
     return;
   }
-  std::string requests;
-  for (const BlockResult& b : out) requests += format_fetch({shuffle, b.map, partition, coflow});
-  if (!write_all(fd, requests)) {
+  // At most kWindow requests outstanding: the server stops reading requests
+  // it cannot queue, and a client blocked writing more of them while the
+  // server waits for it to read answers would never make progress.
+  constexpr std::size_t kWindow = 64;
+  const auto request = [&](std::size_t k) {
+    return format_fetch({shuffle, out[k].map, partition, coflow});
+  };
+  std::string first;
+  for (std::size_t k = 0; k < std::min(kWindow, out.size()); ++k) first += request(k);
+  if (!write_all(fd, first)) {
     fail_rest(0, std::string("cannot send requests: ") + std::strerror(errno));
     ::close(fd);
     return;
   }
   std::vector<char> buf(256 * 1024);
   for (std::size_t k = 0; k < out.size(); ++k) {
+    if (k > 0 && k + kWindow - 1 < out.size() && !write_all(fd, request(k + kWindow - 1))) {
+      fail_rest(k, std::string("cannot send requests: ") + std::strerror(errno));
+      break;
+    }
     std::uint8_t raw[kHeaderBytes];
     if (!read_all(fd, raw, sizeof raw)) {
       fail_rest(k, "connection closed before the block's header");

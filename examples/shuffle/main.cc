@@ -28,7 +28,11 @@ commands:
          write M map outputs of R blocks each (sizes uniform in [MIN, MAX],
          default 1048576) with their index and checksums
   serve  --dir DIR [--bind ADDR] [--port P] [--chunk BYTES] [--no-flowtune]
-         serve DIR's map outputs until SIGINT or SIGTERM; prints
+         [--data-path read|splice|sendfile]
+         serve DIR's map outputs until SIGINT or SIGTERM (data path: io_uring
+         reads and sends; io_uring splices through a pipe, the default; or a
+         blocking thread per connection with sendfile, the plain baseline;
+         bench/shuffle_bench.py compares them); prints
          'listening PORT', then its counters as JSON on exit. The allocator
          comes from $FLOWTUNE_ALLOCATOR and $FLOWTUNE_HOST (libflowtune);
          without one, blocks go out unpaced and arrive all the same
@@ -87,6 +91,11 @@ int cmd_serve(int argc, char** argv) {
     else if (args.is("--port")) c.port = static_cast<std::uint16_t>(args.count(65535));
     else if (args.is("--chunk")) c.chunk_bytes = static_cast<std::uint32_t>(args.count(64u << 20));
     else if (args.is("--no-flowtune")) c.flowtune = false;
+    else if (args.is("--data-path")) {
+      c.data_path = args.choice<sh::DataPath>({{"read", sh::DataPath::kRead},
+                                                {"splice", sh::DataPath::kSplice},
+                                                {"sendfile", sh::DataPath::kSendfile}});
+    }
     else args.unknown("serve");
   }
   if (c.dir.empty()) Args::usage_error("flowtune-shuffle", "serve needs --dir");
@@ -102,7 +111,8 @@ int cmd_serve(int argc, char** argv) {
   std::cout << json{{"connections", s.connections.load()}, {"blocks", s.blocks.load()},
                     {"bytes", s.bytes.load()},           {"bad_requests", s.bad_requests.load()},
                     {"not_found", s.not_found.load()},   {"aborted", s.aborted.load()},
-                    {"flowtune", server.flowtune_active()}}
+                    {"flowtune", server.flowtune_active()},
+                    {"data_path", sh::to_string(c.data_path)}}
                    .dump()
             << '\n';
   return 0;

@@ -2,7 +2,9 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +13,8 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <mutex>
+#include <thread>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -18,6 +22,15 @@
 #include "service.h"
 
 namespace flowtune::shuffle {
+
+const char* to_string(DataPath p) {
+  switch (p) {
+    case DataPath::kRead: return "read";
+    case DataPath::kSplice: return "splice";
+    case DataPath::kSendfile: return "sendfile";
+  }
+  return "?";
+}
 
 namespace {
 
@@ -29,7 +42,7 @@ struct MapFile {
   MapIndex index;
 };
 
-enum class OpType : std::uint8_t { kAccept, kWake, kRecv, kSend, kRead };
+enum class OpType : std::uint8_t { kAccept, kAcceptRetry, kWake, kRecv, kSend, kRead };
 struct Conn;
 struct Op {
   OpType type;
@@ -52,7 +65,12 @@ struct Conn {
   Op read_op{OpType::kRead, nullptr};
   int inflight = 0;
   bool recv_posted = false;
-  bool eof = false;   // the peer closed, or its request cannot be read further
+  bool eof = false;   // the peer closed
+  // A request could not be read (too long): answer what came before it and
+  // it, then half-close and read to the peer's end without answering, so
+  // the answers are not lost to a reset.
+  bool discard = false;
+  bool half_closed = false;
   bool dead = false;  // a send failed: finish pending ops, then close
   bool registered = false;
   std::string in;
@@ -63,7 +81,9 @@ struct Conn {
   std::uint64_t done = 0;  // bytes of the phase sent
   std::uint64_t left = 0;  // block bytes not yet read
   std::vector<char> buf;
+  // Data bytes read (or spliced into the pipe) and not yet sent.
   std::size_t buf_len = 0, buf_sent = 0;
+  int pipe_r = -1, pipe_w = -1;  // DataPath::kSplice
   char rbuf[2048];
 };
 
@@ -79,6 +99,10 @@ struct Server::Impl {
   io_uring ring{};
   bool ring_ready = false;
   Op accept_op{OpType::kAccept, nullptr};
+  Op retry_op{OpType::kAcceptRetry, nullptr};
+  __kernel_timespec retry_after{0, 10'000'000};  // out of fds: accept again in 10 ms
+  bool accept_pending = false;
+  bool stopping = false;
   Op wake_op{OpType::kWake, nullptr};
   std::uint64_t wake_value = 0;
   std::unordered_map<std::uint64_t, MapFile> maps;
@@ -98,6 +122,13 @@ struct Server::Impl {
     io_uring_sqe* s = sqe();
     io_uring_prep_accept(s, listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     io_uring_sqe_set_data(s, &accept_op);
+    accept_pending = true;
+  }
+  void post_accept_retry() {
+    io_uring_sqe* s = sqe();
+    io_uring_prep_timeout(s, &retry_after, 0, 0);
+    io_uring_sqe_set_data(s, &retry_op);
+    accept_pending = true;
   }
   void post_wake() {
     io_uring_sqe* s = sqe();
@@ -105,7 +136,7 @@ struct Server::Impl {
     io_uring_sqe_set_data(s, &wake_op);
   }
   void post_recv(Conn& c) {
-    if (c.recv_posted || c.eof || c.dead || c.jobs.size() >= cfg.max_pipelined) return;
+    if (c.recv_posted || c.eof || c.dead || (!c.discard && c.jobs.size() >= cfg.max_pipelined)) return;
     io_uring_sqe* s = sqe();
     io_uring_prep_recv(s, c.fd, c.rbuf, sizeof c.rbuf, 0);
     io_uring_sqe_set_data(s, &c.recv_op);
@@ -118,13 +149,30 @@ struct Server::Impl {
     io_uring_sqe_set_data(s, &c.send_op);
     ++c.inflight;
   }
+  // The next chunk of the block: read into the buffer, or spliced into the
+  // connection's pipe.
   void post_read(Conn& c) {
     const Job& j = c.jobs.front();
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(c.left, cfg.chunk_bytes));
     const std::uint64_t at = j.offset + (j.header.length - c.left);
     io_uring_sqe* s = sqe();
-    io_uring_prep_read(s, j.file, c.buf.data(), static_cast<unsigned>(n), at);
+    if (cfg.data_path == DataPath::kSplice) {
+      io_uring_prep_splice(s, j.file, static_cast<std::int64_t>(at), c.pipe_w, -1,
+                           static_cast<unsigned>(n), 0);
+    } else {
+      io_uring_prep_read(s, j.file, c.buf.data(), static_cast<unsigned>(n), at);
+    }
     io_uring_sqe_set_data(s, &c.read_op);
+    ++c.inflight;
+  }
+  void post_data_send(Conn& c) {
+    if (cfg.data_path != DataPath::kSplice) {
+      post_send(c, c.buf.data() + c.buf_sent, c.buf_len - c.buf_sent);
+      return;
+    }
+    io_uring_sqe* s = sqe();
+    io_uring_prep_splice(s, c.pipe_r, -1, c.fd, -1, static_cast<unsigned>(c.buf_len - c.buf_sent), 0);
+    io_uring_sqe_set_data(s, &c.send_op);
     ++c.inflight;
   }
 
@@ -178,6 +226,10 @@ struct Server::Impl {
   // Complete request lines become jobs; a line that is too long ends the
   // connection after its error.
   void take_requests(Conn& c) {
+    if (c.discard) {
+      c.in.clear();
+      return;
+    }
     std::size_t start = 0;
     for (;;) {
       const std::size_t nl = c.in.find('\n', start);
@@ -197,7 +249,7 @@ struct Server::Impl {
       c.jobs.push_back(error(Status::kBadRequest, "request longer than 128 bytes"));
       ++stats.bad_requests;
       c.in.clear();
-      c.eof = true;
+      c.discard = true;
     }
   }
 
@@ -211,7 +263,7 @@ struct Server::Impl {
     if (j.header.status == Status::kOk) {
       c.left = j.header.length;
       c.buf_len = c.buf_sent = 0;
-      if (c.buf.empty()) c.buf.resize(cfg.chunk_bytes);
+      if (cfg.data_path == DataPath::kRead && c.buf.empty()) c.buf.resize(cfg.chunk_bytes);
       if (c.registered) {
         ft_flowlet_opts o;
         ft_flowlet_opts_init(&o);
@@ -239,7 +291,7 @@ struct Server::Impl {
     }
     if (c.phase == Conn::Phase::kData) {
       if (c.buf_sent < c.buf_len) {
-        post_send(c, c.buf.data() + c.buf_sent, c.buf_len - c.buf_sent);
+        post_data_send(c);
         return;
       }
       if (c.left > 0) {
@@ -250,6 +302,10 @@ struct Server::Impl {
     }
     c.jobs.pop_front();
     c.active = false;
+    if (c.discard && c.jobs.empty() && !c.half_closed) {
+      ::shutdown(c.fd, SHUT_WR);
+      c.half_closed = true;
+    }
     post_recv(c);
     start_job(c);
   }
@@ -260,7 +316,8 @@ struct Server::Impl {
       return;
     }
     const auto n = static_cast<std::uint64_t>(res);
-    if (c.registered) (void)ft_flowlet_sent(ft, c.fd, n);
+    // Only blocks are flowlets (an error answer was never declared).
+    if (c.registered && c.jobs.front().header.status == Status::kOk) (void)ft_flowlet_sent(ft, c.fd, n);
     if (c.phase == Conn::Phase::kData) {
       c.buf_sent += n;
       stats.bytes += n;
@@ -303,8 +360,11 @@ struct Server::Impl {
   void maybe_close(Conn* c) {
     if (c->inflight > 0) return;
     if (!c->dead && !(c->eof && !c->active && c->jobs.empty())) return;
+    if (!c->dead && c->recv_posted) return;
     if (c->registered) (void)ft_socket_unregister(ft, c->fd);
     ::close(c->fd);
+    if (c->pipe_r >= 0) ::close(c->pipe_r);
+    if (c->pipe_w >= 0) ::close(c->pipe_w);
     for (auto& p : conns) {
       if (p == c) {
         p = conns.back();
@@ -315,7 +375,123 @@ struct Server::Impl {
     delete c;
   }
 
+  // ---- DataPath::kSendfile: the plain baseline, a thread per connection ----
+  std::mutex threads_mu;
+  std::vector<std::thread> threads;
+  std::vector<int> thread_fds;
+
+  static bool send_all(int fd, const void* p, std::size_t n) {
+    const auto* b = static_cast<const char*>(p);
+    while (n > 0) {
+      const ssize_t w = ::send(fd, b, n, MSG_NOSIGNAL);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      b += w;
+      n -= static_cast<std::size_t>(w);
+    }
+    return true;
+  }
+
+  void serve_blocking(int fd) {
+    const bool registered = ft != nullptr && ft_socket_register(ft, fd) == FT_OK;
+    std::string in;
+    char rbuf[2048];
+    bool open = true;
+    while (open) {
+      const ssize_t r = ::recv(fd, rbuf, sizeof rbuf, 0);
+      if (r <= 0) break;
+      in.append(rbuf, static_cast<std::size_t>(r));
+      std::size_t start = 0, nl;
+      std::vector<Job> jobs;
+      while ((nl = in.find('\n', start)) != std::string::npos) {
+        auto parsed = parse_fetch(std::string_view(in).substr(start, nl - start));
+        std::lock_guard lock(threads_mu);  // the map cache and counters
+        if (auto* f = std::get_if<Fetch>(&parsed)) {
+          jobs.push_back(lookup(*f));
+          if (jobs.back().header.status == Status::kNotFound) ++stats.not_found;
+        } else {
+          jobs.push_back(error(Status::kBadRequest, std::get<std::string>(parsed)));
+          ++stats.bad_requests;
+        }
+        start = nl + 1;
+      }
+      in.erase(0, start);
+      if (in.size() > kMaxRequestLine) {
+        jobs.push_back(error(Status::kBadRequest, "request longer than 128 bytes"));
+        ++stats.bad_requests;
+        open = false;
+      }
+      for (const Job& j : jobs) {
+        std::uint8_t h[kHeaderBytes];
+        encode_header(j.header, h);
+        if (registered && j.header.status == Status::kOk) {
+          ft_flowlet_opts o;
+          ft_flowlet_opts_init(&o);
+          o.coflow_id = j.coflow;
+          (void)ft_flowlet_begin(ft, fd, kHeaderBytes + j.header.length, &o);
+        }
+        if (!send_all(fd, h, sizeof h) || !send_all(fd, j.message.data(), j.message.size())) {
+          open = false;
+          break;
+        }
+        if (registered && j.header.status == Status::kOk) (void)ft_flowlet_sent(ft, fd, kHeaderBytes);
+        off_t off = static_cast<off_t>(j.offset);
+        std::uint64_t left = j.header.status == Status::kOk ? j.header.length : 0;
+        while (left > 0) {
+          const ssize_t w = ::sendfile(fd, j.file, &off, static_cast<std::size_t>(std::min<std::uint64_t>(left, 1u << 30)));
+          if (w < 0 && errno == EINTR) continue;
+          if (w <= 0) break;
+          left -= static_cast<std::uint64_t>(w);
+          stats.bytes += static_cast<std::uint64_t>(w);
+          if (registered) (void)ft_flowlet_sent(ft, fd, static_cast<std::uint64_t>(w));
+        }
+        if (left > 0) {
+          ++stats.aborted;
+          open = false;
+          break;
+        }
+        if (j.header.status == Status::kOk) ++stats.blocks;
+      }
+    }
+    if (registered) (void)ft_socket_unregister(ft, fd);
+    ::shutdown(fd, SHUT_RDWR);
+  }
+
+  void run_sendfile() {
+    pollfd fds[2] = {{listen_fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    for (;;) {
+      if (::poll(fds, 2, -1) < 0 && errno != EINTR) throw std::runtime_error("poll: " + errno_text(errno));
+      if (fds[1].revents != 0) break;
+      if (fds[0].revents == 0) continue;
+      const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      ++stats.connections;
+      std::lock_guard lock(threads_mu);
+      thread_fds.push_back(fd);
+      threads.emplace_back([this, fd] { serve_blocking(fd); });
+    }
+    {
+      std::lock_guard lock(threads_mu);
+      for (int fd : thread_fds) ::shutdown(fd, SHUT_RDWR);
+    }
+    for (auto& t : threads) t.join();
+    for (int fd : thread_fds) ::close(fd);
+    threads.clear();
+    thread_fds.clear();
+  }
+
   void on_accept(int res) {
+    accept_pending = false;
+    if (stopping) {
+      if (res >= 0) ::close(res);
+      return;
+    }
+    if (res == -EMFILE || res == -ENFILE || res == -ENOBUFS || res == -ENOMEM) {
+      // Out of descriptors or memory: accepting again at once would spin.
+      std::fprintf(stderr, "flowtune-shuffle: accept: %s (retrying in 10 ms)\n", errno_text(-res).c_str());
+      post_accept_retry();
+      return;
+    }
     post_accept();
     if (res < 0) {
       std::fprintf(stderr, "flowtune-shuffle: accept: %s\n", errno_text(-res).c_str());
@@ -324,6 +500,20 @@ struct Server::Impl {
     auto* c = new Conn;
     c->fd = res;
     c->recv_op.conn = c->send_op.conn = c->read_op.conn = c;
+    if (cfg.data_path == DataPath::kSplice) {
+      int p[2];
+      if (::pipe2(p, O_CLOEXEC) != 0) {
+        std::fprintf(stderr, "flowtune-shuffle: pipe: %s\n", errno_text(errno).c_str());
+        ::close(c->fd);
+        delete c;
+        return;
+      }
+      c->pipe_r = p[0];
+      c->pipe_w = p[1];
+      // A chunk must fit the pipe (1 MiB unless fs.pipe-max-size allows more).
+      // A splice moves what the pipe holds: the larger, the fewer rounds.
+      (void)::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(cfg.chunk_bytes));
+    }
     if (ft != nullptr) c->registered = ft_socket_register(ft, c->fd) == FT_OK;
     conns.push_back(c);
     ++stats.connections;
@@ -378,6 +568,8 @@ Server::~Server() {
   for (Conn* c : s.conns) {
     if (c->registered) (void)ft_socket_unregister(s.ft, c->fd);
     ::close(c->fd);
+    if (c->pipe_r >= 0) ::close(c->pipe_r);
+    if (c->pipe_w >= 0) ::close(c->pipe_w);
     delete c;
   }
   for (auto& [k, m] : s.maps) ::close(m.fd);
@@ -390,6 +582,9 @@ Server::~Server() {
 std::uint16_t Server::port() const { return impl_->port; }
 const ServerStats& Server::stats() const { return impl_->stats; }
 bool Server::flowtune_active() const { return impl_->ft != nullptr; }
+bool Server::flowtune_stats(ft_stats* out) const {
+  return impl_->ft != nullptr && ft_client_stats(impl_->ft, out) == FT_OK;
+}
 
 void Server::stop() {
   const std::uint64_t one = 1;
@@ -398,21 +593,43 @@ void Server::stop() {
 
 void Server::run() {
   Impl& s = *impl_;
+  if (s.cfg.data_path == DataPath::kSendfile) {
+    s.run_sendfile();
+    return;
+  }
   s.post_accept();
   s.post_wake();
+  // On stop: shut every connection and the listener down, then reap until
+  // nothing the kernel could still write into is in flight.
+  const auto begin_stop = [&] {
+    s.stopping = true;
+    ::shutdown(s.listen_fd, SHUT_RDWR);
+    for (Conn* c : std::vector<Conn*>(s.conns)) {
+      s.kill(*c);
+      s.maybe_close(c);
+    }
+  };
   for (;;) {
+    if (s.stopping && s.conns.empty() && !s.accept_pending) return;
     const int r = io_uring_submit_and_wait(&s.ring, 1);
-    if (r < 0 && r != -EINTR) throw std::runtime_error("io_uring: " + errno_text(-r));
+    // EBUSY/EAGAIN: completions must be reaped first; below.
+    if (r < 0 && r != -EINTR && r != -EBUSY && r != -EAGAIN) {
+      throw std::runtime_error("io_uring: " + errno_text(-r));
+    }
     io_uring_cqe* cqe = nullptr;
     unsigned head = 0, seen = 0;
-    bool stopping = false;
+    bool stop_now = false;
     io_uring_for_each_cqe(&s.ring, head, cqe) {
       ++seen;
       auto* op = static_cast<Op*>(io_uring_cqe_get_data(cqe));
       const int res = cqe->res;
       switch (op->type) {
         case OpType::kAccept: s.on_accept(res); break;
-        case OpType::kWake: stopping = true; break;
+        case OpType::kAcceptRetry:
+          s.accept_pending = false;
+          if (!s.stopping) s.post_accept();
+          break;
+        case OpType::kWake: stop_now = true; break;
         case OpType::kRecv:
           --op->conn->inflight;
           s.on_recv(*op->conn, res);
@@ -430,7 +647,7 @@ void Server::run() {
       }
     }
     io_uring_cq_advance(&s.ring, seen);
-    if (stopping) return;
+    if (stop_now && !s.stopping) begin_stop();
   }
 }
 

@@ -18,9 +18,18 @@
 #include <string>
 #include <vector>
 
+#include "flowtune/flowtune.h"
 #include "protocol.h"
 
 namespace flowtune::shuffle {
+
+// How block bytes go from the file to the socket.
+enum class DataPath : std::uint8_t {
+  kRead,      // io_uring: read into a buffer, send it
+  kSplice,    // io_uring: splice file -> pipe -> socket (no user-space copy)
+  kSendfile,  // a blocking thread per connection with sendfile(2): the plain baseline
+};
+const char* to_string(DataPath p);
 
 struct ServerConfig {
   std::string dir;               // map outputs (generate())
@@ -29,6 +38,9 @@ struct ServerConfig {
   bool flowtune = true;          // declare blocks as flowlets (libflowtune)
   std::uint32_t chunk_bytes = 256 * 1024;  // file read and send size
   std::uint32_t max_pipelined = 1024;      // requests queued per connection
+  // splice measured the least CPU per GB of the io_uring paths at the same
+  // throughput (bench/shuffle_bench.py, docs/coflows.md).
+  DataPath data_path = DataPath::kSplice;
 };
 
 struct ServerStats {
@@ -55,6 +67,8 @@ class Server {
   void stop();
   const ServerStats& stats() const;
   bool flowtune_active() const;  // a libflowtune client is open
+  // The libflowtune client's counters; false when none is open.
+  bool flowtune_stats(ft_stats* out) const;
 
  private:
   struct Impl;

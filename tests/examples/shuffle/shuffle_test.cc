@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <random>
 #include <thread>
 
@@ -96,8 +97,9 @@ class ShuffleService : public ::testing::Test {
     stop();
     std::filesystem::remove_all(dir_);
   }
-  void start(bool flowtune) {
+  void start(bool flowtune, DataPath path = DataPath::kRead) {
     ServerConfig c;
+    c.data_path = path;
     c.dir = dir_;
     c.bind = "127.0.0.1";
     c.flowtune = flowtune;
@@ -105,10 +107,14 @@ class ShuffleService : public ::testing::Test {
     server_ = std::make_unique<Server>(c);
     thread_ = std::thread([this] { server_->run(); });
   }
-  void stop() {
-    if (!server_) return;
+  // Stops the loop; the server's counters stay readable until stop().
+  void halt() {
+    if (!thread_.joinable()) return;
     server_->stop();
     thread_.join();
+  }
+  void stop() {
+    halt();
     server_.reset();
   }
   std::uint64_t block_bytes(std::uint32_t map, std::uint32_t partition) {
@@ -127,8 +133,12 @@ class ShuffleService : public ::testing::Test {
   std::thread thread_;
 };
 
+constexpr DataPath kPaths[] = {DataPath::kRead, DataPath::kSplice, DataPath::kSendfile};
+
 TEST_F(ShuffleService, EveryBlockOfAPartitionArrivesWithItsChecksum) {
-  start(false);
+ for (DataPath path : kPaths) {
+  SCOPED_TRACE(to_string(path));
+  start(false, path);
   for (std::uint32_t p = 0; p < 4; ++p) {
     // Two sources (the same server, maps split between them), as a reducer
     // fetches from several servers at once.
@@ -139,11 +149,40 @@ TEST_F(ShuffleService, EveryBlockOfAPartitionArrivesWithItsChecksum) {
     EXPECT_EQ(r.failed, 0u);
     EXPECT_EQ(r.bytes, partition_bytes(p));
   }
-  EXPECT_EQ(server_->stats().blocks.load(), 12u);
+  // Empty blocks: a header and nothing else.
+  generate(dir_, 8, 2, 3, 0, 0, 1);
+  const auto empty = fetch_partition({{"127.0.0.1", server_->port(), 0, 1}}, 8, 2, 0);
+  EXPECT_EQ(empty.failed, 0u);
+  EXPECT_EQ(empty.bytes, 0u);
+  EXPECT_EQ(empty.blocks.size(), 2u);
+  halt();  // the last block is counted once its last send completes
+  EXPECT_EQ(server_->stats().blocks.load(), 14u);
+  stop();
+ }
+}
+
+TEST_F(ShuffleService, ManyBlocksPerSourcePassThroughTheServersRequestQueue) {
+  // 2,000 requests on one connection against a server that queues 16: it
+  // stops reading requests while its queue is full and reads on as answers
+  // go out. (The client keeps at most 64 requests outstanding, so it never
+  // blocks writing requests while the server waits for it to read.)
+  generate(dir_, 9, 2000, 1, 20'000, 20'000, 2);
+  ServerConfig c;
+  c.dir = dir_;
+  c.bind = "127.0.0.1";
+  c.flowtune = false;
+  c.max_pipelined = 16;
+  server_ = std::make_unique<Server>(c);
+  thread_ = std::thread([this] { server_->run(); });
+  const auto r = fetch_partition({{"127.0.0.1", server_->port(), 0, 1999}}, 9, 0, 0);
+  EXPECT_EQ(r.failed, 0u);
+  EXPECT_EQ(r.bytes, 2000u * 20'000u);
 }
 
 TEST_F(ShuffleService, BadRequestsGetAnErrorAndTheServerKeepsServing) {
-  start(false);
+ for (DataPath path : kPaths) {
+  SCOPED_TRACE(to_string(path));
+  start(false, path);
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -182,6 +221,8 @@ TEST_F(ShuffleService, BadRequestsGetAnErrorAndTheServerKeepsServing) {
   EXPECT_EQ(r.failed, 0u);
   EXPECT_EQ(server_->stats().bad_requests.load(), 2u);
   EXPECT_EQ(server_->stats().not_found.load(), 2u);
+  stop();
+ }
 }
 
 TEST_F(ShuffleService, WithoutAnAllocatorBlocksArriveAllTheSame) {
@@ -193,6 +234,15 @@ TEST_F(ShuffleService, WithoutAnAllocatorBlocksArriveAllTheSame) {
   const auto r = fetch_partition({{"127.0.0.1", server_->port(), 0, 2}}, 7, 3, 99);
   EXPECT_EQ(r.failed, 0u);
   EXPECT_EQ(r.bytes, partition_bytes(3));
+  // Every block was declared (as a flowlet, or as a mouse below 64 KB).
+  ft_stats st{};
+  std::uint64_t declared = 0;
+  for (int i = 0; i < 200 && declared < 3; ++i) {
+    ASSERT_TRUE(server_->flowtune_stats(&st));
+    declared = st.flowlets_started + st.flowlets_coalesced + st.mice;
+    if (declared < 3) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(declared, 3u);
   ::unsetenv("FLOWTUNE_ALLOCATOR");
   ::unsetenv("FLOWTUNE_LOG");
 }
