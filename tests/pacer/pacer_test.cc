@@ -117,13 +117,20 @@ TEST(HostPacer, AnIdleHostKeepsItsLastRateForTheHoldThenGoesIdle) {
   EXPECT_EQ(p.host_rate(), 2'000'000u);
 }
 
-TEST(HostPacer, TheBucketCoversBurstTimeAtTheAllocationAndStaysSmallWhenIdle) {
+// Rates on the wire equal the allocation (no margin, floor or overhead), a
+// bucket of 200 us at the rate, two frames at least.
+PacerConfig bucket_config() {
   PacerConfig c = config();
   c.floor_bps = 0;
   c.margin = 0;
   c.overhead = 1;
   c.burst_bytes = 3028;
   c.burst_us = 200;
+  return c;
+}
+
+TEST(HostPacer, TheBucketCoversBurstTimeAtTheAllocationAndStaysSmallWhenIdle) {
+  PacerConfig c = bucket_config();
   HostPacer p(c);
   // 800 Mbit/s for 200 us: 20 kB.
   const auto fast = p.on_message(told(100'000'000), 0);
@@ -159,12 +166,7 @@ TEST(HostPacer, TheBucketCoversBurstTimeAtTheAllocationAndStaysSmallWhenIdle) {
 }
 
 TEST(HostPacer, FrequentChangesKeepTheSmallBucketSoFillsStayAShareOfTheRate) {
-  PacerConfig c = config();
-  c.floor_bps = 0;
-  c.margin = 0;
-  c.overhead = 1;
-  c.burst_bytes = 3028;
-  c.burst_us = 200;
+  PacerConfig c = bucket_config();
   c.burst_gap_share = 0.05;
   HostPacer p(c);
   // No change before: the whole burst time (800 Mbit/s for 200 us).
