@@ -101,6 +101,21 @@ struct FigureRunner::Impl {
     return c;
   }
 
+  // f(i) for i in [0, n), --jobs side by side, one index per task.
+  template <typename F>
+  void each_parallel(std::size_t n, F f) {
+    unsigned jobs = opt.jobs ? opt.jobs : std::max(1u, std::thread::hardware_concurrency());
+    tbb::task_arena arena(static_cast<int>(jobs));
+    arena.execute([&] {
+      tbb::parallel_for(
+          tbb::blocked_range<std::size_t>(0, n, 1),
+          [&](const tbb::blocked_range<std::size_t>& r) {
+            for (std::size_t i = r.begin(); i < r.end(); ++i) f(i);
+          },
+          tbb::simple_partitioner());
+    });
+  }
+
   std::vector<SimResult> run_all(const std::string& label, const std::vector<SimConfig>& configs) {
     std::vector<SimConfig> todo;
     std::uint64_t steps = 0;
@@ -113,16 +128,7 @@ struct FigureRunner::Impl {
     ProgressBar bar(opt.progress, label, steps);
     for (auto& c : todo) c.progress = bar.counter();
     std::vector<SimResult> out(todo.size());
-    unsigned jobs = opt.jobs ? opt.jobs : std::max(1u, std::thread::hardware_concurrency());
-    tbb::task_arena arena(static_cast<int>(jobs));
-    arena.execute([&] {
-      tbb::parallel_for(
-          tbb::blocked_range<std::size_t>(0, todo.size(), 1),
-          [&](const tbb::blocked_range<std::size_t>& r) {
-            for (std::size_t i = r.begin(); i < r.end(); ++i) out[i] = simulate(todo[i]);
-          },
-          tbb::simple_partitioner());
-    });
+    each_parallel(todo.size(), [&](std::size_t i) { out[i] = simulate(todo[i]); });
     for (std::size_t i = 0; i < todo.size(); ++i) {
       SimConfig c = todo[i];
       c.progress = nullptr;
@@ -499,19 +505,10 @@ struct FigureRunner::Impl {
       }
     }
     std::vector<json> sums(cs.size());
-    unsigned jobs = opt.jobs ? opt.jobs : std::max(1u, std::thread::hardware_concurrency());
-    tbb::task_arena arena(static_cast<int>(jobs));
     ProgressBar bar(opt.progress, "coflow-trace", cs.size());
-    arena.execute([&] {
-      tbb::parallel_for(
-          tbb::blocked_range<std::size_t>(0, cs.size(), 1),
-          [&](const tbb::blocked_range<std::size_t>& r) {
-            for (std::size_t i = r.begin(); i < r.end(); ++i) {
-              sums[i] = summarize(simulate_coflows(trace, cs[i]));
-              if (auto* n = bar.counter()) ++*n;
-            }
-          },
-          tbb::simple_partitioner());
+    each_parallel(cs.size(), [&](std::size_t i) {
+      sums[i] = summarize(simulate_coflows(trace, cs[i]));
+      if (auto* n = bar.counter()) ++*n;
     });
     json points = json::array(), by_load = json::object(), summary = json::object();
     for (std::size_t i = 0; i < cs.size(); ++i) {

@@ -52,16 +52,7 @@ bool read_all(int fd, void* p, std::size_t n) {
   return true;
 }
 
-bool write_all(int fd, const std::string& s) {
-  std::size_t off = 0;
-  while (off < s.size()) {
-    const ssize_t w = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    off += static_cast<std::size_t>(w);
-  }
-  return true;
-}
+bool write_all(int fd, const std::string& s) { return send_all(fd, s.data(), s.size()); }
 
 // One source: every request at once, then the answers in order.
 void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t partition,

@@ -1,6 +1,9 @@
 #include "protocol.h"
 
+#include <sys/socket.h>
+
 #include <array>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
@@ -118,6 +121,18 @@ std::optional<BlockHeader> decode_header(const std::uint8_t in[kHeaderBytes]) {
   const std::uint32_t s = get32(in + 4);
   if (s > static_cast<std::uint32_t>(Status::kServerError)) return std::nullopt;
   return BlockHeader{static_cast<Status>(s), get64(in + 8), get32(in + 16)};
+}
+
+bool send_all(int fd, const void* data, std::size_t n) {
+  const auto* b = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::send(fd, b, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    b += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
 }
 
 std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t n) {

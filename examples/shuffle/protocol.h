@@ -46,6 +46,10 @@ void encode_header(const BlockHeader& h, std::uint8_t out[kHeaderBytes]);
 // nullopt for a bad magic or an unknown status.
 std::optional<BlockHeader> decode_header(const std::uint8_t in[kHeaderBytes]);
 
+// Sends all n bytes on a connected socket (no SIGPIPE, retries EINTR);
+// false when the connection failed.
+bool send_all(int fd, const void* data, std::size_t n);
+
 // CRC32C (Castagnoli), continued from `crc` (0 to start).
 std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t n);
 

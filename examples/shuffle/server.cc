@@ -223,34 +223,50 @@ struct Server::Impl {
     return j;
   }
 
-  // Complete request lines become jobs; a line that is too long ends the
-  // connection after its error.
+  // The answer to one request line.
+  Job answer(std::string_view line) {
+    auto parsed = parse_fetch(line);
+    if (auto* f = std::get_if<Fetch>(&parsed)) {
+      Job j = lookup(*f);
+      if (j.header.status == Status::kNotFound) ++stats.not_found;
+      return j;
+    }
+    ++stats.bad_requests;
+    return error(Status::kBadRequest, std::get<std::string>(parsed));
+  }
+
+  // Complete request lines in `in` become answers, in order; true when what
+  // is left can no longer be a request (over 128 bytes), after its error.
+  template <typename Push>
+  bool take_lines(std::string& in, Push push) {
+    std::size_t start = 0, nl;
+    while ((nl = in.find('\n', start)) != std::string::npos) {
+      push(answer(std::string_view(in).substr(start, nl - start)));
+      start = nl + 1;
+    }
+    in.erase(0, start);
+    if (in.size() <= kMaxRequestLine) return false;
+    ++stats.bad_requests;
+    push(error(Status::kBadRequest, "request longer than 128 bytes"));
+    in.clear();
+    return true;
+  }
+
   void take_requests(Conn& c) {
     if (c.discard) {
       c.in.clear();
       return;
     }
-    std::size_t start = 0;
-    for (;;) {
-      const std::size_t nl = c.in.find('\n', start);
-      if (nl == std::string::npos) break;
-      auto parsed = parse_fetch(std::string_view(c.in).substr(start, nl - start));
-      if (auto* f = std::get_if<Fetch>(&parsed)) {
-        c.jobs.push_back(lookup(*f));
-        if (c.jobs.back().header.status == Status::kNotFound) ++stats.not_found;
-      } else {
-        c.jobs.push_back(error(Status::kBadRequest, std::get<std::string>(parsed)));
-        ++stats.bad_requests;
-      }
-      start = nl + 1;
-    }
-    c.in.erase(0, start);
-    if (c.in.size() > kMaxRequestLine) {
-      c.jobs.push_back(error(Status::kBadRequest, "request longer than 128 bytes"));
-      ++stats.bad_requests;
-      c.in.clear();
-      c.discard = true;
-    }
+    if (take_lines(c.in, [&](Job j) { c.jobs.push_back(std::move(j)); })) c.discard = true;
+  }
+
+  // A block is a flowlet of its header and bytes, in the request's coflow.
+  void declare(int fd, const Job& j) {
+    if (j.header.status != Status::kOk) return;
+    ft_flowlet_opts o;
+    ft_flowlet_opts_init(&o);
+    o.coflow_id = j.coflow;
+    (void)ft_flowlet_begin(ft, fd, kHeaderBytes + j.header.length, &o);
   }
 
   void start_job(Conn& c) {
@@ -264,12 +280,7 @@ struct Server::Impl {
       c.left = j.header.length;
       c.buf_len = c.buf_sent = 0;
       if (cfg.data_path == DataPath::kRead && c.buf.empty()) c.buf.resize(cfg.chunk_bytes);
-      if (c.registered) {
-        ft_flowlet_opts o;
-        ft_flowlet_opts_init(&o);
-        o.coflow_id = j.coflow;
-        (void)ft_flowlet_begin(ft, c.fd, kHeaderBytes + j.header.length, &o);
-      }
+      if (c.registered) declare(c.fd, j);
     }
     post_send(c, c.header, kHeaderBytes);
   }
@@ -360,7 +371,6 @@ struct Server::Impl {
   void maybe_close(Conn* c) {
     if (c->inflight > 0) return;
     if (!c->dead && !(c->eof && !c->active && c->jobs.empty())) return;
-    if (!c->dead && c->recv_posted) return;
     if (c->registered) (void)ft_socket_unregister(ft, c->fd);
     ::close(c->fd);
     if (c->pipe_r >= 0) ::close(c->pipe_r);
@@ -380,18 +390,6 @@ struct Server::Impl {
   std::vector<std::thread> threads;
   std::vector<int> thread_fds;
 
-  static bool send_all(int fd, const void* p, std::size_t n) {
-    const auto* b = static_cast<const char*>(p);
-    while (n > 0) {
-      const ssize_t w = ::send(fd, b, n, MSG_NOSIGNAL);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return false;
-      b += w;
-      n -= static_cast<std::size_t>(w);
-    }
-    return true;
-  }
-
   void serve_blocking(int fd) {
     const bool registered = ft != nullptr && ft_socket_register(ft, fd) == FT_OK;
     std::string in;
@@ -401,35 +399,15 @@ struct Server::Impl {
       const ssize_t r = ::recv(fd, rbuf, sizeof rbuf, 0);
       if (r <= 0) break;
       in.append(rbuf, static_cast<std::size_t>(r));
-      std::size_t start = 0, nl;
       std::vector<Job> jobs;
-      while ((nl = in.find('\n', start)) != std::string::npos) {
-        auto parsed = parse_fetch(std::string_view(in).substr(start, nl - start));
-        std::lock_guard lock(threads_mu);  // the map cache and counters
-        if (auto* f = std::get_if<Fetch>(&parsed)) {
-          jobs.push_back(lookup(*f));
-          if (jobs.back().header.status == Status::kNotFound) ++stats.not_found;
-        } else {
-          jobs.push_back(error(Status::kBadRequest, std::get<std::string>(parsed)));
-          ++stats.bad_requests;
-        }
-        start = nl + 1;
-      }
-      in.erase(0, start);
-      if (in.size() > kMaxRequestLine) {
-        jobs.push_back(error(Status::kBadRequest, "request longer than 128 bytes"));
-        ++stats.bad_requests;
-        open = false;
+      {
+        std::lock_guard lock(threads_mu);  // the map cache
+        open = !take_lines(in, [&](Job j) { jobs.push_back(std::move(j)); });
       }
       for (const Job& j : jobs) {
         std::uint8_t h[kHeaderBytes];
         encode_header(j.header, h);
-        if (registered && j.header.status == Status::kOk) {
-          ft_flowlet_opts o;
-          ft_flowlet_opts_init(&o);
-          o.coflow_id = j.coflow;
-          (void)ft_flowlet_begin(ft, fd, kHeaderBytes + j.header.length, &o);
-        }
+        if (registered) declare(fd, j);
         if (!send_all(fd, h, sizeof h) || !send_all(fd, j.message.data(), j.message.size())) {
           open = false;
           break;

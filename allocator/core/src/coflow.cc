@@ -73,12 +73,13 @@ void CoflowPlanner::plan(const CoflowConfig& c, std::span<const double> avail_bp
   // has a size). A capped flow is a bottleneck of its own.
   const auto bottleneck = [&](const Group& g, const std::vector<double>& cap) {
     touched_.clear();
-    double gamma = kInf;
+    double gamma = 0;
+    bool any = false;
     for (std::uint32_t k = g.begin; k < g.end; ++k) {
       const std::uint32_t i = by_coflow_[k];
       if (!sized(i)) continue;
       const CoflowFlow& f = flows[i];
-      gamma = gamma < kInf ? std::max(gamma, 0.0) : 0.0;
+      any = true;
       if (f.max_bps < kInf) gamma = std::max(gamma, 8 * f.remaining_bytes / f.max_bps);
       for (LinkId l : f.path) {
         if (load_[l] == 0) touched_.push_back(l);
@@ -86,7 +87,7 @@ void CoflowPlanner::plan(const CoflowConfig& c, std::span<const double> avail_bp
       }
     }
     for (LinkId l : touched_) gamma = std::max(gamma, cap[l] > 0 ? 8 * load_[l] / cap[l] : kInf);
-    return gamma;
+    return any ? gamma : kInf;
   };
   const auto clear_load = [&] {
     for (LinkId l : touched_) load_[l] = 0;
