@@ -34,10 +34,9 @@ constexpr const char* kUsage = R"(usage: flowtune-pacer --dev DEV --host HOST [o
 
 Paces a whole host: keeps a tbf on DEV (the host's egress) at the sum of the
 rates the allocator gave the host's flows, so the host never sends more than
-its rates however its sockets' pacing timers fire. Traffic to the allocator
-bypasses the tbf (a prio band of its own), so control messages never wait
-behind data. Needs root (tc) and runs in the host's network namespace, one
-per host. The qdisc is removed on exit (SIGTERM, SIGINT, SIGHUP); if the
+its rates however its sockets' pacing timers fire (with --qdisc htb, small
+packets and traffic to the allocator go around it). Needs root (tc) and
+runs in the host's network namespace, one per host. The qdisc is removed on exit (SIGTERM, SIGINT, SIGHUP); if the
 allocator goes silent for a lease, DEV is shaped to the link rate until it
 answers again. Killed outright (SIGKILL), it leaves its qdisc (starting it
 again replaces it) and, if it had changed it, the packet-size setting at 0
@@ -68,12 +67,16 @@ options:
                          rated flow ends (default 100)
   --lease-ms MS          shape to the allocator's rate this long after its
                          last message (default 1000, the allocator's lease)
-  --qdisc tbf|htb        tbf (default): one tbf for all of DEV's traffic;
-                         htb: traffic to the allocator in a class of its
-                         own, never queued behind data
+  --qdisc tbf|htb        tbf (default): one tbf for all of DEV's traffic,
+                         ACKs and control too; htb: packets below 256
+                         bytes (pure ACKs, requests) and traffic to the
+                         allocator in a class of their own, the rest
+                         through the tbf, for hosts that receive far more
+                         than they send (costs CPU: docs/pacer.md)
   --while-pid PID        exit (removing the qdisc) when process PID exits
                          (flowtune-run --pacer uses it)
-  --small-tso-below RATE while DEV is shaped below RATE, the host's sockets
+  --small-tso-below RATE while the host's flows' mean rate (or, with none,
+                         DEV's) is below RATE, the host's sockets
                          build packets of about 1 ms at their rate
                          (net.ipv4.tcp_tso_rtt_log 0, put back at twice
                          RATE and on exit; one pacer per namespace manages
@@ -150,7 +153,8 @@ Options parse(int argc, char** argv) {
     else if (args.is("--burst-gap-share")) o.config.burst_gap_share = args.number();
     else if (args.is("--idle-hold-ms")) o.config.idle_hold_us = static_cast<std::uint64_t>(args.number() * 1000);
     else if (args.is("--lease-ms")) o.config.lease_us = static_cast<std::uint64_t>(args.number() * 1000);
-    else if (args.is("--qdisc")) o.qdisc = args.choice<pacer::Qdisc>({{"tbf", pacer::Qdisc::kTbf}, {"htb", pacer::Qdisc::kHtb}});
+    else if (args.is("--qdisc")) o.qdisc = args.choice<pacer::Qdisc>(
+        {{"tbf", pacer::Qdisc::kTbf}, {"htb", pacer::Qdisc::kHtb}});
     else if (args.is("--while-pid")) o.while_pid = static_cast<int>(args.count(1 << 22));
     else if (args.is("--verbose")) o.verbose = true;
     else if (args.is("--small-tso-below")) o.small_tso_below_bps = parse_rate(args);
@@ -267,7 +271,9 @@ bool lock_device(const std::string& dev) { return lock_run_file(dev + ".lock").h
 // 133-254 ms, not 50, to take a 100 Mbit/s link back after a class-0
 // transfer had held them at 1 Mbit/s; 40-46 ms with the setting at 0.
 // Always 0 costs CPU at high rates (more, smaller packets), hence only
-// while the host's rate is low.
+// while the host's flows are slow: their mean rate (HostPacer::packet_bps),
+// since each socket is paced at its own rate, which can be far below the
+// host's total (60 flows sharing a 250 Mbit/s host in a shuffle).
 //
 // The setting is per network namespace, so one pacer per namespace manages
 // it (a lock beside the device locks). The value to put back is kept in the
@@ -311,7 +317,7 @@ class PacketSize {
     if (!small) save("");
     small_ = small;
     if (verbose_) {
-      std::fprintf(stderr, "flowtune-pacer: %s now %s (shaped to %.1f Mbit/s)\n", kPath,
+      std::fprintf(stderr, "flowtune-pacer: %s now %s (flows at %.1f Mbit/s)\n", kPath,
                    small ? "0" : old_.c_str(), bps / 1e6);
     }
   }
@@ -387,8 +393,8 @@ int run(const Options& o) {
   bool registered = false, told_unknown = false, said_registered = false;
   std::uint64_t epoch = 0, backoff_us = 10'000, next_send_us = 0;
   const auto apply = [&](std::optional<pacer::Shape> s, const char* why) {
+    packets.follow(state.packet_bps());
     if (!s) return true;
-    packets.follow(s->bps);
     if (o.verbose) {
       std::fprintf(stderr,
                    "flowtune-pacer: %s: %s now %.1f Mbit/s, bucket %u B (host rate %.1f Mbit/s)\n",

@@ -126,4 +126,7 @@ struct AllocatorMessage {
   # told to every flow whose source is its host (0: none rated). The host
   # never needs to emit more; the pacer shapes its egress to it.
   hostRate @8 :UInt64;
+  # With hostRate: how many of those flows have a rate (> 0). The pacer
+  # sizes the host's packets by its flows' mean rate (docs/pacer.md).
+  hostFlows @9 :UInt32;
 }

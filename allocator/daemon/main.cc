@@ -76,7 +76,7 @@ policy (docs/policy.md):
                              order, after guarantees and deadlines
   --coflow-share F           share of a link the coflow order may hand out; the
                              rest is shared by every flowlet, so none starves
-                             (default 0.9, within --max-reserved)
+                             (default 0.7, within --max-reserved)
 
 leases and limits:
   --lease-ms MS              lifetime of a rate at the endpoint (default 1000)

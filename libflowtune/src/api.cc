@@ -209,6 +209,11 @@ int ft_client_open(const ft_config* cfg, ft_client** out) {
     s.host = cfg->host != nullptr ? cfg->host : env_or("FLOWTUNE_HOST", "");
     s.min_flowlet_bytes = cfg->min_flowlet_bytes;
     s.max_rate_bytes_per_sec = cfg->max_rate_bytes_per_sec;
+    if (const char* v = std::getenv("FLOWTUNE_MIN_PACING_RATE"); v != nullptr && *v != '\0') {
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(v, &end, 10);
+      if (end != v && *end == '\0') s.min_rate_bytes_per_sec = n;
+    }
     s.heartbeat_us = std::uint64_t{cfg->heartbeat_ms} * 1000;
     flowtune::client::RuntimeConfig r;
     r.allocator = cfg->allocator != nullptr ? cfg->allocator

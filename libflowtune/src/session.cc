@@ -365,7 +365,7 @@ void Session::on_rate(const wire::RateUpdate& r, std::uint64_t now_us) {
   Sock* k = find(ref);
   if (k == nullptr) return;
   k->told = r.bytes_per_sec;
-  std::uint64_t rate = r.bytes_per_sec;
+  std::uint64_t rate = std::max(r.bytes_per_sec, config_.min_rate_bytes_per_sec);
   if (config_.max_rate_bytes_per_sec != 0) rate = std::min(rate, config_.max_rate_bytes_per_sec);
   if (rate == 0) rate = 1;  // 0 would mean "no cap"; the allocator never sends it
   k->lease_until = now_us + r.lease_us;

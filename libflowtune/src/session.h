@@ -79,6 +79,14 @@ struct SessionConfig {
   std::uint64_t initial_rtt_us = 500;
   // Where flowlets' tenant indexes are named; null: no tenants.
   std::shared_ptr<const TenantNames> tenants{};
+  // No socket is paced below this (bytes/s; 0: no floor). Linux paces a
+  // socket by spacing each packet len / rate after the previous one at the
+  // rate of that moment, and a raise does not pull the next send in: a
+  // flowlet a policy held at 60 B/s sat silent for 20 s with its rate back
+  // at 60 KB/s (coflow-trace, docs/coflows.md). At 16 KB/s two full
+  // segments wait at most 180 ms; a flow rated below it sends a little
+  // more than its rate, which the host pacer's bound absorbs.
+  std::uint64_t min_rate_bytes_per_sec = 16'000;
 };
 
 struct PacingAction {

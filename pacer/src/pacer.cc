@@ -73,6 +73,7 @@ std::optional<Shape> HostPacer::on_message(const wire::AllocatorMessage& m,
   // Every message to a pacer carries the host's rate; it lasts a lease.
   const bool was_rated = leased_ && host_rate_ > 0;
   host_rate_ = m.host_rate;
+  host_flows_ = m.host_flows;
   leased_ = true;
   lease_until_us_ = now_us + c_.lease_us;
   if (host_rate_ == 0 && c_.idle_hold_us > 0 && (was_rated || idle_at_us_ != UINT64_MAX)) {
@@ -103,6 +104,7 @@ std::optional<Shape> HostPacer::on_tick(std::uint64_t now_us) {
   // to TCP as a whole (with the link's bucket: unshaped, as far as it can be).
   leased_ = false;
   host_rate_ = 0;
+  host_flows_ = 0;
   idle_at_us_ = UINT64_MAX;
   return set(c_.link_bps, true, now_us);
 }
@@ -128,6 +130,10 @@ std::string bits(double bps) { return std::to_string(std::llround(bps)) + "bit";
 // Bytes tbf may queue: TCP small queues keep each socket's share small, so
 // this only has to be large enough never to drop what the sockets hand it.
 constexpr const char* kLimit = "8000000";
+
+// htb's classes never borrow from each other here, so their quantum does
+// not matter; set, it keeps tc from warning that rate / r2q is too big.
+constexpr const char* kQuantum = " quantum 60000";
 
 // The peak rate, in links: high enough that its bucket of frame_bytes refills
 // between any two dequeues (3028 bytes at 1 Tbit/s: 24 ns), so only the
@@ -164,7 +170,7 @@ Shaper::Shaper(std::string dev, Qdisc qdisc, double link_bps, std::uint32_t fram
     return v;
   };
   // Class 1:2 (the default) is the host's data at its rate; 1:1, only by
-  // the filter, is control traffic, never held behind it.
+  // the filters, is small packets and control traffic, never held behind it.
   std::vector<std::vector<std::string>> steps;
   if (qdisc_ == Qdisc::kTbf) {
     steps.push_back(split(tbf_line(dev_, qdisc_, link_bps_, frame_bytes_, "replace", initial)));
@@ -172,16 +178,22 @@ Shaper::Shaper(std::string dev, Qdisc qdisc, double link_bps, std::uint32_t fram
     // htb only classifies: both classes may use the whole link.
     steps = {{"tc", "qdisc", "replace", "dev", dev_, "root", "handle", "1:", "htb", "default", "2"},
              split("class add dev " + dev_ + " parent 1: classid 1:2 htb rate " +
-                   bits(link_bps_) + " ceil " + bits(link_bps_)),
-             split(tbf_line(dev_, qdisc_, link_bps_, frame_bytes_, "add", initial))};
+                   bits(link_bps_) + " ceil " + bits(link_bps_) + kQuantum),
+             split(tbf_line(dev_, qdisc_, link_bps_, frame_bytes_, "add", initial)),
+             split("class add dev " + dev_ + " parent 1: classid 1:1 htb rate " +
+                   bits(link_bps_) + " ceil " + bits(link_bps_) + kQuantum)};
+  }
+  if (qdisc_ == Qdisc::kHtb) {
+    // IPv4 total length (offset 2) or IPv6 payload length (offset 4) below
+    // 256: a pure ACK, a request, a control message.
+    steps.push_back(split("filter add dev " + dev_ + " parent 1: protocol ip prio 2 u32 match u16 0 0xff00 at 2 flowid 1:1"));
+    steps.push_back(split("filter add dev " + dev_ + " parent 1: protocol ipv6 prio 3 u32 match u16 0 0xff00 at 4 flowid 1:1"));
   }
   if (qdisc_ == Qdisc::kHtb && control_ip != 0) {
     const std::string ip = std::to_string(control_ip >> 24) + "." +
                            std::to_string(control_ip >> 16 & 255) + "." +
                            std::to_string(control_ip >> 8 & 255) + "." +
                            std::to_string(control_ip & 255) + "/32";
-    steps.push_back(split("class add dev " + dev_ + " parent 1: classid 1:1 htb rate " +
-                          bits(link_bps_) + " ceil " + bits(link_bps_)));
     steps.push_back({"tc", "filter", "add", "dev", dev_, "parent", "1:", "protocol", "ip",
                      "prio", "1", "u32", "match", "ip", "dst", ip, "match", "ip", "dport",
                      std::to_string(control_port), "0xffff", "flowid", "1:1"});

@@ -331,6 +331,7 @@ std::vector<std::uint8_t> encode(const AllocatorMessage& m) {
   root.setHelloAck(m.hello_ack);
   root.setAckSeq(m.ack_seq);
   root.setHostRate(m.host_rate);
+  root.setHostFlows(m.host_flows);
   if (m.rate_digest) {
     auto d = root.initRateDigest();
     d.setFlows(m.rate_digest->flows);
@@ -386,6 +387,7 @@ DecodeStatus decode(std::span<const std::uint8_t> bytes, AllocatorMessage* out) 
     m.hello_ack = root.getHelloAck();
     m.ack_seq = root.getAckSeq();
     m.host_rate = root.getHostRate();
+    m.host_flows = root.getHostFlows();
     if (root.hasRateDigest()) {
       auto d = root.getRateDigest();
       m.rate_digest = StateDigest{d.getFlows(), d.getKeySum()};

@@ -154,12 +154,12 @@ TEST_F(SessionTest, RatesBecomePacingAndLapseWithTheirLease) {
   s_->on_begin(kSock, 5000, {}, now_);
   auto ev = said();
   const std::uint64_t key = of<wire::Resync>(ev)[0].flows[0].flow_key;
-  s_->on_message(rates({{key, 12345, 100'000}}), now_);
+  s_->on_message(rates({{key, 123456, 100'000}}), now_);
   auto act = s_->take_actions();
   ASSERT_EQ(act.size(), 1u);
   EXPECT_EQ(act[0].socket, kSock);
-  EXPECT_EQ(act[0].bytes_per_sec, 12345u);
-  EXPECT_EQ(s_->rate_of(kSock), 12345u);
+  EXPECT_EQ(act[0].bytes_per_sec, 123456u);
+  EXPECT_EQ(s_->rate_of(kSock), 123456u);
   // A refresh extends the lease; without more, it lapses and the cap goes.
   now_ += 90'000;
   wire::AllocatorMessage refresh = rates({});
@@ -380,6 +380,33 @@ TEST_F(SessionTest, HeartbeatsKeepTheEndpointAliveAndRatesAreCappedAtTheHostLink
   m = s.take_message(now_);
   ASSERT_TRUE(m);
   EXPECT_TRUE(std::holds_alternative<wire::Heartbeat>(m->events.at(0)));
+}
+
+TEST_F(SessionTest, NoSocketIsPacedBelowTheFloorUnlessTheHostLinkIsLower) {
+  // A rate of 60 B/s would space two segments 48 s apart, and a raise
+  // would not pull the next send in: the floor keeps the wait short.
+  SessionConfig c;
+  c.endpoint_id = "ep";
+  c.min_rate_bytes_per_sec = 16'000;
+  Session s(c);
+  s.on_register(kSock, tuple(1), 0, now_);
+  s.on_begin(kSock, 1'000'000, {}, now_);
+  auto m = s.take_message(now_);
+  ASSERT_TRUE(m);
+  const auto key = std::get<wire::Resync>(m->events[1]).flows[0].flow_key;
+  s.on_message(rates({{key, 60, 1'000'000}}), now_);
+  EXPECT_EQ(s.rate_of(kSock), 16'000u);
+  s.on_message(rates({{key, 50'000, 1'000'000}}), now_);
+  EXPECT_EQ(s.rate_of(kSock), 50'000u);
+  // The host link's cap is a hard bound: it wins over the floor.
+  c.max_rate_bytes_per_sec = 1000;
+  Session t(c);
+  t.on_register(kSock, tuple(1), 0, now_);
+  t.on_begin(kSock, 1'000'000, {}, now_);
+  m = t.take_message(now_);
+  const auto key2 = std::get<wire::Resync>(m->events[1]).flows[0].flow_key;
+  t.on_message(rates({{key2, 60, 1'000'000}}), now_);
+  EXPECT_EQ(t.rate_of(kSock), 1000u);
 }
 
 // ---- repair rules: every loss signal repairs (docs/wire.md) ----

@@ -212,6 +212,7 @@ TEST(Shaper, TheTbfSplitsEveryPacketLargerThanTheSmallestBucket) {
   EXPECT_EQ(l,
             "qdisc change dev eth0 root handle 1: tbf rate 500000000bit burst 20000 "
             "peakrate 1000000000000bit mtu 3028 limit 8000000");
+  // Under htb, which classifies, the tbf is the data class's leaf.
   const std::string h = tbf_line("v1", Qdisc::kHtb, 1e8, 3028, "add", Shape{1e6, 3028});
   EXPECT_NE(h.find("parent 1:2 handle 10: tbf rate 1000000bit burst 3028 "), std::string::npos)
       << h;
@@ -251,6 +252,25 @@ TEST(SmallPackets, FromBelowTheThresholdUntilTwiceIt) {
   // 0 turns it off, even for a starved host.
   EXPECT_FALSE(small_packets(false, 1e3, 0));
   EXPECT_FALSE(small_packets(true, 1e3, 0));
+}
+
+TEST(SmallPackets, GoByTheFlowsMeanRateNotTheHostsTotal) {
+  // 60 flows sharing 240 Mbit/s: each socket is paced at 4 Mbit/s, where a
+  // 64 KB packet is 130 ms of its rate, though the host is shaped high.
+  HostPacer p(config());
+  wire::AllocatorMessage m = told(30'000'000);
+  m.host_flows = 60;
+  ASSERT_TRUE(p.on_message(m, 0).has_value());
+  EXPECT_GT(p.current_bps(), 240e6);
+  EXPECT_DOUBLE_EQ(p.packet_bps(), 4e6);
+  // One flow at the same total runs at it.
+  m.host_flows = 1;
+  (void)p.on_message(m, 10);
+  EXPECT_DOUBLE_EQ(p.packet_bps(), 240e6);
+  // No count (nothing rated, or an allocator that does not send it): the
+  // shaped rate, as before.
+  (void)p.on_message(told(30'000'000), 20);
+  EXPECT_DOUBLE_EQ(p.packet_bps(), p.current_bps());
 }
 
 }  // namespace

@@ -69,6 +69,8 @@ TEST(Codec, AllocatorMessageRoundTrips) {
   in.hello_ack = true;
   in.rate_digest = StateDigest{2, 77};
   in.ack_seq = 12345;
+  in.host_rate = 31'250'000;
+  in.host_flows = 60;
   AllocatorMessage out;
   DecodeStatus st = decode_bytes(encode(in), &out);
   ASSERT_TRUE(st.ok()) << st.detail;

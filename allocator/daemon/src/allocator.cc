@@ -304,9 +304,13 @@ void Allocator::queue_moved_rates() {
 
 void Allocator::set_sent(alloc::FlowId id, std::uint64_t rate) {
   const alloc::HostId h = flows_[id].src;
-  if (h >= host_sent_.size()) host_sent_.resize(static_cast<std::size_t>(h) + 1, 0);
+  if (h >= host_sent_.size()) {
+    host_sent_.resize(static_cast<std::size_t>(h) + 1, 0);
+    host_rated_.resize(static_cast<std::size_t>(h) + 1, 0);
+  }
   // Unsigned arithmetic: the sum stays exact whatever the order of changes.
   host_sent_[h] += rate - sent_[id];
+  host_rated_[h] += static_cast<std::uint32_t>(rate != 0) - static_cast<std::uint32_t>(sent_[id] != 0);
   sent_[id] = rate;
   if (pacers_.empty() || !pacers_.contains(h)) return;  // the common case: no pacer
   if (h >= pacer_marked_.size()) pacer_marked_.resize(static_cast<std::size_t>(h) + 1, 0);
@@ -441,6 +445,7 @@ void split_into(std::string_view peer, wire::AllocatorMessage&& m, std::uint64_t
     wire::AllocatorMessage part;
     part.epoch = epoch;
     part.host_rate = m.host_rate;
+    part.host_flows = m.host_flows;
     if (first) {
       part.errors = std::move(m.errors);
       part.lease_refresh_us = m.lease_refresh_us;
@@ -468,7 +473,11 @@ std::vector<Outgoing> Allocator::take_outbox() {
     Endpoint* e = idx < endpoints_.size() ? endpoints_[idx].get() : nullptr;
     if (e == nullptr || !e->dirty) continue;
     e->dirty = false;
-    if (e->pacer) e->out.host_rate = e->host < host_sent_.size() ? host_sent_[e->host] : 0;
+    if (e->pacer) {
+      const bool known = e->host < host_sent_.size();
+      e->out.host_rate = known ? host_sent_[e->host] : 0;
+      e->out.host_flows = known ? host_rated_[e->host] : 0;
+    }
     split_into(e->peer, std::move(e->out), epoch_, &out);
     e->out = {};
   }

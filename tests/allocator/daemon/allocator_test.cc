@@ -916,14 +916,24 @@ TEST(LatencyHistogram, QuantilesAreWithinOneEighth) {
 
 // ---- host pacers (flowtune-pacer) ----
 
-// The host rate the last message to `peer` carried; nullopt when none went.
-std::optional<std::uint64_t> last_host_rate(const std::vector<Outgoing>& out,
-                                            std::string_view peer) {
-  std::optional<std::uint64_t> r;
+// What the last message to `peer` carried, by `field`; nullopt when none went.
+template <typename T>
+std::optional<T> last_to(const std::vector<Outgoing>& out, std::string_view peer,
+                         T wire::AllocatorMessage::*field) {
+  std::optional<T> r;
   for (const auto& o : out) {
-    if (o.peer == peer) r = o.message.host_rate;
+    if (o.peer == peer) r = o.message.*field;
   }
   return r;
+}
+std::optional<std::uint64_t> last_host_rate(const std::vector<Outgoing>& out,
+                                            std::string_view peer) {
+  return last_to(out, peer, &wire::AllocatorMessage::host_rate);
+}
+// How many rated flows the last message to `peer` counted.
+std::optional<std::uint32_t> last_host_flows(const std::vector<Outgoing>& out,
+                                             std::string_view peer) {
+  return last_to(out, peer, &wire::AllocatorMessage::host_flows);
 }
 
 TEST_F(AllocatorTest, AHostPacerIsToldTheSumOfItsHostsRatesAcrossEndpoints) {
@@ -941,6 +951,7 @@ TEST_F(AllocatorTest, AHostPacerIsToldTheSumOfItsHostsRatesAcrossEndpoints) {
   const auto rates = last_rates(out);
   const std::uint64_t h0 = rates.at({"a", 1}) + rates.at({"b", 2}) + rates.at({"b", 3});
   ASSERT_EQ(last_host_rate(out, "pacer"), h0);
+  EXPECT_EQ(last_host_flows(out, "pacer"), 3u);
   EXPECT_NEAR(static_cast<double>(h0), 3 * share(4), share(4) * 1e-2);
   EXPECT_GT(alloc_->counters().host_rate_updates, 0u);
   // When: b's flows end.
@@ -950,6 +961,7 @@ TEST_F(AllocatorTest, AHostPacerIsToldTheSumOfItsHostsRatesAcrossEndpoints) {
   const auto r2 = last_rates(after);
   ASSERT_TRUE(last_host_rate(after, "pacer").has_value());
   EXPECT_EQ(*last_host_rate(after, "pacer"), r2.at({"a", 1}));
+  EXPECT_EQ(last_host_flows(after, "pacer"), 1u);
   // When: a's endpoint leaves too (timeout), with only the pacer heartbeating.
   for (int i = 0; i < 4; ++i) {
     now_ += 1'000'000;
@@ -960,6 +972,7 @@ TEST_F(AllocatorTest, AHostPacerIsToldTheSumOfItsHostsRatesAcrossEndpoints) {
   const auto gone = settle();
   // Expect: h0's sum is 0 and the pacer was told so.
   EXPECT_EQ(last_host_rate(gone, "pacer"), 0u);
+  EXPECT_EQ(last_host_flows(gone, "pacer"), 0u);
 }
 
 TEST_F(AllocatorTest, AHostPacerGetsLeaseRefreshesAndMayNotHoldFlows) {
@@ -1154,14 +1167,16 @@ TEST_F(AllocatorTest, CoflowOrderServesTheSmallerCoflowFirstAndKeepsAShareForThe
       EXPECT_EQ(alloc_->policy_totals().counters.coflow_plans, 0u);
       continue;
     }
-    // 90% of h3's downlink in order, the other 10% split three ways.
-    EXPECT_NEAR(a, share(1) * (0.9 + 0.1 / 3), share(1) * 0.01);
-    EXPECT_NEAR(b, share(1) * 0.1 / 3, share(1) * 0.01);
+    // The coflow share of h3's downlink (0.7 by default) in order, the
+    // rest split three ways.
+    const double s = c.coflow_share;
+    EXPECT_NEAR(a, share(1) * (s + (1 - s) / 3), share(1) * 0.01);
+    EXPECT_NEAR(b, share(1) * (1 - s) / 3, share(1) * 0.01);
     EXPECT_NEAR(static_cast<double>(rates.at({"c", 1})), b, b * 0.01);
     EXPECT_EQ(alloc_->policy_totals().counters.coflows_ordered, 2u);
     for (const FlowView& f : alloc_->flows(now_, 10)) {
       if (f.endpoint_id == "ep-a") {
-        EXPECT_GT(f.floor_bps, 0.85 * kGbps * 0.99);
+        EXPECT_GT(f.floor_bps, (s - 0.05) * kGbps * 0.99);
       }
     }
     // The small coflow ends: the big one takes the link, its two flowlets alike.

@@ -101,8 +101,8 @@ struct Shape {
 void validate(const PacerConfig& c);
 
 // Whether the host's sockets should build small packets (Linux's
-// net.ipv4.tcp_tso_rtt_log at 0, the pacer's --small-tso-below) while it is
-// shaped to `bps`: a socket with a small RTT otherwise sends up to 64 KB at a
+// net.ipv4.tcp_tso_rtt_log at 0, the pacer's --small-tso-below) while its
+// flows run at `bps` (HostPacer::packet_bps): a socket with a small RTT otherwise sends up to 64 KB at a
 // time however low its rate, and then waits 64 KB / rate before its next
 // send, even after its rate is raised. Small from below `below_bps`, back to
 // the kernel's default only at twice it (so a rate near the line does not
@@ -133,6 +133,13 @@ class HostPacer {
   double current_bps() const { return current_.bps; }
   std::uint32_t current_burst() const { return current_.burst_bytes; }
   std::uint64_t host_rate() const { return host_rate_; }
+  // Bit/s a packet-size decision goes by (small_packets): the mean payload
+  // rate of the host's rated flows, as each socket is paced at its own
+  // rate; the shaped rate while the host has none (or an older allocator
+  // does not say how many).
+  double packet_bps() const {
+    return host_flows_ > 0 ? static_cast<double>(host_rate_) * 8.0 / host_flows_ : current_.bps;
+  }
   bool leased() const { return leased_; }
 
  private:
@@ -140,6 +147,7 @@ class HostPacer {
 
   PacerConfig c_;
   std::uint64_t host_rate_ = 0;
+  std::uint32_t host_flows_ = 0;
   bool leased_ = false;
   std::uint64_t lease_until_us_ = 0;
   std::uint64_t idle_at_us_ = UINT64_MAX;  // the idle hold ends
@@ -149,14 +157,18 @@ class HostPacer {
 };
 
 // Keeps DEV's egress shaped through one long-lived `tc -batch` (a fork per
-// change would cost more than the change). The tbf does the shaping in both
-// layouts; with htb, traffic to the allocator has a class of its own (a u32
-// filter on its address and port), so a flowlet's start never waits behind
-// the host's data. Must run in the host's network namespace with
-// CAP_NET_ADMIN.
+// change would cost more than the change). The tbf does the shaping in every
+// layout. With htb, small packets (IP length below 256: pure ACKs,
+// requests) and traffic to the allocator go around it (u32 filters into a
+// class of their own): a host that receives far more than it sends would
+// otherwise hold the ACKs of what it receives to the rate of what it sends,
+// and a flowlet's start would wait behind the host's data. Must run in the
+// host's network namespace with CAP_NET_ADMIN.
+// (prio, which would do the same with less work, is not built into every
+// kernel: not into the testbed's.)
 enum class Qdisc {
-  kTbf,  // one tbf at the root: the tightest bound, control traffic shaped too
-  kHtb,  // htb: the data class at the rate, control traffic in a class of its own
+  kTbf,  // one tbf at the root: every packet shaped, ACKs and control too (the default)
+  kHtb,  // htb classifies: data to the tbf, small packets and control around it
 };
 
 // The tc batch line that sets DEV's tbf to `s` ("qdisc VERB dev DEV ... tbf

@@ -174,6 +174,7 @@ struct AllocatorMessage {
   // To a host pacer: bytes/s, the sum of the rates last told to the flows
   // whose source is its host.
   std::uint64_t host_rate = 0;
+  std::uint32_t host_flows = 0;  // with host_rate: how many flows have a rate
   bool operator==(const AllocatorMessage&) const = default;
 };
 
