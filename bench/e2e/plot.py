@@ -22,6 +22,7 @@ except ImportError:  # --help still works; main() says what is missing
 
 COLORS = {"flowtune": "tab:blue", "flowtune-api": "tab:cyan", "flowtune-priority": "tab:purple",
           "flowtune-tenants": "tab:blue", "flowtune-deadline": "tab:blue", "flowtune-pf": "tab:cyan",
+          "flowtune-sebf": "tab:green", "flowtune-stf": "tab:olive",
           "bbr": "tab:red", "cubic": "tab:orange", "trickle": "tab:gray"}
 DPI = 80  # keeps every PNG well under 200 KB
 
@@ -73,6 +74,37 @@ def coflow(res, path):
         ax.legend(fontsize=7)
     fig.suptitle("8 senders x 25 transfers x %d KB -> 1 receiver, %s" % (
         res["config"]["bytes"] // 1000, res["config"]["rate"]), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def coflow_trace(res, path):
+    """CDF of coflow completion times per scheme, and mean CCT by bin."""
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4))
+    for s, d in res["details"].items():
+        c = sorted(x for run in d["cct_s"] for x in run if x is not None)
+        if c:
+            a1.step(c, [(i + 1) / len(c) for i in range(len(c))], where="post",
+                    color=COLORS.get(s), label="%s (mean %.2f s)" % (s, res["summary"][s]["cct_mean_s"]))
+    a1.set_xscale("log")
+    a1.set_xlabel("coflow completion time (s)")
+    a1.set_ylabel("CDF over coflows")
+    a1.legend(fontsize=7)
+    bins = sorted({b for v in res["summary"].values() for b in v["bins"]})
+    schemes = list(res["summary"])
+    w = 0.8 / max(1, len(schemes))
+    for k, s in enumerate(schemes):
+        a2.bar([i + k * w for i in range(len(bins))],
+               [res["summary"][s]["bins"].get(b, {}).get("cct_mean_s", 0) for b in bins], w,
+               color=COLORS.get(s), label=s)
+    a2.set_xticks([i + 0.4 - w / 2 for i in range(len(bins))])
+    a2.set_xticklabels(bins, fontsize=7)
+    a2.set_yscale("log")
+    a2.set_ylabel("mean CCT (s)")
+    c = res["config"]
+    fig.suptitle("Facebook coflow trace on %d hosts at %s, load %.2f (%d coflows)" % (
+        c["hosts"], c["rate"], c["load"], c["coflows"]), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
@@ -188,6 +220,8 @@ def main():
             tenants(res, path)
         elif name == "deadlines":
             deadlines(res, path)
+        elif name == "coflow-trace":
+            coflow_trace(res, path)
         else:
             print("plot.py: %s: unknown experiment %r" % (f, name), file=sys.stderr)
             continue

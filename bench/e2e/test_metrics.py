@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks bench/e2e/run's metrics against hand-computed cases: Jain's index,
 the nearest-rank percentile, the convergence time, the queue summary, the
-tenants' shares and the deadlines' plan and verdicts.
+tenants' shares, the deadlines' plan and verdicts, and the coflow trace's
+scaling onto the testbed (coflow_trace.py).
 No root, no network: `python3 bench/e2e/test_metrics.py` (smoke.sh runs it)."""
 import importlib.machinery
 import importlib.util
@@ -123,6 +124,62 @@ class Deadlines(unittest.TestCase):
         got = run.deadlines_met(plan, transfers)
         self.assertEqual([t["met"] for t in got], [True, False, False])
         self.assertIsNone(got[2]["fct_s"])
+
+
+TRACE = """4 3
+1 0 2 0 1 1 2:4
+2 1000 1 3 2 3:1 0:2
+3 2000 1 1 1 1:8
+"""
+
+
+class CoflowTrace(unittest.TestCase):
+    def setUp(self):
+        self.ports, self.coflows = run.coflow_trace.parse(TRACE)
+
+    def test_parse_and_bad_lines(self):
+        self.assertEqual(self.ports, 4)
+        self.assertEqual(self.coflows[1]["reducers"], [(3, 1 * run.coflow_trace.MIB),
+                                                        (0, 2 * run.coflow_trace.MIB)])
+        for bad in ("4 1\n1 0 1 9 1 0:1\n", "4 2\n1 0 1 0 1 1:1\n", "4 1\n1 0 2 0 1 1:1\n", "x\n"):
+            with self.assertRaises(ValueError):
+                run.coflow_trace.parse(bad)
+
+    def test_hosts_blocks_and_load(self):
+        # 2 hosts: ports 0, 2 -> h1; 1, 3 -> h2. Coflow 1: mappers 0 (h1), 1
+        # (h2), a reducer on 2 (h1) with 4 MB: only h2 -> h1 crosses, 2 MB.
+        # Coflow 3: 1 -> 1, all on h2: left out.
+        staged, left_out, scale = run.coflow_trace.plan(self.coflows, 2, 1e8, 0.5)
+        self.assertEqual(left_out, 1)
+        self.assertEqual([c["id"] for c in staged], [1, 2])
+        self.assertEqual(set(staged[0]["blocks"]), {(2, 1)})
+        # Coflow 2: mapper 3 (h2) to reducers 3 (h2, local) and 0 (h1).
+        self.assertEqual(set(staged[1]["blocks"]), {(2, 1)})
+        # Sizes keep their order and the size map; arrivals give the load.
+        k = run.coflow_trace.scaled_bytes(4 * run.coflow_trace.MIB) / (4 * run.coflow_trace.MIB)
+        self.assertAlmostEqual(staged[0]["blocks"][(2, 1)], round(2 * run.coflow_trace.MIB * k), delta=1)
+        fabric = sum(sum(c["blocks"].values()) for c in staged)
+        self.assertAlmostEqual(8 * fabric / (2 * 1e8 * staged[1]["arrival_s"]), 0.5, places=6)
+        self.assertAlmostEqual(staged[1]["arrival_s"], 1.0 * scale)
+
+    def test_plans_outputs_and_completion(self):
+        staged, _, _ = run.coflow_trace.plan(self.coflows, 2, 1e8, 0.5)
+        plans = run.coflow_trace.reducer_plans(staged, 2, lambda h: "10.0.0.%d" % h, 7100)
+        self.assertEqual(plans[2], [])
+        self.assertEqual(len(plans[1]), 2)
+        self.assertTrue(plans[1][0].startswith("0.000 0 1 1 10.0.0.2:7100:0-0"))
+        outs = run.coflow_trace.map_outputs(staged, 2)
+        self.assertEqual([s for s, _ in outs[2]], [0, 1])
+        self.assertEqual(outs[2][0][1][1], staged[0]["blocks"][(2, 1)])
+        fetch = [{"shuffle": 0, "partition": 1, "finish_s": 0.5, "failed": 0,
+                  "bytes": staged[0]["blocks"][(2, 1)]},
+                 {"shuffle": 1, "partition": 1, "finish_s": 9.0, "failed": 0, "bytes": 1}]
+        cct = run.coflow_trace.ccts(staged, fetch)
+        self.assertAlmostEqual(cct[0], 0.5)
+        self.assertIsNone(cct[1])  # bytes missing: not complete
+        s = run.coflow_trace.summarize(staged, cct, run.pct, censor_s=10.0)
+        self.assertEqual(s["incomplete"], 1)
+        self.assertAlmostEqual(s["cct_mean_s"], (0.5 + 10.0 - staged[1]["arrival_s"]) / 2)
 
 
 if __name__ == "__main__":

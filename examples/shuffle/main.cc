@@ -1,8 +1,12 @@
 // flowtune-shuffle: a shuffle service that declares its transfers to
 // Flowtune (service.h, docs/coflows.md).
+#include <charconv>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <mutex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -24,15 +28,17 @@ declared to the Flowtune allocator with its size and its stage's coflow id.
 
 commands:
   gen    --dir DIR --maps M --partitions R [--shuffle S] [--block-bytes MIN[:MAX]]
-         [--seed N]
+         [--partition-bytes B0,B1,...] [--seed N]
          write M map outputs of R blocks each (sizes uniform in [MIN, MAX],
-         default 1048576) with their index and checksums
+         default 1048576; or block p of every map B_p bytes, R = how many
+         are given) with their index and checksums
   serve  --dir DIR [--bind ADDR] [--port P] [--chunk BYTES] [--no-flowtune]
-         [--data-path read|splice|sendfile]
+         [--data-path read|splice|sendfile] [--cc ALGORITHM]
          serve DIR's map outputs until SIGINT or SIGTERM (data path: io_uring
          reads and sends; io_uring splices through a pipe, the default; or a
          blocking thread per connection with sendfile, the plain baseline;
-         bench/shuffle_bench.py compares them); prints
+         bench/shuffle_bench.py compares them; --cc: the connections' TCP
+         congestion control, e.g. cubic, default the system's); prints
          'listening PORT', then its counters as JSON on exit. The allocator
          comes from $FLOWTUNE_ALLOCATOR and $FLOWTUNE_HOST (libflowtune);
          without one, blocks go out unpaced and arrive all the same
@@ -41,6 +47,14 @@ commands:
          fetch reduce partition R from maps FIRST..LAST of each source, all
          sources at once; prints JSON (stage time, bytes, per-block times and
          errors); exit status 1 if a block failed its checksum or did not come
+  stages --plan FILE [--start-at UNIX_S]
+         run a sequence of fetches as a reducer host does over a trace: each
+         line of FILE, "START_MS SHUFFLE PARTITION COFLOW SOURCE...", fetches
+         one partition from its sources START_MS after the start (--start-at,
+         seconds since the epoch: hosts agree on it; default now), each on
+         its own thread; prints a JSON line per fetch as it ends (start,
+         finish, bytes, failed blocks), then one with the totals; exit
+         status 1 if any block failed
 
 options:
   -h, --help   this text
@@ -51,10 +65,31 @@ void on_signal(int) {
   if (g_server != nullptr) g_server->stop();
 }
 
+constexpr std::uint64_t kMaxBlock = 1ull << 34;
+
+std::vector<std::uint64_t> parse_sizes(Args& args, const std::string& v) {
+  std::vector<std::uint64_t> out;
+  std::size_t at = 0;
+  while (at <= v.size()) {
+    const auto comma = std::min(v.find(',', at), v.size());
+    const std::string one = v.substr(at, comma - at);
+    std::uint64_t n = 0;
+    const auto r = std::from_chars(one.data(), one.data() + one.size(), n);
+    if (one.empty() || r.ec != std::errc() || r.ptr != one.data() + one.size() || n > kMaxBlock) {
+      args.fail("--partition-bytes expects comma-separated byte counts <= 16 GiB, got '" + one + "'");
+    }
+    out.push_back(n);
+    at = comma + 1;
+  }
+  if (out.size() > 1'000'000) args.fail("--partition-bytes: at most 1,000,000 partitions");
+  return out;
+}
+
 int cmd_gen(int argc, char** argv) {
   std::string dir;
   std::uint32_t shuffle = 0, maps = 0, partitions = 0;
   std::uint64_t lo = 1 << 20, hi = 1 << 20, seed = 1;
+  std::vector<std::uint64_t> sized;  // --partition-bytes
   Args args("flowtune-shuffle", kUsage, argc, argv, 2);
   while (args.next()) {
     if (args.is("--dir")) dir = args.value();
@@ -71,13 +106,26 @@ int cmd_gen(int argc, char** argv) {
       } catch (const std::exception&) {
         args.fail("--block-bytes expects MIN or MIN:MAX bytes, got '" + v + "'");
       }
-      if (lo > hi || hi > (1ull << 34)) args.fail("--block-bytes: MIN <= MAX <= 16 GiB");
+      if (lo > hi || hi > kMaxBlock) args.fail("--block-bytes: MIN <= MAX <= 16 GiB");
+    } else if (args.is("--partition-bytes")) {
+      sized = parse_sizes(args, args.value());
     } else args.unknown("gen");
+  }
+  if (!sized.empty()) {
+    if (partitions != 0 && partitions != sized.size()) {
+      args.fail("--partitions " + std::to_string(partitions) + " but --partition-bytes gives " +
+                std::to_string(sized.size()));
+    }
+    partitions = static_cast<std::uint32_t>(sized.size());
   }
   if (dir.empty() || maps == 0 || partitions == 0) {
     Args::usage_error("flowtune-shuffle", "gen needs --dir, --maps and --partitions");
   }
-  sh::generate(dir, shuffle, maps, partitions, lo, hi, seed);
+  if (sized.empty()) {
+    sh::generate(dir, shuffle, maps, partitions, lo, hi, seed);
+  } else {
+    sh::generate(dir, shuffle, maps, sized, seed);
+  }
   std::printf("wrote %u map outputs of %u blocks to %s\n", maps, partitions, dir.c_str());
   return 0;
 }
@@ -91,6 +139,7 @@ int cmd_serve(int argc, char** argv) {
     else if (args.is("--port")) c.port = static_cast<std::uint16_t>(args.count(65535));
     else if (args.is("--chunk")) c.chunk_bytes = static_cast<std::uint32_t>(args.count(64u << 20));
     else if (args.is("--no-flowtune")) c.flowtune = false;
+    else if (args.is("--cc")) c.congestion = args.value();
     else if (args.is("--data-path")) {
       c.data_path = args.choice<sh::DataPath>({{"read", sh::DataPath::kRead},
                                                 {"splice", sh::DataPath::kSplice},
@@ -119,23 +168,19 @@ int cmd_serve(int argc, char** argv) {
 }
 
 sh::FetchSource parse_source(Args& args, const std::string& v) {
-  // HOST:PORT:FIRST-LAST
-  const auto c2 = v.rfind(':');
-  const auto c1 = c2 == std::string::npos || c2 == 0 ? std::string::npos : v.rfind(':', c2 - 1);
-  const auto dash = c2 == std::string::npos ? std::string::npos : v.find('-', c2);
-  sh::FetchSource s;
-  try {
-    if (c1 == std::string::npos || dash == std::string::npos || c1 == 0) throw std::invalid_argument(v);
-    s.host = v.substr(0, c1);
-    const unsigned long port = std::stoul(v.substr(c1 + 1, c2 - c1 - 1));
-    s.first_map = static_cast<std::uint32_t>(std::stoul(v.substr(c2 + 1, dash - c2 - 1)));
-    s.last_map = static_cast<std::uint32_t>(std::stoul(v.substr(dash + 1)));
-    if (port == 0 || port > 65535 || s.first_map > s.last_map) throw std::invalid_argument(v);
-    s.port = static_cast<std::uint16_t>(port);
-  } catch (const std::exception&) {
-    args.fail("--source expects HOST:PORT:FIRST-LAST (maps FIRST..LAST), got '" + v + "'");
+  auto s = sh::parse_source(v);
+  if (!s) args.fail("--source expects HOST:PORT:FIRST-LAST (maps FIRST..LAST), got '" + v + "'");
+  return *s;
+}
+
+json blocks_json(const sh::FetchResult& r) {
+  json blocks = json::array();
+  for (const auto& b : r.blocks) {
+    json j = {{"map", b.map}, {"bytes", b.bytes}, {"seconds", b.seconds}};
+    if (!b.error.empty()) j["error"] = b.error;
+    blocks.push_back(j);
   }
-  return s;
+  return blocks;
 }
 
 int cmd_fetch(int argc, char** argv) {
@@ -155,17 +200,53 @@ int cmd_fetch(int argc, char** argv) {
     Args::usage_error("flowtune-shuffle", "fetch needs --source and --partition");
   }
   const auto r = sh::fetch_partition(sources, shuffle, static_cast<std::uint32_t>(partition), coflow);
-  json blocks = json::array();
-  for (const auto& b : r.blocks) {
-    json j = {{"map", b.map}, {"bytes", b.bytes}, {"seconds", b.seconds}};
-    if (!b.error.empty()) j["error"] = b.error;
-    blocks.push_back(j);
-  }
   std::cout << json{{"stage_s", r.seconds}, {"bytes", r.bytes}, {"blocks", r.blocks.size()},
-                    {"failed", r.failed}, {"coflow", coflow}, {"per_block", blocks}}
+                    {"failed", r.failed}, {"coflow", coflow}, {"per_block", blocks_json(r)}}
                    .dump()
             << '\n';
   return r.failed == 0 ? 0 : 1;
+}
+
+int cmd_stages(int argc, char** argv) {
+  std::string plan_path;
+  double start_at = 0;
+  Args args("flowtune-shuffle", kUsage, argc, argv, 2);
+  while (args.next()) {
+    if (args.is("--plan")) plan_path = args.value();
+    else if (args.is("--start-at")) {
+      start_at = args.number();
+      if (!(start_at > 0 && start_at < 1e11)) args.fail("--start-at expects seconds since the epoch");
+    }
+    else args.unknown("stages");
+  }
+  if (plan_path.empty()) Args::usage_error("flowtune-shuffle", "stages needs --plan");
+  std::ifstream in(plan_path);
+  if (!in) throw std::runtime_error("cannot read " + plan_path);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  std::string why;
+  const auto plan = sh::parse_plan(text, &why);
+  if (!plan) throw std::runtime_error(plan_path + ": " + why);
+  using std::chrono::system_clock;
+  const auto t0 = start_at > 0 ? system_clock::time_point(std::chrono::duration_cast<system_clock::duration>(
+                                     std::chrono::duration<double>(start_at)))
+                               : system_clock::now();
+  // One line per fetch as it ends, so a run cut short keeps what finished.
+  std::mutex out_mu;
+  std::uint64_t bytes = 0, failed = 0;
+  sh::run_plan(*plan, t0, [&](std::size_t i, const sh::PlannedOutcome& o) {
+    const auto& f = (*plan)[i];
+    const json line = {{"shuffle", f.shuffle}, {"partition", f.partition}, {"coflow", f.coflow},
+                       {"planned_s", f.start_ms / 1000}, {"start_s", o.start_s},
+                       {"finish_s", o.finish_s}, {"bytes", o.result.bytes},
+                       {"blocks", o.result.blocks.size()}, {"failed", o.result.failed},
+                       {"per_block", blocks_json(o.result)}};
+    const std::lock_guard lock(out_mu);
+    bytes += o.result.bytes;
+    failed += o.result.failed;
+    std::cout << line.dump() << std::endl;
+  });
+  std::cout << json{{"fetches", plan->size()}, {"bytes", bytes}, {"failed", failed}}.dump() << '\n';
+  return failed == 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -181,6 +262,7 @@ int main(int argc, char** argv) {
     if (cmd == "gen") return cmd_gen(argc, argv);
     if (cmd == "serve") return cmd_serve(argc, argv);
     if (cmd == "fetch") return cmd_fetch(argc, argv);
+    if (cmd == "stages") return cmd_stages(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "flowtune-shuffle: %s\n", e.what());
     return 1;

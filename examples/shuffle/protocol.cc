@@ -182,6 +182,44 @@ std::optional<MapIndex> decode_index(std::string_view bytes, std::string* why) {
   return ix;
 }
 
+namespace {
+
+// One map output: DIR/shuffle_S/map_M.{data,index}, block p of size_of(p).
+template <typename SizeOf>
+void write_map(const std::string& dir, std::uint32_t shuffle, std::uint32_t m,
+               std::uint32_t partitions, std::mt19937_64& rng, SizeOf size_of) {
+  std::vector<char> buf;
+  const std::string path = data_path(dir, shuffle, m);
+  std::ofstream data(path, std::ios::binary | std::ios::trunc);
+  MapIndex ix;
+  ix.offsets.push_back(0);
+  for (std::uint32_t p = 0; p < partitions; ++p) {
+    const std::uint64_t n = size_of(p);
+    buf.resize(n);
+    for (std::uint64_t i = 0; i < n; i += 8) {
+      const std::uint64_t v = rng();
+      std::memcpy(buf.data() + i, &v, std::min<std::uint64_t>(8, n - i));
+    }
+    data.write(buf.data(), static_cast<std::streamsize>(n));
+    ix.crcs.push_back(crc32c(0, buf.data(), n));
+    ix.offsets.push_back(ix.offsets.back() + n);
+  }
+  data.close();
+  if (!data) throw std::runtime_error("cannot write " + path);
+  const std::string ipath = index_path(dir, shuffle, m);
+  std::ofstream index(ipath, std::ios::binary | std::ios::trunc);
+  const std::string bytes = encode_index(ix);
+  index.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  index.close();
+  if (!index) throw std::runtime_error("cannot write " + ipath);
+}
+
+std::mt19937_64 map_rng(std::uint64_t seed, std::uint32_t shuffle, std::uint32_t m) {
+  return std::mt19937_64(seed * 1'000'003 + shuffle * 7'919 + m);
+}
+
+}  // namespace
+
 void generate(const std::string& dir, std::uint32_t shuffle, std::uint32_t maps,
               std::uint32_t partitions, std::uint64_t min_bytes, std::uint64_t max_bytes,
               std::uint64_t seed) {
@@ -189,32 +227,24 @@ void generate(const std::string& dir, std::uint32_t shuffle, std::uint32_t maps,
     throw std::invalid_argument("maps and partitions must be positive, and min bytes <= max bytes");
   }
   std::filesystem::create_directories(dir + "/shuffle_" + std::to_string(shuffle));
-  std::vector<char> buf;
   for (std::uint32_t m = 0; m < maps; ++m) {
-    std::mt19937_64 rng(seed * 1'000'003 + shuffle * 7'919 + m);
-    const std::string path = data_path(dir, shuffle, m);
-    std::ofstream data(path, std::ios::binary | std::ios::trunc);
-    MapIndex ix;
-    ix.offsets.push_back(0);
-    for (std::uint32_t p = 0; p < partitions; ++p) {
-      const std::uint64_t n = min_bytes + (max_bytes > min_bytes ? rng() % (max_bytes - min_bytes + 1) : 0);
-      buf.resize(n);
-      for (std::uint64_t i = 0; i < n; i += 8) {
-        const std::uint64_t v = rng();
-        std::memcpy(buf.data() + i, &v, std::min<std::uint64_t>(8, n - i));
-      }
-      data.write(buf.data(), static_cast<std::streamsize>(n));
-      ix.crcs.push_back(crc32c(0, buf.data(), n));
-      ix.offsets.push_back(ix.offsets.back() + n);
-    }
-    data.close();
-    if (!data) throw std::runtime_error("cannot write " + path);
-    const std::string ipath = index_path(dir, shuffle, m);
-    std::ofstream index(ipath, std::ios::binary | std::ios::trunc);
-    const std::string bytes = encode_index(ix);
-    index.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    index.close();
-    if (!index) throw std::runtime_error("cannot write " + ipath);
+    auto rng = map_rng(seed, shuffle, m);
+    write_map(dir, shuffle, m, partitions, rng, [&](std::uint32_t) {
+      return min_bytes + (max_bytes > min_bytes ? rng() % (max_bytes - min_bytes + 1) : 0);
+    });
+  }
+}
+
+void generate(const std::string& dir, std::uint32_t shuffle, std::uint32_t maps,
+              const std::vector<std::uint64_t>& partition_bytes, std::uint64_t seed) {
+  if (partition_bytes.empty() || maps == 0) {
+    throw std::invalid_argument("maps and partitions must be positive");
+  }
+  std::filesystem::create_directories(dir + "/shuffle_" + std::to_string(shuffle));
+  for (std::uint32_t m = 0; m < maps; ++m) {
+    auto rng = map_rng(seed, shuffle, m);
+    write_map(dir, shuffle, m, static_cast<std::uint32_t>(partition_bytes.size()), rng,
+              [&](std::uint32_t p) { return partition_bytes[p]; });
   }
 }
 

@@ -74,5 +74,9 @@ std::optional<MapIndex> decode_index(std::string_view bytes, std::string* why);
 void generate(const std::string& dir, std::uint32_t shuffle, std::uint32_t maps,
               std::uint32_t partitions, std::uint64_t min_bytes, std::uint64_t max_bytes,
               std::uint64_t seed);
+// The same with every map's block p of partition_bytes[p] bytes (a stage
+// whose reducers' shares are known, as a trace gives them).
+void generate(const std::string& dir, std::uint32_t shuffle, std::uint32_t maps,
+              const std::vector<std::uint64_t>& partition_bytes, std::uint64_t seed);
 
 }  // namespace flowtune::shuffle

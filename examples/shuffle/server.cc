@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/sendfile.h>
@@ -514,6 +515,14 @@ Server::Server(ServerConfig c) : impl_(std::make_unique<Impl>()) {
   s.listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   const int one = 1;
   ::setsockopt(s.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  // Accepted connections inherit the listener's congestion control.
+  if (!s.cfg.congestion.empty() &&
+      ::setsockopt(s.listen_fd, IPPROTO_TCP, TCP_CONGESTION, s.cfg.congestion.data(),
+                   static_cast<socklen_t>(s.cfg.congestion.size())) != 0) {
+    const int e = errno;
+    ::close(s.listen_fd);
+    throw std::runtime_error("cannot use congestion control '" + s.cfg.congestion + "': " + errno_text(e));
+  }
   if (::bind(s.listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
       ::listen(s.listen_fd, 512) != 0) {
     const int e = errno;

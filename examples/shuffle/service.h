@@ -13,9 +13,13 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "flowtune/flowtune.h"
@@ -38,6 +42,7 @@ struct ServerConfig {
   bool flowtune = true;          // declare blocks as flowlets (libflowtune)
   std::uint32_t chunk_bytes = 256 * 1024;  // file read and send size
   std::uint32_t max_pipelined = 1024;      // requests queued per connection
+  std::string congestion;                  // TCP congestion control; empty: the system's
   // splice measured the least CPU per GB of the io_uring paths at the same
   // throughput (bench/shuffle_bench.py, docs/coflows.md).
   DataPath data_path = DataPath::kSplice;
@@ -101,5 +106,38 @@ struct FetchResult {
 // errors: they are reported per block.
 FetchResult fetch_partition(const std::vector<FetchSource>& sources, std::uint32_t shuffle,
                             std::uint32_t partition, std::uint64_t coflow);
+
+// "HOST:PORT:FIRST-LAST" (maps FIRST..LAST of the server at HOST:PORT).
+std::optional<FetchSource> parse_source(std::string_view text);
+
+// ---- Stages from a plan (a trace replayed by one reducer host) ----
+
+// One line of a plan: "START_MS SHUFFLE PARTITION COFLOW SOURCE [SOURCE ...]",
+// a fetch of one reduce partition that starts START_MS after the plan's
+// start. Blank lines and '#' comments are skipped.
+struct PlannedFetch {
+  double start_ms = 0;
+  std::uint32_t shuffle = 0;
+  std::uint32_t partition = 0;
+  std::uint64_t coflow = 0;
+  std::vector<FetchSource> sources;
+};
+// nullopt with *why naming the first bad line.
+std::optional<std::vector<PlannedFetch>> parse_plan(std::string_view text, std::string* why);
+
+struct PlannedOutcome {
+  double start_s = 0;   // when its first request went, from the plan's start
+  double finish_s = 0;  // its last byte, from the plan's start
+  FetchResult result;
+};
+// Runs every fetch at its time (each on its own thread, so a slow stage
+// never delays the next one's start), from t0 on CLOCK_REALTIME, which
+// every host and namespace shares; outcomes in plan order. `done`, when
+// given, hears of each fetch (its index in `plan`) on the fetch's thread
+// as it ends.
+using PlannedDone = std::function<void(std::size_t, const PlannedOutcome&)>;
+std::vector<PlannedOutcome> run_plan(const std::vector<PlannedFetch>& plan,
+                                     std::chrono::system_clock::time_point t0,
+                                     const PlannedDone& done = {});
 
 }  // namespace flowtune::shuffle

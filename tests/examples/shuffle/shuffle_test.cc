@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <chrono>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -245,6 +246,84 @@ TEST_F(ShuffleService, WithoutAnAllocatorBlocksArriveAllTheSame) {
   EXPECT_GE(declared, 3u);
   ::unsetenv("FLOWTUNE_ALLOCATOR");
   ::unsetenv("FLOWTUNE_LOG");
+}
+
+TEST_F(ShuffleService, APlanRunsEachFetchAtItsTimeAndSizedBlocksHaveTheirSizes) {
+  // A stage with known reducer shares: every map's block p is sizes[p] bytes.
+  const std::vector<std::uint64_t> sizes = {70'000, 0, 1, 250'000};
+  generate(dir_, 12, 2, sizes, 5);
+  start(false);
+  const std::string src = "127.0.0.1:" + std::to_string(server_->port());
+  std::string why;
+  const auto plan = parse_plan("# reducer plan\n150 12 3 77 " + src + ":0-0 " + src + ":1-1\n\n" +
+                                   "0 12 0 76 " + src + ":0-1  # first\n0 12 1 76 " + src + ":0-1\n",
+                               &why);
+  ASSERT_TRUE(plan.has_value()) << why;
+  ASSERT_EQ(plan->size(), 3u);
+  const auto t0 = std::chrono::system_clock::now();
+  std::mutex mu;
+  std::vector<std::size_t> heard;
+  const auto out = run_plan(*plan, t0, [&](std::size_t i, const PlannedOutcome& o) {
+    const std::lock_guard lock(mu);
+    heard.push_back(i);
+    EXPECT_GT(o.finish_s, 0);
+  });
+  ASSERT_EQ(out.size(), 3u);
+  // Each fetch is told once, as it ends: the late one last.
+  ASSERT_EQ(heard.size(), 3u);
+  EXPECT_EQ(heard.back(), 0u);
+  // Outcomes in plan order; each fetch starts no earlier than planned, and
+  // the early ones do not wait for the late one.
+  EXPECT_GE(out[0].start_s, 0.150);
+  EXPECT_LT(out[1].start_s, 0.100);
+  EXPECT_LT(out[2].start_s, 0.100);
+  EXPECT_EQ(out[0].result.bytes, 2 * sizes[3]);
+  EXPECT_EQ(out[1].result.bytes, 2 * sizes[0]);
+  EXPECT_EQ(out[2].result.bytes, 0u);
+  for (const auto& o : out) {
+    EXPECT_EQ(o.result.failed, 0u);
+    EXPECT_GE(o.finish_s, o.start_s);
+  }
+  for (std::uint32_t m = 0; m < 2; ++m) {
+    std::ifstream in(index_path(dir_, 12, m), std::ios::binary);
+    const auto ix = decode_index(std::string((std::istreambuf_iterator<char>(in)), {}), nullptr);
+    ASSERT_TRUE(ix.has_value());
+    ASSERT_EQ(ix->partitions(), sizes.size());
+    for (std::size_t p = 0; p < sizes.size(); ++p) EXPECT_EQ(ix->offsets[p + 1] - ix->offsets[p], sizes[p]);
+  }
+}
+
+TEST(ShufflePlan, BadLinesAreRefusedWithTheirNumberAndSourcesParse) {
+  const auto s = parse_source("host-1.example:7100:3-9");
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->host, "host-1.example");
+  EXPECT_EQ(s->port, 7100);
+  EXPECT_EQ(s->first_map, 3u);
+  EXPECT_EQ(s->last_map, 9u);
+  EXPECT_EQ(parse_source("[::1]:80:0-0")->host, "[::1]");
+  for (const char* bad : {"", "h", "h:1", ":1:0-0", "h:0:0-0", "h:65536:0-0", "h:1:2-1", "h:1:0",
+                          "h:x:0-0", "h:1:-1-2", "h:1:0-4294967296"}) {
+    EXPECT_FALSE(parse_source(bad).has_value()) << bad;
+  }
+  std::string why;
+  EXPECT_EQ(parse_plan("", &why)->size(), 0u);
+  EXPECT_EQ(parse_plan("  # nothing\n\n", &why)->size(), 0u);
+  const auto ok = parse_plan("12.5\t1 2 3 a:1:0-0 b:2:1-1\r\n", &why);
+  ASSERT_TRUE(ok.has_value()) << why;
+  EXPECT_DOUBLE_EQ((*ok)[0].start_ms, 12.5);
+  EXPECT_EQ((*ok)[0].coflow, 3u);
+  EXPECT_EQ((*ok)[0].sources.size(), 2u);
+  const std::pair<const char*, const char*> cases[] = {
+      {"0 1 2 3\n", "line 1: expected START_MS SHUFFLE PARTITION COFLOW SOURCE..."},
+      {"# ok\n-1 1 2 3 a:1:0-0\n", "line 2: START_MS must be a number of milliseconds in [0, 1e9]"},
+      {"nan 1 2 3 a:1:0-0\n", "line 1: START_MS must be a number of milliseconds in [0, 1e9]"},
+      {"0 1 x 3 a:1:0-0\n", "line 1: bad PARTITION 'x'"},
+      {"0 1 2 3 a:1:0-0\n\n0 1 2 3 a:1\n", "line 3: bad SOURCE 'a:1' (HOST:PORT:FIRST-LAST)"},
+  };
+  for (const auto& [text, want] : cases) {
+    EXPECT_FALSE(parse_plan(text, &why).has_value()) << text;
+    EXPECT_EQ(why, want);
+  }
 }
 
 TEST(ShuffleFetch, AnUnreachableSourceFailsEachOfItsBlocksWithAReason) {

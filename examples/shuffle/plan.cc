@@ -1,0 +1,132 @@
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <memory>
+#include <numeric>
+#include <thread>
+
+#include "service.h"
+
+namespace flowtune::shuffle {
+
+namespace {
+
+template <typename T>
+bool parse_number(std::string_view s, T* out) {
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+std::vector<std::string_view> words(std::string_view line) {
+  std::vector<std::string_view> out;
+  std::size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+    std::size_t j = i;
+    while (j < line.size() && line[j] != ' ' && line[j] != '\t' && line[j] != '\r') ++j;
+    if (j > i) out.push_back(line.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+// Why a line is not a planned fetch; empty when *f holds it.
+std::string parse_line(const std::vector<std::string_view>& w, PlannedFetch* f) {
+  if (w.size() < 5) return "expected START_MS SHUFFLE PARTITION COFLOW SOURCE...";
+  if (!parse_number(w[0], &f->start_ms) || !(f->start_ms >= 0) || f->start_ms > 1e9) {
+    return "START_MS must be a number of milliseconds in [0, 1e9]";
+  }
+  if (!parse_number(w[1], &f->shuffle)) return "bad SHUFFLE '" + std::string(w[1]) + "'";
+  if (!parse_number(w[2], &f->partition)) return "bad PARTITION '" + std::string(w[2]) + "'";
+  if (!parse_number(w[3], &f->coflow)) return "bad COFLOW '" + std::string(w[3]) + "'";
+  for (std::size_t k = 4; k < w.size(); ++k) {
+    auto s = parse_source(w[k]);
+    if (!s) return "bad SOURCE '" + std::string(w[k]) + "' (HOST:PORT:FIRST-LAST)";
+    f->sources.push_back(std::move(*s));
+  }
+  return "";
+}
+
+}  // namespace
+
+std::optional<FetchSource> parse_source(std::string_view v) {
+  const auto c2 = v.rfind(':');
+  if (c2 == std::string_view::npos || c2 == 0) return std::nullopt;
+  const auto c1 = v.rfind(':', c2 - 1);
+  const auto dash = v.find('-', c2);
+  if (c1 == std::string_view::npos || c1 == 0 || dash == std::string_view::npos) return std::nullopt;
+  FetchSource s;
+  s.host = std::string(v.substr(0, c1));
+  std::uint32_t port = 0;
+  if (!parse_number(v.substr(c1 + 1, c2 - c1 - 1), &port) || port == 0 || port > 65535 ||
+      !parse_number(v.substr(c2 + 1, dash - c2 - 1), &s.first_map) ||
+      !parse_number(v.substr(dash + 1), &s.last_map) || s.first_map > s.last_map) {
+    return std::nullopt;
+  }
+  s.port = static_cast<std::uint16_t>(port);
+  return s;
+}
+
+std::optional<std::vector<PlannedFetch>> parse_plan(std::string_view text, std::string* why) {
+  std::vector<PlannedFetch> plan;
+  std::size_t line_no = 0;
+  while (!text.empty()) {
+    const auto nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    ++line_no;
+    if (const auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    const auto w = words(line);
+    if (w.empty()) continue;
+    PlannedFetch f;
+    if (std::string e = parse_line(w, &f); !e.empty()) {
+      if (why != nullptr) *why = "line " + std::to_string(line_no) + ": " + e;
+      return std::nullopt;
+    }
+    plan.push_back(std::move(f));
+  }
+  return plan;
+}
+
+std::vector<PlannedOutcome> run_plan(const std::vector<PlannedFetch>& plan,
+                                     std::chrono::system_clock::time_point t0,
+                                     const PlannedDone& done) {
+  using std::chrono::duration;
+  using std::chrono::system_clock;
+  std::vector<PlannedOutcome> out(plan.size());
+  std::vector<std::size_t> order(plan.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return plan[a].start_ms < plan[b].start_ms; });
+  const auto since_t0 = [t0] { return duration<double>(system_clock::now() - t0).count(); };
+  // A thread per fetch only while it runs (finished ones are joined before
+  // the next starts): a long plan holds neither sleepers nor dead threads.
+  struct Running {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> finished;
+  };
+  std::vector<Running> threads;
+  for (const std::size_t i : order) {
+    std::this_thread::sleep_until(t0 + std::chrono::duration_cast<system_clock::duration>(
+                                           duration<double, std::milli>(plan[i].start_ms)));
+    std::erase_if(threads, [](Running& r) {
+      if (!r.finished->load(std::memory_order_acquire)) return false;
+      r.thread.join();
+      return true;
+    });
+    auto finished = std::make_shared<std::atomic<bool>>(false);
+    threads.push_back({std::thread([&, i, finished] {
+                         out[i].start_s = since_t0();
+                         const PlannedFetch& f = plan[i];
+                         out[i].result = fetch_partition(f.sources, f.shuffle, f.partition, f.coflow);
+                         out[i].finish_s = since_t0();
+                         if (done) done(i, out[i]);
+                         finished->store(true, std::memory_order_release);
+                       }),
+                       finished});
+  }
+  for (auto& r : threads) r.thread.join();
+  return out;
+}
+
+}  // namespace flowtune::shuffle
