@@ -14,7 +14,8 @@
 # must step aside, every byte must arrive, and the qdisc must be gone once
 # the command exits. Last, the pacer's packet-size setting
 # (net.ipv4.tcp_tso_rtt_log): 0 while its host is shaped below
-# --small-tso-below, put back on exit, and after a SIGKILL by the next pacer.
+# --small-tso-below, put back on exit, and after a SIGKILL by the next pacer;
+# with --qdisc htb, its filters around the tbf.
 # Exits non-zero with the failed check's message; always tears down.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -229,7 +230,7 @@ else
   orig=$(ip netns exec ftsmoke-h2 cat "$tso")
   pacer_until_small() {  # starts a pacer on h2; waits for it to register and the setting to be 0
     ip netns exec ftsmoke-h2 "$bin/pacer/flowtune-pacer" --dev eth0 --host h2 --allocator "$ep" \
-      --link-rate 200mbit --small-tso-below 1gbit >"$tmp/pacer-tso.out" 2>"$tmp/pacer-tso.err" &
+      --link-rate 200mbit --small-tso-below 1gbit --qdisc htb >"$tmp/pacer-tso.out" 2>"$tmp/pacer-tso.err" &
     pacer=$!
     # Registered means past start-up (signals handled, the setting read), so
     # a 0 left by a killed pacer is not mistaken for this one's.
@@ -241,6 +242,12 @@ else
     fail "pacer packet size: $tso stayed $(ip netns exec ftsmoke-h2 cat "$tso") under a pacer shaping below --small-tso-below ($(cat "$tmp/pacer-tso.err"))"
   }
   pacer_until_small
+  # --qdisc htb: small IPv4 and IPv6 packets and the allocator's traffic go
+  # around the tbf, by three filters into class 1:1.
+  n=$(ip netns exec ftsmoke-h2 tc filter show dev eth0 | grep -c "flowid 1:1" || true)
+  [ "$n" -ge 3 ] || fail "pacer --qdisc htb: $n filters around the tbf on h2's eth0, not 3"
+  ip netns exec ftsmoke-h2 tc qdisc show dev eth0 | grep -q "tbf 10: parent 1:2" ||
+    fail "pacer --qdisc htb: no tbf under the data class on h2's eth0"
   kill -TERM "$pacer"; wait "$pacer" || true
   [ "$(ip netns exec ftsmoke-h2 cat "$tso")" = "$orig" ] ||
     fail "pacer packet size: $tso is $(ip netns exec ftsmoke-h2 cat "$tso") after SIGTERM, not $orig"
@@ -250,5 +257,5 @@ else
   kill -TERM "$pacer"; wait "$pacer" || true
   [ "$(ip netns exec ftsmoke-h2 cat "$tso")" = "$orig" ] ||
     fail "pacer packet size: $tso is $(ip netns exec ftsmoke-h2 cat "$tso") after a SIGKILL and the next pacer's exit, not $orig"
-  echo "smoke: OK: pacer packet size: $tso 0 while shaped below the threshold, back to $orig on exit and after a SIGKILL"
+  echo "smoke: OK: pacer packet size: $tso 0 while shaped below the threshold, back to $orig on exit and after a SIGKILL; --qdisc htb installs its filters"
 fi

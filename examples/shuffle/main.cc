@@ -173,6 +173,10 @@ sh::FetchSource parse_source(Args& args, const std::string& v) {
   return *s;
 }
 
+// An error text can carry a server's raw bytes: invalid UTF-8 is replaced,
+// not thrown on.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 json blocks_json(const sh::FetchResult& r) {
   json blocks = json::array();
   for (const auto& b : r.blocks) {
@@ -200,9 +204,8 @@ int cmd_fetch(int argc, char** argv) {
     Args::usage_error("flowtune-shuffle", "fetch needs --source and --partition");
   }
   const auto r = sh::fetch_partition(sources, shuffle, static_cast<std::uint32_t>(partition), coflow);
-  std::cout << json{{"stage_s", r.seconds}, {"bytes", r.bytes}, {"blocks", r.blocks.size()},
-                    {"failed", r.failed}, {"coflow", coflow}, {"per_block", blocks_json(r)}}
-                   .dump()
+  std::cout << dump({{"stage_s", r.seconds}, {"bytes", r.bytes}, {"blocks", r.blocks.size()},
+                     {"failed", r.failed}, {"coflow", coflow}, {"per_block", blocks_json(r)}})
             << '\n';
   return r.failed == 0 ? 0 : 1;
 }
@@ -215,7 +218,8 @@ int cmd_stages(int argc, char** argv) {
     if (args.is("--plan")) plan_path = args.value();
     else if (args.is("--start-at")) {
       start_at = args.number();
-      if (!(start_at > 0 && start_at < 1e11)) args.fail("--start-at expects seconds since the epoch");
+      // Below 2^32 s: the clock's nanoseconds stay within 64 bits.
+      if (!(start_at > 0 && start_at < 4e9)) args.fail("--start-at expects seconds since the epoch");
     }
     else args.unknown("stages");
   }
@@ -243,7 +247,7 @@ int cmd_stages(int argc, char** argv) {
     const std::lock_guard lock(out_mu);
     bytes += o.result.bytes;
     failed += o.result.failed;
-    std::cout << line.dump() << std::endl;
+    std::cout << dump(line) << std::endl;
   });
   std::cout << json{{"fetches", plan->size()}, {"bytes", bytes}, {"failed", failed}}.dump() << '\n';
   return failed == 0 ? 0 : 1;

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <memory>
 #include <numeric>
+#include <system_error>
 #include <thread>
 
 #include "service.h"
@@ -57,10 +58,16 @@ std::optional<FetchSource> parse_source(std::string_view v) {
   if (c1 == std::string_view::npos || c1 == 0 || dash == std::string_view::npos) return std::nullopt;
   FetchSource s;
   s.host = std::string(v.substr(0, c1));
+  // "[::1]": an IPv6 address in brackets; getaddrinfo wants it bare.
+  if (s.host.size() > 2 && s.host.front() == '[' && s.host.back() == ']') {
+    s.host = s.host.substr(1, s.host.size() - 2);
+  }
   std::uint32_t port = 0;
+  // The last map below UINT32_MAX: the fetch loop counts up to it inclusive.
   if (!parse_number(v.substr(c1 + 1, c2 - c1 - 1), &port) || port == 0 || port > 65535 ||
       !parse_number(v.substr(c2 + 1, dash - c2 - 1), &s.first_map) ||
-      !parse_number(v.substr(dash + 1), &s.last_map) || s.first_map > s.last_map) {
+      !parse_number(v.substr(dash + 1), &s.last_map) || s.first_map > s.last_map ||
+      s.last_map == UINT32_MAX) {
     return std::nullopt;
   }
   s.port = static_cast<std::uint16_t>(port);
@@ -87,6 +94,25 @@ std::optional<std::vector<PlannedFetch>> parse_plan(std::string_view text, std::
   }
   return plan;
 }
+
+namespace {
+
+// One fetch; an exception (out of memory, no thread for a source) fails
+// its blocks with the reason instead of ending the process.
+template <typename Since>
+void run_one(const PlannedFetch& f, const Since& since_t0, PlannedOutcome& o) {
+  o.start_s = since_t0();
+  try {
+    o.result = fetch_partition(f.sources, f.shuffle, f.partition, f.coflow);
+  } catch (const std::exception& e) {
+    o.result = {};
+    o.result.failed = 1;
+    o.result.blocks.push_back({0, 0, 0, std::string("fetch failed: ") + e.what()});
+  }
+  o.finish_s = since_t0();
+}
+
+}  // namespace
 
 std::vector<PlannedOutcome> run_plan(const std::vector<PlannedFetch>& plan,
                                      std::chrono::system_clock::time_point t0,
@@ -115,15 +141,16 @@ std::vector<PlannedOutcome> run_plan(const std::vector<PlannedFetch>& plan,
       return true;
     });
     auto finished = std::make_shared<std::atomic<bool>>(false);
-    threads.push_back({std::thread([&, i, finished] {
-                         out[i].start_s = since_t0();
-                         const PlannedFetch& f = plan[i];
-                         out[i].result = fetch_partition(f.sources, f.shuffle, f.partition, f.coflow);
-                         out[i].finish_s = since_t0();
-                         if (done) done(i, out[i]);
-                         finished->store(true, std::memory_order_release);
-                       }),
-                       finished});
+    const auto work = [&, i, finished] {
+      run_one(plan[i], since_t0, out[i]);
+      if (done) done(i, out[i]);
+      finished->store(true, std::memory_order_release);
+    };
+    try {
+      threads.push_back({std::thread(work), finished});
+    } catch (const std::system_error&) {
+      work();  // no thread to be had: this fetch runs here, late rather than lost
+    }
   }
   for (auto& r : threads) r.thread.join();
   return out;

@@ -209,7 +209,8 @@ int ft_client_open(const ft_config* cfg, ft_client** out) {
     s.host = cfg->host != nullptr ? cfg->host : env_or("FLOWTUNE_HOST", "");
     s.min_flowlet_bytes = cfg->min_flowlet_bytes;
     s.max_rate_bytes_per_sec = cfg->max_rate_bytes_per_sec;
-    if (const char* v = std::getenv("FLOWTUNE_MIN_PACING_RATE"); v != nullptr && *v != '\0') {
+    // A negative value would wrap to no pacing at all: digits only.
+    if (const char* v = std::getenv("FLOWTUNE_MIN_PACING_RATE"); v != nullptr && *v >= '0' && *v <= '9') {
       char* end = nullptr;
       const unsigned long long n = std::strtoull(v, &end, 10);
       if (end != v && *end == '\0') s.min_rate_bytes_per_sec = n;

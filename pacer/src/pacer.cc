@@ -1,5 +1,6 @@
 #include "flowtune/pacer/pacer.h"
 
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -112,12 +113,18 @@ std::optional<Shape> HostPacer::on_tick(std::uint64_t now_us) {
 namespace {
 
 // Runs argv, waits; its exit status, or -1 when it could not start.
-int run(const std::vector<std::string>& args) {
+// quiet: its standard error goes to /dev/null (a step allowed to fail).
+int run(const std::vector<std::string>& args, bool quiet = false) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (quiet) posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   pid_t pid;
-  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return -1;
@@ -172,11 +179,14 @@ Shaper::Shaper(std::string dev, Qdisc qdisc, double link_bps, std::uint32_t fram
   // Class 1:2 (the default) is the host's data at its rate; 1:1, only by
   // the filters, is small packets and control traffic, never held behind it.
   std::vector<std::vector<std::string>> steps;
+  // A root left by a pacer that was killed (SIGKILL) goes first: htb cannot
+  // "replace" an htb in place (tc answers that change is not supported).
+  (void)run({"tc", "qdisc", "del", "dev", dev_, "root"}, /*quiet=*/true);
   if (qdisc_ == Qdisc::kTbf) {
     steps.push_back(split(tbf_line(dev_, qdisc_, link_bps_, frame_bytes_, "replace", initial)));
   } else {
     // htb only classifies: both classes may use the whole link.
-    steps = {{"tc", "qdisc", "replace", "dev", dev_, "root", "handle", "1:", "htb", "default", "2"},
+    steps = {{"tc", "qdisc", "add", "dev", dev_, "root", "handle", "1:", "htb", "default", "2"},
              split("class add dev " + dev_ + " parent 1: classid 1:2 htb rate " +
                    bits(link_bps_) + " ceil " + bits(link_bps_) + kQuantum),
              split(tbf_line(dev_, qdisc_, link_bps_, frame_bytes_, "add", initial)),

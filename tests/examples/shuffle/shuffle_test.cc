@@ -15,6 +15,7 @@
 #include <chrono>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "protocol.h"
@@ -272,6 +273,7 @@ TEST_F(ShuffleService, APlanRunsEachFetchAtItsTimeAndSizedBlocksHaveTheirSizes) 
   // Each fetch is told once, as it ends: the late one last.
   ASSERT_EQ(heard.size(), 3u);
   EXPECT_EQ(heard.back(), 0u);
+  EXPECT_EQ(std::set<std::size_t>(heard.begin(), heard.end()).size(), 3u);
   // Outcomes in plan order; each fetch starts no earlier than planned, and
   // the early ones do not wait for the late one.
   EXPECT_GE(out[0].start_s, 0.150);
@@ -300,9 +302,10 @@ TEST(ShufflePlan, BadLinesAreRefusedWithTheirNumberAndSourcesParse) {
   EXPECT_EQ(s->port, 7100);
   EXPECT_EQ(s->first_map, 3u);
   EXPECT_EQ(s->last_map, 9u);
-  EXPECT_EQ(parse_source("[::1]:80:0-0")->host, "[::1]");
+  EXPECT_EQ(parse_source("[::1]:80:0-0")->host, "::1");
+  EXPECT_EQ(parse_source("h:1:0-4294967294")->last_map, 4294967294u);
   for (const char* bad : {"", "h", "h:1", ":1:0-0", "h:0:0-0", "h:65536:0-0", "h:1:2-1", "h:1:0",
-                          "h:x:0-0", "h:1:-1-2", "h:1:0-4294967296"}) {
+                          "h:x:0-0", "h:1:-1-2", "h:1:0-4294967296", "h:1:0-4294967295"}) {
     EXPECT_FALSE(parse_source(bad).has_value()) << bad;
   }
   std::string why;
