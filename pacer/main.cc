@@ -36,9 +36,9 @@ Paces a whole host: keeps a tbf on DEV (the host's egress) at the sum of the
 rates the allocator gave the host's flows, so the host never sends more than
 its rates however its sockets' pacing timers fire (with --qdisc htb, small
 packets and traffic to the allocator go around it). Needs root (tc) and
-runs in the host's network namespace, one per host. The qdisc is removed on exit (SIGTERM, SIGINT, SIGHUP); if the
-allocator goes silent for a lease, DEV is shaped to the link rate until it
-answers again. Killed outright (SIGKILL), it leaves its qdisc (starting it
+runs in the host's network namespace, one per host. The qdisc is removed
+on exit (SIGTERM, SIGINT, SIGHUP); if the allocator goes silent for a
+lease, DEV is shaped to the link rate until it answers again. Killed outright (SIGKILL), it leaves its qdisc (starting it
 again replaces it) and, if it had changed it, the packet-size setting at 0
 (see --small-tso-below), which the next pacer in the namespace puts back.
 

@@ -212,7 +212,6 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
   std::vector<alloc::CoflowFlow> flows;
   std::vector<std::uint32_t> owner;  // index into all
   std::vector<std::uint32_t> left(all.size(), 0);
-  std::vector<double> ends(all.size(), 0.0);  // the latest end of a coflow's flows so far
   std::vector<double> rates;
   double t = 0;
   std::size_t next = 0;
@@ -245,10 +244,10 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
         // Ended at its own time; a coflow ends with the latest of its flows,
         // which need not be the last one ended.
         const std::uint32_t k = owner[i];
-        ends[k] = std::max(ends[k], t + need);
+        CoflowOutcome& o = all[k].out;
+        o.cct_s = std::max(o.cct_s, t + need - o.arrival_s);  // starts at 0
         if (--left[k] == 0) {
-          all[k].out.cct_s = ends[k] - all[k].out.arrival_s;
-          r.coflows.push_back(all[k].out);
+          r.coflows.push_back(o);
         }
         continue;
       }

@@ -40,20 +40,6 @@ int connect_to(const std::string& host, std::uint16_t port, std::string* why) {
   return fd;
 }
 
-bool read_all(int fd, void* p, std::size_t n) {
-  auto* b = static_cast<char*>(p);
-  while (n > 0) {
-    const ssize_t r = ::recv(fd, b, n, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    b += r;
-    n -= static_cast<std::size_t>(r);
-  }
-  return true;
-}
-
-bool write_all(int fd, const std::string& s) { return send_all(fd, s.data(), s.size()); }
-
 // One source: every request at once, then the answers in order.
 void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t partition,
                 std::uint64_t coflow, Clock::time_point t0, std::vector<BlockResult>& out) {
@@ -76,19 +62,20 @@ void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t par
   };
   std::string first;
   for (std::size_t k = 0; k < std::min(kWindow, out.size()); ++k) first += request(k);
-  if (!write_all(fd, first)) {
+  if (!send_all(fd, first.data(), first.size())) {
     fail_rest(0, std::string("cannot send requests: ") + std::strerror(errno));
     ::close(fd);
     return;
   }
   std::vector<char> buf(256 * 1024);
   for (std::size_t k = 0; k < out.size(); ++k) {
-    if (k > 0 && k + kWindow - 1 < out.size() && !write_all(fd, request(k + kWindow - 1))) {
+    const std::string more = k > 0 && k + kWindow - 1 < out.size() ? request(k + kWindow - 1) : "";
+    if (!more.empty() && !send_all(fd, more.data(), more.size())) {
       fail_rest(k, std::string("cannot send requests: ") + std::strerror(errno));
       break;
     }
     std::uint8_t raw[kHeaderBytes];
-    if (!read_all(fd, raw, sizeof raw)) {
+    if (!recv_all(fd, raw, sizeof raw)) {
       fail_rest(k, "connection closed before the block's header");
       break;
     }
@@ -103,7 +90,7 @@ void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t par
     bool whole = true;
     while (left > 0) {
       const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size()));
-      if (!read_all(fd, buf.data(), n)) {
+      if (!recv_all(fd, buf.data(), n)) {
         whole = false;
         break;
       }

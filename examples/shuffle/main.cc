@@ -1,6 +1,5 @@
 // flowtune-shuffle: a shuffle service that declares its transfers to
 // Flowtune (service.h, docs/coflows.md).
-#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -74,8 +73,7 @@ std::vector<std::uint64_t> parse_sizes(Args& args, const std::string& v) {
     const auto comma = std::min(v.find(',', at), v.size());
     const std::string one = v.substr(at, comma - at);
     std::uint64_t n = 0;
-    const auto r = std::from_chars(one.data(), one.data() + one.size(), n);
-    if (one.empty() || r.ec != std::errc() || r.ptr != one.data() + one.size() || n > kMaxBlock) {
+    if (!sh::parse_whole(one, n) || n > kMaxBlock) {
       args.fail("--partition-bytes expects comma-separated byte counts <= 16 GiB, got '" + one + "'");
     }
     out.push_back(n);

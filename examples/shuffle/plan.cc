@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <memory>
 #include <numeric>
 #include <system_error>
@@ -11,12 +10,6 @@
 namespace flowtune::shuffle {
 
 namespace {
-
-template <typename T>
-bool parse_number(std::string_view s, T* out) {
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return r.ec == std::errc() && r.ptr == s.data() + s.size();
-}
 
 std::vector<std::string_view> words(std::string_view line) {
   std::vector<std::string_view> out;
@@ -34,12 +27,12 @@ std::vector<std::string_view> words(std::string_view line) {
 // Why a line is not a planned fetch; empty when *f holds it.
 std::string parse_line(const std::vector<std::string_view>& w, PlannedFetch* f) {
   if (w.size() < 5) return "expected START_MS SHUFFLE PARTITION COFLOW SOURCE...";
-  if (!parse_number(w[0], &f->start_ms) || !(f->start_ms >= 0) || f->start_ms > 1e9) {
+  if (!parse_whole(w[0], f->start_ms) || !(f->start_ms >= 0) || f->start_ms > 1e9) {
     return "START_MS must be a number of milliseconds in [0, 1e9]";
   }
-  if (!parse_number(w[1], &f->shuffle)) return "bad SHUFFLE '" + std::string(w[1]) + "'";
-  if (!parse_number(w[2], &f->partition)) return "bad PARTITION '" + std::string(w[2]) + "'";
-  if (!parse_number(w[3], &f->coflow)) return "bad COFLOW '" + std::string(w[3]) + "'";
+  if (!parse_whole(w[1], f->shuffle)) return "bad SHUFFLE '" + std::string(w[1]) + "'";
+  if (!parse_whole(w[2], f->partition)) return "bad PARTITION '" + std::string(w[2]) + "'";
+  if (!parse_whole(w[3], f->coflow)) return "bad COFLOW '" + std::string(w[3]) + "'";
   for (std::size_t k = 4; k < w.size(); ++k) {
     auto s = parse_source(w[k]);
     if (!s) return "bad SOURCE '" + std::string(w[k]) + "' (HOST:PORT:FIRST-LAST)";
@@ -64,9 +57,9 @@ std::optional<FetchSource> parse_source(std::string_view v) {
   }
   std::uint32_t port = 0;
   // The last map below UINT32_MAX: the fetch loop counts up to it inclusive.
-  if (!parse_number(v.substr(c1 + 1, c2 - c1 - 1), &port) || port == 0 || port > 65535 ||
-      !parse_number(v.substr(c2 + 1, dash - c2 - 1), &s.first_map) ||
-      !parse_number(v.substr(dash + 1), &s.last_map) || s.first_map > s.last_map ||
+  if (!parse_whole(v.substr(c1 + 1, c2 - c1 - 1), port) || port == 0 || port > 65535 ||
+      !parse_whole(v.substr(c2 + 1, dash - c2 - 1), s.first_map) ||
+      !parse_whole(v.substr(dash + 1), s.last_map) || s.first_map > s.last_map ||
       s.last_map == UINT32_MAX) {
     return std::nullopt;
   }

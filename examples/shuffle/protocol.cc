@@ -20,9 +20,7 @@ constexpr std::uint32_t kIndexMagic = 0x58495446;   // "FTIX"
 
 template <typename T>
 bool number(std::string_view s, T& out) {
-  if (s.empty() || s.size() > 20) return false;
-  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && p == s.data() + s.size();
+  return !s.empty() && s.size() <= 20 && parse_whole(s, out);
 }
 
 void put32(std::uint8_t* p, std::uint32_t v) {
@@ -123,6 +121,18 @@ std::optional<BlockHeader> decode_header(const std::uint8_t in[kHeaderBytes]) {
   return BlockHeader{static_cast<Status>(s), get64(in + 8), get32(in + 16)};
 }
 
+bool recv_all(int fd, void* data, std::size_t n) {
+  auto* b = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = ::recv(fd, b, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    b += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
 bool send_all(int fd, const void* data, std::size_t n) {
   const auto* b = static_cast<const char*>(data);
   while (n > 0) {
@@ -144,11 +154,17 @@ std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t n) {
   return ~c;
 }
 
+namespace {
+std::string shuffle_dir(const std::string& dir, std::uint32_t shuffle) {
+  return dir + "/shuffle_" + std::to_string(shuffle);
+}
+}  // namespace
+
 std::string data_path(const std::string& dir, std::uint32_t shuffle, std::uint32_t map) {
-  return dir + "/shuffle_" + std::to_string(shuffle) + "/map_" + std::to_string(map) + ".data";
+  return shuffle_dir(dir, shuffle) + "/map_" + std::to_string(map) + ".data";
 }
 std::string index_path(const std::string& dir, std::uint32_t shuffle, std::uint32_t map) {
-  return dir + "/shuffle_" + std::to_string(shuffle) + "/map_" + std::to_string(map) + ".index";
+  return shuffle_dir(dir, shuffle) + "/map_" + std::to_string(map) + ".index";
 }
 
 std::string encode_index(const MapIndex& ix) {
@@ -226,7 +242,7 @@ void generate(const std::string& dir, std::uint32_t shuffle, std::uint32_t maps,
   if (partitions == 0 || maps == 0 || min_bytes > max_bytes) {
     throw std::invalid_argument("maps and partitions must be positive, and min bytes <= max bytes");
   }
-  std::filesystem::create_directories(dir + "/shuffle_" + std::to_string(shuffle));
+  std::filesystem::create_directories(shuffle_dir(dir, shuffle));
   for (std::uint32_t m = 0; m < maps; ++m) {
     auto rng = map_rng(seed, shuffle, m);
     write_map(dir, shuffle, m, partitions, rng, [&](std::uint32_t) {
@@ -240,7 +256,7 @@ void generate(const std::string& dir, std::uint32_t shuffle, std::uint32_t maps,
   if (partition_bytes.empty() || maps == 0) {
     throw std::invalid_argument("maps and partitions must be positive");
   }
-  std::filesystem::create_directories(dir + "/shuffle_" + std::to_string(shuffle));
+  std::filesystem::create_directories(shuffle_dir(dir, shuffle));
   for (std::uint32_t m = 0; m < maps; ++m) {
     auto rng = map_rng(seed, shuffle, m);
     write_map(dir, shuffle, m, static_cast<std::uint32_t>(partition_bytes.size()), rng,

@@ -9,6 +9,7 @@
 // back to back, DIR/shuffle_S/map_M.index their offsets and checksums.
 #pragma once
 
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -18,6 +19,14 @@
 #include <vector>
 
 namespace flowtune::shuffle {
+
+// The whole of `s` as a number (std::from_chars: no sign for unsigned, no
+// spaces, nothing left over).
+template <typename T>
+bool parse_whole(std::string_view s, T& out) {
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
 
 struct Fetch {
   std::uint32_t shuffle = 0;
@@ -49,6 +58,8 @@ std::optional<BlockHeader> decode_header(const std::uint8_t in[kHeaderBytes]);
 // Sends all n bytes on a connected socket (no SIGPIPE, retries EINTR);
 // false when the connection failed.
 bool send_all(int fd, const void* data, std::size_t n);
+// Receives exactly n bytes (retries EINTR); false at the peer's end or an error.
+bool recv_all(int fd, void* data, std::size_t n);
 
 // CRC32C (Castagnoli), continued from `crc` (0 to start).
 std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t n);

@@ -369,13 +369,18 @@ struct Server::Impl {
     ::shutdown(c.fd, SHUT_RDWR);
   }
 
-  void maybe_close(Conn* c) {
-    if (c->inflight > 0) return;
-    if (!c->dead && !(c->eof && !c->active && c->jobs.empty())) return;
+  // A connection's descriptors and registration go, then the record.
+  void release(Conn* c) {
     if (c->registered) (void)ft_socket_unregister(ft, c->fd);
     ::close(c->fd);
     if (c->pipe_r >= 0) ::close(c->pipe_r);
     if (c->pipe_w >= 0) ::close(c->pipe_w);
+    delete c;
+  }
+
+  void maybe_close(Conn* c) {
+    if (c->inflight > 0) return;
+    if (!c->dead && !(c->eof && !c->active && c->jobs.empty())) return;
     for (auto& p : conns) {
       if (p == c) {
         p = conns.back();
@@ -383,7 +388,7 @@ struct Server::Impl {
         break;
       }
     }
-    delete c;
+    release(c);
   }
 
   // ---- DataPath::kSendfile: the plain baseline, a thread per connection ----
@@ -396,11 +401,12 @@ struct Server::Impl {
     std::string in;
     char rbuf[2048];
     bool open = true;
+    std::vector<Job> jobs;
     while (open) {
       const ssize_t r = ::recv(fd, rbuf, sizeof rbuf, 0);
       if (r <= 0) break;
       in.append(rbuf, static_cast<std::size_t>(r));
-      std::vector<Job> jobs;
+      jobs.clear();
       {
         std::lock_guard lock(threads_mu);  // the map cache
         open = !take_lines(in, [&](Job j) { jobs.push_back(std::move(j)); });
@@ -552,13 +558,7 @@ Server::Server(ServerConfig c) : impl_(std::make_unique<Impl>()) {
 
 Server::~Server() {
   Impl& s = *impl_;
-  for (Conn* c : s.conns) {
-    if (c->registered) (void)ft_socket_unregister(s.ft, c->fd);
-    ::close(c->fd);
-    if (c->pipe_r >= 0) ::close(c->pipe_r);
-    if (c->pipe_w >= 0) ::close(c->pipe_w);
-    delete c;
-  }
+  for (Conn* c : s.conns) s.release(c);
   for (auto& [k, m] : s.maps) ::close(m.fd);
   if (s.ft != nullptr) ft_client_close(s.ft);
   if (s.ring_ready) io_uring_queue_exit(&s.ring);

@@ -302,7 +302,6 @@ void PolicyBook::plan_coflows(BasicEngine<Real>& engine, std::uint64_t now_us) {
   planner_.plan({coflow_.policy, 1.0}, avail_, planned_, ordered_);
   counters_.coflows_ordered = planner_.order().size();
   for (std::size_t i = 0; i < planned_.size(); ++i) {
-    if (ordered_[i] <= 0) continue;
     const FlowId id = coflow_flows_[i];
     const double base = engine.floor_bps(id);
     if (ordered_[i] <= base) continue;

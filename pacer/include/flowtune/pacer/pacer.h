@@ -102,8 +102,9 @@ void validate(const PacerConfig& c);
 
 // Whether the host's sockets should build small packets (Linux's
 // net.ipv4.tcp_tso_rtt_log at 0, the pacer's --small-tso-below) while its
-// flows run at `bps` (HostPacer::packet_bps): a socket with a small RTT otherwise sends up to 64 KB at a
-// time however low its rate, and then waits 64 KB / rate before its next
+// flows run at `bps` (HostPacer::packet_bps): a socket with a small RTT
+// otherwise sends up to 64 KB at a time however low its rate, and then
+// waits 64 KB / rate before its next
 // send, even after its rate is raised. Small from below `below_bps`, back to
 // the kernel's default only at twice it (so a rate near the line does not
 // flip the setting at every change); below_bps 0: never small.
