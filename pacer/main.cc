@@ -76,16 +76,22 @@ options:
   --while-pid PID        exit (removing the qdisc) when process PID exits
                          (flowtune-run --pacer uses it)
   --small-tso-below RATE while the host's flows' mean rate (or, with none,
-                         DEV's) is below RATE, the host's sockets
+                         DEV's) is below RATE, or DEV's shaped rate is
+                         below --small-tso-host-below, the host's sockets
                          build packets of about 1 ms at their rate
-                         (net.ipv4.tcp_tso_rtt_log 0, put back at twice
-                         RATE and on exit; one pacer per namespace manages
-                         it); 0: never (default 50mbit). A
-                         socket with a small RTT otherwise sends 64 KB at
-                         a time however low its rate, and waits 64 KB /
-                         rate before its next send even after its rate is
-                         raised: 10 ms at 50 Mbit/s, half a second at the
-                         1 Mbit/s a starved priority class keeps
+                         (net.ipv4.tcp_tso_rtt_log 0, put back once both
+                         are at twice theirs, and on exit; one pacer per
+                         namespace manages it); 0: no such test (default
+                         10mbit). A socket with a small RTT otherwise
+                         sends 64 KB at a time however low its rate, and
+                         waits 64 KB / rate before its next send even
+                         after its rate is raised: 52 ms at 10 Mbit/s,
+                         half a second at the 1 Mbit/s a starved priority
+                         class keeps
+  --small-tso-host-below RATE
+                         the host's test (default 100mbit: a 64 KB packet
+                         sits 5 ms in DEV's tbf, and the delay holds its
+                         socket's congestion window back)
   --verbose              print every change on standard error
   -h, --help             show this help
 
@@ -128,8 +134,7 @@ struct Options {
   pacer::Qdisc qdisc = pacer::Qdisc::kTbf;
   int while_pid = 0;
   bool verbose = false;
-  // 64 KB takes 10 ms at this rate: the longest a raise waits above it.
-  double small_tso_below_bps = 50e6;
+  pacer::PacketSizeRule packets;
 };
 
 Options parse(int argc, char** argv) {
@@ -157,7 +162,8 @@ Options parse(int argc, char** argv) {
         {{"tbf", pacer::Qdisc::kTbf}, {"htb", pacer::Qdisc::kHtb}});
     else if (args.is("--while-pid")) o.while_pid = static_cast<int>(args.count(1 << 22));
     else if (args.is("--verbose")) o.verbose = true;
-    else if (args.is("--small-tso-below")) o.small_tso_below_bps = parse_rate(args);
+    else if (args.is("--small-tso-below")) o.packets.flow_below_bps = parse_rate(args);
+    else if (args.is("--small-tso-host-below")) o.packets.host_below_bps = parse_rate(args);
     else args.unknown();
   }
   if (o.dev.empty()) args.usage_error("flowtune-pacer", "--dev is required");
@@ -271,9 +277,12 @@ bool lock_device(const std::string& dev) { return lock_run_file(dev + ".lock").h
 // 133-254 ms, not 50, to take a 100 Mbit/s link back after a class-0
 // transfer had held them at 1 Mbit/s; 40-46 ms with the setting at 0.
 // Always 0 costs CPU at high rates (more, smaller packets), hence only
-// while the host's flows are slow: their mean rate (HostPacer::packet_bps),
-// since each socket is paced at its own rate, which can be far below the
-// host's total (60 flows sharing a 250 Mbit/s host in a shuffle).
+// while the host's flows are slow (HostPacer::mean_flow_bps: each socket is
+// paced at its own rate, which can be far below the host's total, as for
+// 60 flows sharing a 250 Mbit/s host in a shuffle) or the host itself is
+// (a 64 KB packet queued in its tbf inflates its socket's RTT): a tenant's
+// 16 flows at 29 Mbit/s each on a 470 Mbit/s host lost a fifth of their
+// host's share with small packets.
 //
 // The setting is per network namespace, so one pacer per namespace manages
 // it (a lock beside the device locks). The value to put back is kept in the
@@ -281,8 +290,9 @@ bool lock_device(const std::string& dev) { return lock_run_file(dev + ".lock").h
 // could put it back is undone by the next one.
 class PacketSize {
  public:
-  PacketSize(double below_bps, bool verbose) : below_bps_(below_bps), verbose_(verbose) {
-    if (below_bps_ <= 0 || (old_ = read()).empty()) return;  // off, or an older kernel
+  PacketSize(const pacer::PacketSizeRule& rule, bool verbose) : rule_(rule), verbose_(verbose) {
+    const bool off = rule_.flow_below_bps <= 0 && rule_.host_below_bps <= 0;
+    if (off || (old_ = read()).empty()) return;  // off, or an older kernel
     const RunLock lock = lock_run_file("tso_rtt_log");
     if (!lock.held) {
       if (verbose_) std::fprintf(stderr, "flowtune-pacer: another pacer manages %s\n", kPath);
@@ -302,10 +312,10 @@ class PacketSize {
   PacketSize(const PacketSize&) = delete;
   PacketSize& operator=(const PacketSize&) = delete;
 
-  void follow(double bps) {
+  void follow(double flow_bps, double host_bps) {
     // Not ours, or already 0 before any pacer: nothing to do.
     if (old_.empty() || old_ == "0" || failed_) return;
-    const bool small = pacer::small_packets(small_, bps, below_bps_);
+    const bool small = pacer::small_packets(small_, flow_bps, host_bps, rule_);
     if (small == small_) return;
     if (small) save(old_);
     if (!write(small ? "0" : old_)) {
@@ -317,8 +327,8 @@ class PacketSize {
     if (!small) save("");
     small_ = small;
     if (verbose_) {
-      std::fprintf(stderr, "flowtune-pacer: %s now %s (flows at %.1f Mbit/s)\n", kPath,
-                   small ? "0" : old_.c_str(), bps / 1e6);
+      std::fprintf(stderr, "flowtune-pacer: %s now %s (flows at %.1f Mbit/s, host at %.1f)\n",
+                   kPath, small ? "0" : old_.c_str(), flow_bps / 1e6, host_bps / 1e6);
     }
   }
 
@@ -353,7 +363,7 @@ class PacketSize {
     (void)!ftruncate(lock_fd_, 0);
     (void)!pwrite(lock_fd_, v.data(), v.size(), 0);
   }
-  double below_bps_;
+  pacer::PacketSizeRule rule_;
   bool verbose_;
   std::string old_;  // the value to put back; empty: the setting is not ours
   int lock_fd_ = -1;  // the lock file, which holds old_ while the setting is 0
@@ -376,7 +386,7 @@ int run(const Options& o) {
     return kExitBusy;
   }
   const int pidfd = watch_pid(o.while_pid);
-  PacketSize packets(o.small_tso_below_bps, o.verbose);
+  PacketSize packets(o.packets, o.verbose);
   pacer::HostPacer state(o.config);
   const auto [control_ip, control_port] = control_address(o.allocator);
   // Until the allocator answers, the host runs as if unpaced: the link's rate
@@ -393,7 +403,7 @@ int run(const Options& o) {
   bool registered = false, told_unknown = false, said_registered = false;
   std::uint64_t epoch = 0, backoff_us = 10'000, next_send_us = 0;
   const auto apply = [&](std::optional<pacer::Shape> s, const char* why) {
-    packets.follow(state.packet_bps());
+    packets.follow(state.mean_flow_bps(), state.current_bps());
     if (!s) return true;
     if (o.verbose) {
       std::fprintf(stderr,

@@ -33,9 +33,10 @@ void validate(const PacerConfig& c) {
   need(c.lease_us > 0, "lease must be positive");
 }
 
-bool small_packets(bool now_small, double bps, double below_bps) {
-  if (below_bps <= 0) return false;
-  return now_small ? bps < 2 * below_bps : bps < below_bps;
+bool small_packets(bool now_small, double flow_bps, double host_bps, const PacketSizeRule& r) {
+  const double k = now_small ? 2.0 : 1.0;
+  return (r.flow_below_bps > 0 && flow_bps < k * r.flow_below_bps) ||
+         (r.host_below_bps > 0 && host_bps < k * r.host_below_bps);
 }
 
 double HostPacer::shaping_bps(std::uint64_t host_rate) const {

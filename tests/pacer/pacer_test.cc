@@ -240,18 +240,30 @@ TEST(HostPacer, BadConfigurationsAreRefusedByName) {
   EXPECT_THROW(validate(c), std::invalid_argument);
 }
 
-TEST(SmallPackets, FromBelowTheThresholdUntilTwiceIt) {
-  const double t = 5e6;
-  EXPECT_FALSE(small_packets(false, 100e6, t));
-  EXPECT_TRUE(small_packets(false, 1e6, t));
-  // Once small, a rate between the threshold and twice it keeps it small...
-  EXPECT_TRUE(small_packets(true, 8e6, t));
+TEST(SmallPackets, FromBelowEitherThresholdUntilBothAreAtTwice) {
+  const PacketSizeRule r{5e6, 100e6};
+  const double fast_host = 1e9;
+  EXPECT_FALSE(small_packets(false, 100e6, fast_host, r));
+  EXPECT_TRUE(small_packets(false, 1e6, fast_host, r));
+  // Once small, a flow rate between the threshold and twice it keeps it small...
+  EXPECT_TRUE(small_packets(true, 8e6, fast_host, r));
   // ...and a rate there does not make it small from the default.
-  EXPECT_FALSE(small_packets(false, 8e6, t));
-  EXPECT_FALSE(small_packets(true, 10e6, t));
-  // 0 turns it off, even for a starved host.
-  EXPECT_FALSE(small_packets(false, 1e3, 0));
-  EXPECT_FALSE(small_packets(true, 1e3, 0));
+  EXPECT_FALSE(small_packets(false, 8e6, fast_host, r));
+  EXPECT_FALSE(small_packets(true, 10e6, fast_host, r));
+  // A slow host makes its packets small even when its one flow is fast
+  // for the flow test, and keeps them so up to twice the host threshold.
+  EXPECT_TRUE(small_packets(false, 50e6, 50e6, r));
+  EXPECT_TRUE(small_packets(true, 150e6, 150e6, r));
+  EXPECT_FALSE(small_packets(false, 150e6, 150e6, r));
+  EXPECT_FALSE(small_packets(true, 200e6, 200e6, r));
+  // Many slow flows on a fast host: the flow test alone decides.
+  EXPECT_TRUE(small_packets(false, 4e6, 240e6, r));
+  EXPECT_FALSE(small_packets(false, 29e6, 470e6, r));
+  // 0 turns a test off; both 0, never, even for a starved host.
+  EXPECT_FALSE(small_packets(false, 50e6, 50e6, {5e6, 0}));
+  EXPECT_TRUE(small_packets(false, 50e6, 50e6, {0, 100e6}));
+  EXPECT_FALSE(small_packets(false, 1e3, 1e3, {0, 0}));
+  EXPECT_FALSE(small_packets(true, 1e3, 1e3, {0, 0}));
 }
 
 TEST(SmallPackets, GoByTheFlowsMeanRateNotTheHostsTotal) {
@@ -262,15 +274,15 @@ TEST(SmallPackets, GoByTheFlowsMeanRateNotTheHostsTotal) {
   m.host_flows = 60;
   ASSERT_TRUE(p.on_message(m, 0).has_value());
   EXPECT_GT(p.current_bps(), 240e6);
-  EXPECT_DOUBLE_EQ(p.packet_bps(), 4e6);
+  EXPECT_DOUBLE_EQ(p.mean_flow_bps(), 4e6);
   // One flow at the same total runs at it.
   m.host_flows = 1;
   (void)p.on_message(m, 10);
-  EXPECT_DOUBLE_EQ(p.packet_bps(), 240e6);
+  EXPECT_DOUBLE_EQ(p.mean_flow_bps(), 240e6);
   // No count (nothing rated, or an allocator that does not send it): the
   // shaped rate, as before.
   (void)p.on_message(told(30'000'000), 20);
-  EXPECT_DOUBLE_EQ(p.packet_bps(), p.current_bps());
+  EXPECT_DOUBLE_EQ(p.mean_flow_bps(), p.current_bps());
 }
 
 }  // namespace

@@ -100,15 +100,23 @@ struct Shape {
 // Throws std::invalid_argument naming the field.
 void validate(const PacerConfig& c);
 
-// Whether the host's sockets should build small packets (Linux's
-// net.ipv4.tcp_tso_rtt_log at 0, the pacer's --small-tso-below) while its
-// flows run at `bps` (HostPacer::packet_bps): a socket with a small RTT
-// otherwise sends up to 64 KB at a time however low its rate, and then
-// waits 64 KB / rate before its next
-// send, even after its rate is raised. Small from below `below_bps`, back to
-// the kernel's default only at twice it (so a rate near the line does not
-// flip the setting at every change); below_bps 0: never small.
-bool small_packets(bool now_small, double bps, double below_bps);
+// When the host's sockets should build small packets (Linux's
+// net.ipv4.tcp_tso_rtt_log at 0). A socket with a small RTT otherwise
+// sends up to 64 KB at a time however low its rate, which costs twice:
+// the socket waits 64 KB / its rate before its next send, even after its
+// rate is raised, and the packet sits 64 KB / the host's rate in the host's
+// tbf, which inflates the socket's RTT and so holds its congestion window
+// back. Small packets cost CPU per packet, which a fast host with many
+// flows pays most. Each threshold 0 turns its test off.
+struct PacketSizeRule {
+  double flow_below_bps = 10e6;   // the flows' mean rate (64 KB: 52 ms)
+  double host_below_bps = 100e6;  // the host's shaped rate (64 KB: 5 ms)
+};
+
+// Small from below either threshold; back to the kernel's default only
+// once both rates are at twice theirs (so a rate near one does not flip the
+// setting at every change).
+bool small_packets(bool now_small, double flow_bps, double host_bps, const PacketSizeRule& r);
 
 class HostPacer {
  public:
@@ -134,11 +142,11 @@ class HostPacer {
   double current_bps() const { return current_.bps; }
   std::uint32_t current_burst() const { return current_.burst_bytes; }
   std::uint64_t host_rate() const { return host_rate_; }
-  // Bit/s a packet-size decision goes by (small_packets): the mean payload
-  // rate of the host's rated flows, as each socket is paced at its own
-  // rate; the shaped rate while the host has none (or an older allocator
-  // does not say how many).
-  double packet_bps() const {
+  // The flows' rate a packet-size decision goes by (small_packets): the
+  // mean payload rate of the host's rated flows, as each socket is paced
+  // at its own rate; the shaped rate while the host has none (or an older
+  // allocator does not say how many).
+  double mean_flow_bps() const {
     return host_flows_ > 0 ? static_cast<double>(host_rate_) * 8.0 / host_flows_ : current_.bps;
   }
   bool leased() const { return leased_; }
