@@ -182,5 +182,28 @@ class CoflowTrace(unittest.TestCase):
         self.assertAlmostEqual(s["cct_mean_s"], (0.5 + 10.0 - staged[1]["arrival_s"]) / 2)
 
 
+
+class SenderArgv(unittest.TestCase):
+    class Args:
+        wait_rate_ms = 0
+
+    def test_static_paces_each_connection_at_its_given_rate_without_the_shim(self):
+        r = run.Runner(self.Args(), tb=None)
+        argv, env = r.sender_argv("static", {"host": 2, "flows": 16, "pace_Bps": 3510937.5},
+                                  ["flowtune-traffic", "send"])
+        self.assertEqual(argv[-2:], ["--pace-bps", "3510937"])
+        self.assertIn("cubic", argv)
+        self.assertNotIn(run.FLOWTUNE_RUN, argv)
+        self.assertEqual(env, {})
+
+    def test_static_needs_a_rate(self):
+        r = run.Runner(self.Args(), tb=None)
+        with self.assertRaises(KeyError):
+            r.sender_argv("static", {"host": 1, "flows": 1}, ["flowtune-traffic", "send"])
+
+    def test_only_the_tenants_experiment_runs_static(self):
+        self.assertEqual([e for e, ss in run.EXPERIMENT_SCHEMES.items() if "static" in ss],
+                         ["tenants"])
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)
