@@ -22,6 +22,7 @@
 #include <zmq.h>
 
 #include "flowtune/common/cli.h"
+#include "flowtune/common/endpoint.h"
 #include "flowtune/pacer/pacer.h"
 #include "flowtune/wire/codec.h"
 #include "flowtune/wire/messages.h"
@@ -156,8 +157,8 @@ Options parse(int argc, char** argv) {
     else if (args.is("--burst")) o.config.burst_bytes = static_cast<std::uint32_t>(args.count(64u << 20));
     else if (args.is("--burst-us")) o.config.burst_us = args.count(1'000'000);
     else if (args.is("--burst-gap-share")) o.config.burst_gap_share = args.number();
-    else if (args.is("--idle-hold-ms")) o.config.idle_hold_us = static_cast<std::uint64_t>(args.number() * 1000);
-    else if (args.is("--lease-ms")) o.config.lease_us = static_cast<std::uint64_t>(args.number() * 1000);
+    else if (args.is("--idle-hold-ms")) o.config.idle_hold_us = static_cast<std::uint64_t>(args.number(0, 3.6e6) * 1000);
+    else if (args.is("--lease-ms")) o.config.lease_us = static_cast<std::uint64_t>(args.number(0, 3.6e6) * 1000);
     else if (args.is("--qdisc")) o.qdisc = args.choice<pacer::Qdisc>(
         {{"tbf", pacer::Qdisc::kTbf}, {"htb", pacer::Qdisc::kHtb}});
     else if (args.is("--while-pid")) o.while_pid = static_cast<int>(args.count(1 << 22));
@@ -179,6 +180,9 @@ Options parse(int argc, char** argv) {
 class Link {
  public:
   explicit Link(const std::string& endpoint) {
+    if (const std::string why = endpoint_port_error(endpoint); !why.empty()) {
+      throw std::runtime_error("cannot connect to " + why);
+    }
     ctx_ = zmq_ctx_new();
     sock_ = ctx_ != nullptr ? zmq_socket(ctx_, ZMQ_DEALER) : nullptr;
     const int linger = 0;

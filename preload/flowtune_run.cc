@@ -176,8 +176,11 @@ int main(int argc, char** argv) {
     else if (a == "--host") setenv("FLOWTUNE_HOST", v, 1);
     else if (a == "--min-flowlet-bytes") {
       char* end = nullptr;
+      errno = 0;
       std::strtoull(v, &end, 10);
-      if (end == v || *end != '\0' || v[0] == '-') usage_error("--min-flowlet-bytes expects bytes");
+      if (errno != 0 || end == v || *end != '\0' || v[0] < '0' || v[0] > '9') {
+        usage_error("--min-flowlet-bytes expects bytes (0 to 2^64 - 1), got '" + std::string(v) + "'");
+      }
       setenv("FLOWTUNE_MIN_FLOWLET_BYTES", v, 1);
     } else if (a == "--log") {
       if (std::strlen(v) != 1 || v[0] < '0' || v[0] > '4') usage_error("--log expects 0-4");

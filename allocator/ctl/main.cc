@@ -17,6 +17,7 @@
 #include <zmq.hpp>
 
 #include "flowtune/common/cli.h"
+#include "flowtune/common/endpoint.h"
 
 namespace {
 
@@ -69,6 +70,9 @@ Options parse(int argc, char** argv) {
       o.json = true;
     } else if (args.is("--allocator")) {
       o.allocator = args.value();
+      if (const std::string why = flowtune::endpoint_port_error(o.allocator); !why.empty()) {
+        args.fail("--allocator: " + why);
+      }
     } else if (args.is("--limit")) {
       o.limit = args.count();
     } else if (args.is("--timeout-ms")) {

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "flowtune/common/cli.h"
+#include "flowtune/common/endpoint.h"
 #include "flowtune/daemon/allocator.h"
 #include "flowtune/daemon/server.h"
 
@@ -43,7 +44,7 @@ network:
 
 engine:
   --threads N                engine threads; > 1 iterates on TBB (default 1)
-  --gamma G                  NED step size (default 0.4)
+  --gamma G                  NED step size, (0, 1] (default 0.4)
   --norm fnorm|unorm|none    normalizer (default fnorm)
   --threshold T              send a rate only when it moved by more than T
                              (fraction, default 0.01); links are scaled by 1-T
@@ -129,12 +130,12 @@ Options parse(int argc, char** argv) {
     if (args.is("--check-config")) o.check_config = true;
     else if (args.is("--listen")) o.listen = args.value();
     else if (args.is("--topology")) o.topology_file = args.value();
-    else if (args.is("--host-gbps")) o.host_gbps = args.number();
+    else if (args.is("--host-gbps")) o.host_gbps = args.number(1e-6, 1e6);
     else if (args.is("--hosts")) o.hosts = static_cast<std::uint32_t>(args.count(1u << 24));
     else if (args.is("--spare-hosts")) o.spare_hosts = static_cast<std::uint32_t>(args.count(1u << 24));
     else if (args.is("--unknown-hosts")) o.unknown_hosts = args.value();
     else if (args.is("--threads")) o.alloc.threads = static_cast<unsigned>(args.count(256));
-    else if (args.is("--gamma")) o.alloc.engine.gamma = args.number();
+    else if (args.is("--gamma")) o.alloc.engine.gamma = args.number(1e-6, 1);
     else if (args.is("--norm")) {
       o.alloc.engine.normalizer = args.choice<Normalizer>(
           {{"fnorm", Normalizer::kFNorm}, {"unorm", Normalizer::kUNorm}, {"none", Normalizer::kNone}});
@@ -166,15 +167,17 @@ Options parse(int argc, char** argv) {
                                            {"warn", LogLevel::kWarn},
                                            {"info", LogLevel::kInfo},
                                            {"debug", LogLevel::kDebug}});
-    } else if (args.is("--log-interval-s")) o.log_interval_s = args.number();
+    } else if (args.is("--log-interval-s")) o.log_interval_s = args.number(0, 86400);
     else if (args.is("--busy-poll-us")) o.busy_poll_us = args.count(10'000'000);
     else args.unknown();
+  }
+  if (const std::string why = flowtune::endpoint_port_error(o.listen); !why.empty()) {
+    usage_error("--listen: " + why);
   }
   if (o.unknown_hosts.empty()) o.unknown_hosts = o.topology_file.empty() ? "add" : "reject";
   if (o.unknown_hosts == "add") o.alloc.unknown_hosts = UnknownHosts::kAdd;
   else if (o.unknown_hosts == "reject") o.alloc.unknown_hosts = UnknownHosts::kReject;
   else usage_error("--unknown-hosts expects reject or add, got '" + o.unknown_hosts + "'");
-  if (o.log_interval_s < 0) usage_error("--log-interval-s must not be negative");
   return o;
 }
 

@@ -62,7 +62,7 @@ solve options:
   --iterations N             run exactly N iterations (default: until converged)
   --max-iterations N         give up after N iterations (default 100000)
   --tolerance T              KKT residual that counts as converged (default 1e-4)
-  --gamma G                  NED step size (default 0.4)
+  --gamma G                  NED step size, (0, 1] (default 0.4)
   --step S                   Gradient step, price per Gbit/s (default 0.002)
   --alpha A                  alpha-fair utility, 0.1-10; 1 = weighted log (default 1)
   --threads N                use the TBB-parallel driver with N threads (default: serial)

@@ -29,7 +29,8 @@ void validate(const SimConfig& c) {
   need((c.warmup_s + c.duration_s) / c.iteration_s <= 1e9, "more than 1e9 iterations");
   need(rules::valid_threshold(c.threshold), "threshold must be in [0, 0.5]");
   need(rules::valid_headroom(c.headroom), "headroom must be in [0, 0.9]");
-  need(c.gamma > 0 && c.gradient_step > 0, "gamma and the gradient step must be positive");
+  need(c.gamma > 0 && c.gamma <= 1 && c.gradient_step > 0,
+       "gamma must be within (0, 1] and the gradient step positive");
   need(c.oracle_tolerance > 0 && c.oracle_max_iterations > 0, "oracle tolerance and iterations must be positive");
   need(c.mss_bytes >= 64, "MSS must be at least 64 bytes");
   need(c.tagged_fraction >= 0 && c.tagged_fraction <= 1, "tagged fraction must be in [0, 1]");

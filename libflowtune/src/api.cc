@@ -178,6 +178,24 @@ void ft_flowlet_opts_init(ft_flowlet_opts* o) {
   o->priority_class = FT_CLASS_DEFAULT;
 }
 
+namespace {
+
+// A whole decimal count from the environment, or nothing: a sign (which
+// strtoull would wrap), other characters or a value past 2^64 - 1 leave
+// the default in place.
+bool env_count(const char* name, std::uint64_t* out) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v < '0' || *v > '9') return false;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = n;
+  return true;
+}
+
+}  // namespace
+
 void ft_config_init(ft_config* cfg) {
   if (cfg == nullptr) return;
   std::memset(cfg, 0, sizeof *cfg);
@@ -185,11 +203,8 @@ void ft_config_init(ft_config* cfg) {
   cfg->allocator = std::getenv("FLOWTUNE_ALLOCATOR");
   cfg->host = std::getenv("FLOWTUNE_HOST");
   cfg->min_flowlet_bytes = 65536;
-  if (const char* v = std::getenv("FLOWTUNE_MIN_FLOWLET_BYTES"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(v, &end, 10);
-    if (end != v && *end == '\0') cfg->min_flowlet_bytes = n;
-  }
+  std::uint64_t n = 0;
+  if (env_count("FLOWTUNE_MIN_FLOWLET_BYTES", &n)) cfg->min_flowlet_bytes = n;
   cfg->heartbeat_ms = 1000;
   cfg->log_level = 2;
   if (const char* v = std::getenv("FLOWTUNE_LOG"); v != nullptr && *v >= '0' && *v <= '4') {
@@ -210,11 +225,8 @@ int ft_client_open(const ft_config* cfg, ft_client** out) {
     s.min_flowlet_bytes = cfg->min_flowlet_bytes;
     s.max_rate_bytes_per_sec = cfg->max_rate_bytes_per_sec;
     // A negative value would wrap to no pacing at all: digits only.
-    if (const char* v = std::getenv("FLOWTUNE_MIN_PACING_RATE"); v != nullptr && *v >= '0' && *v <= '9') {
-      char* end = nullptr;
-      const unsigned long long n = std::strtoull(v, &end, 10);
-      if (end != v && *end == '\0') s.min_rate_bytes_per_sec = n;
-    }
+    std::uint64_t min_rate = 0;
+    if (env_count("FLOWTUNE_MIN_PACING_RATE", &min_rate)) s.min_rate_bytes_per_sec = min_rate;
     s.heartbeat_us = std::uint64_t{cfg->heartbeat_ms} * 1000;
     flowtune::client::RuntimeConfig r;
     r.allocator = cfg->allocator != nullptr ? cfg->allocator

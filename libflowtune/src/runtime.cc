@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "flowtune/common/endpoint.h"
 #include "flowtune/wire/codec.h"
 
 namespace flowtune::client {
@@ -235,6 +236,10 @@ int Runtime::open_all() {
   if (zmq_setsockopt(zmq_sock_.get(), ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 ||
       zmq_setsockopt(zmq_sock_.get(), ZMQ_LINGER, &linger_ms, sizeof linger_ms) != 0) {
     return FT_ERUNTIME;
+  }
+  if (const std::string why = endpoint_port_error(config_.allocator); !why.empty()) {
+    log(1, "cannot use allocator endpoint " + why);
+    return FT_ECONNECT;
   }
   if (zmq_connect(zmq_sock_.get(), config_.allocator.c_str()) != 0) {
     log(1, "cannot use allocator endpoint \"" + config_.allocator + "\": " + zmq_strerror(zmq_errno()));

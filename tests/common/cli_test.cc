@@ -75,8 +75,25 @@ TEST_F(CliTest, BadValuesExitTwoNamingTheFlag) {
   EXPECT_EXIT(run({"--x", "abc"}), code, "--x expects a number, got 'abc'");
   EXPECT_EXIT(run({"--x", "nan"}), code, "--x expects a number, got 'nan'");
   EXPECT_EXIT(run({"--x", "1e999"}), code, "--x expects a number");
+  EXPECT_EXIT(run({"--x", "0x10"}), code, "--x expects a number, got '0x10'");
+  EXPECT_EXIT(run({"--x", "0x1p3"}), code, "--x expects a number, got '0x1p3'");
+  EXPECT_EXIT(run({"--x", "inf"}), code, "--x expects a number, got 'inf'");
   EXPECT_EXIT(run({"--mode", "d"}), code, "--mode expects a, b or c, got 'd'");
   EXPECT_EXIT(run({"--frob"}), code, "unknown option '--frob' for run");
+}
+
+TEST_F(CliTest, BoundedNumbersNameTheirRange) {
+  auto take = [this](std::string v) {
+    Args a = make({"--x", std::move(v)});
+    EXPECT_TRUE(a.next());
+    return a.number(0.5, 1000);
+  };
+  EXPECT_EQ(take("0.5"), 0.5);
+  EXPECT_EQ(take("1e3"), 1000.0);
+  const auto code = ::testing::ExitedWithCode(kExitUsage);
+  EXPECT_EXIT(take("1e300"), code, "--x expects a number from 0.5 to 1000, got '1e300'");
+  EXPECT_EXIT(take("0.4"), code, "--x expects a number from 0.5 to 1000, got '0.4'");
+  EXPECT_EXIT(take("-1"), code, "--x expects a number from 0.5 to 1000");
 }
 
 TEST_F(CliTest, UnboundedCountsSayNonNegative) {

@@ -654,6 +654,24 @@ TEST_F(ClientTest, ManyApplicationThreadsShareOneClient) {
   ft_client_close(c);
 }
 
+// FLOWTUNE_MIN_FLOWLET_BYTES takes a whole decimal count; anything else
+// (a sign strtoull would wrap, a value past 2^64 - 1, trailing text) keeps
+// the default instead of becoming a huge threshold that schedules nothing.
+TEST(ClientConfig, MinFlowletBytesFromTheEnvironmentOnlyWhenWhole) {
+  const auto with = [](const char* v) {
+    ::setenv("FLOWTUNE_MIN_FLOWLET_BYTES", v, 1);
+    ft_config cfg;
+    ft_config_init(&cfg);
+    ::unsetenv("FLOWTUNE_MIN_FLOWLET_BYTES");
+    return cfg.min_flowlet_bytes;
+  };
+  EXPECT_EQ(with("123"), 123u);
+  EXPECT_EQ(with("18446744073709551615"), UINT64_MAX);
+  for (const char* bad : {"18446744073709551616", "-1", "+5", "12x", "", " 7"}) {
+    EXPECT_EQ(with(bad), 65536u) << "'" << bad << "'";
+  }
+}
+
 // A queue of two events overflows at once under many flowlets: begins,
 // bytes and ends that find it full go through their socket's slot instead.
 // No end may be lost (ft_flowlet_end never fails for want of room, and

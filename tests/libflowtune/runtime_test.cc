@@ -150,6 +150,16 @@ TEST(Runtime, AFailedStartLeavesNothingOpen) {
   EXPECT_EQ(rt.stop(), 0);
 }
 
+// libzmq would dial port 34463 for 99999 (it keeps the low 16 bits).
+TEST(Runtime, APortPast65535IsRefusedNotTruncated) {
+  SocketTable table;
+  RuntimeConfig c = config();
+  c.allocator = "tcp://127.0.0.1:99999";
+  Runtime rt(c, SessionConfig{}, table);
+  EXPECT_EQ(rt.start(), FT_ECONNECT);
+  EXPECT_EQ(rt.stop(), 0);
+}
+
 TEST(Runtime, NeverStartedStopsCleanly) {
   SocketTable table;
   Runtime rt(config(), SessionConfig{}, table);

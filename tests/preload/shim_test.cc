@@ -484,6 +484,14 @@ TEST(FlowtuneRun, UsageAndErrors) {
   o = run(std::string(FT_RUN_BINARY) + " --rule 'dport=80 class=0' --rule 'dst=1.2.3 class=1' -- true 2>&1");
   EXPECT_EQ(o.status, 2);
   EXPECT_NE(o.out.find("FLOWTUNE_RULES: rule 2, 'dst=1.2.3'"), std::string::npos) << o.out;
+  // Sizes past 2^64 - 1 or with a sign are refused, not wrapped.
+  for (const char* bad : {"18446744073709551616", "-1", "+5", "0x10"}) {
+    o = run(std::string(FT_RUN_BINARY) + " --min-flowlet-bytes " + bad + " -- true 2>&1");
+    EXPECT_EQ(o.status, 2) << bad;
+    EXPECT_NE(o.out.find("--min-flowlet-bytes expects bytes"), std::string::npos) << o.out;
+  }
+  o = run(std::string(FT_RUN_BINARY) + " --min-flowlet-bytes 18446744073709551615 -- true 2>&1");
+  EXPECT_EQ(o.status, 0) << o.out;
   o = run(std::string(FT_RUN_BINARY) + " --preload /nonexistent.so -- true 2>&1");
   EXPECT_EQ(o.status, 2);
   EXPECT_NE(o.out.find("cannot load the shim"), std::string::npos) << o.out;

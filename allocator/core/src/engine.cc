@@ -148,8 +148,10 @@ BasicEngine<Real>::BasicEngine(std::vector<double> link_capacity_bps, std::uint3
   if (config.blocks == 0 || config.blocks > 64) {
     throw std::invalid_argument("blocks must be between 1 and 64");
   }
-  if (!(config.gamma > 0) || !std::isfinite(config.gamma)) {
-    throw std::invalid_argument("gamma must be a positive finite number");
+  // γ = 1 is a full Newton step; past it NED overshoots every price and
+  // never converges (flowtune-sim solve at 1.2-1000: none did).
+  if (!(config.gamma > 0 && config.gamma <= 1)) {
+    throw std::invalid_argument("gamma must be within (0, 1]");
   }
   if (!(config.gradient_step > 0) || !std::isfinite(config.gradient_step)) {
     throw std::invalid_argument("gradient step must be a positive finite number");

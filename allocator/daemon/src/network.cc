@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <initializer_list>
 #include <sstream>
 #include <string>
@@ -500,12 +499,9 @@ Network Network::big_switch(std::uint32_t hosts, double host_link_bps, std::uint
 }
 
 Network Network::from_toml_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw ConfigError(path + ": cannot read: " + std::strerror(errno));
-  return from_toml_string(text.str(), path);
+  // A topology of 100,000 hosts is a few megabytes.
+  constexpr std::size_t kMaxTopologyBytes = 64u << 20;
+  return from_toml_string(TomlReader::read_file(path, kMaxTopologyBytes), path);
 }
 
 Network Network::from_toml_string(std::string_view text, const std::string& source_name) {

@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <initializer_list>
 #include <sstream>
 
@@ -184,16 +183,7 @@ OperatorPolicy parse_policy(std::string_view text, const std::string& source) {
 }
 
 OperatorPolicy load_policy_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path + ": cannot open: " + std::strerror(errno));
-  std::string text(kMaxPolicyBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) throw ConfigError(path + ": cannot read: " + std::strerror(errno));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxPolicyBytes) {
-    throw ConfigError(path + ": larger than " + std::to_string(kMaxPolicyBytes) +
-                      " bytes: not a policy file");
-  }
+  const std::string text = TomlReader::read_file(path, kMaxPolicyBytes);
   return parse_policy(text, path);
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "allocator_internal.h"
+#include "flowtune/common/endpoint.h"
 #include "flowtune/daemon/control.h"
 #include "flowtune/wire/codec.h"
 
@@ -57,6 +58,9 @@ Server::Server(zmq::context_t& ctx, Allocator& allocator, Log& log, const std::s
   router_.set(zmq::sockopt::sndhwm, 100000);
   router_.set(zmq::sockopt::rcvhwm, 100000);
   router_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(wire::kMaxMessageBytes));
+  if (const std::string why = endpoint_port_error(listen); !why.empty()) {
+    throw ConfigError("cannot listen on " + why);
+  }
   try {
     router_.bind(listen);
   } catch (const zmq::error_t& e) {

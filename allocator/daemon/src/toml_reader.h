@@ -4,8 +4,13 @@
 // back to defaults, so every table lists the keys it accepts.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <toml++/toml.h>
 
+#include <cerrno>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -25,6 +30,33 @@ struct TomlReader {
       throw ConfigError(source + ":" + std::to_string(e.source().begin.line) + ":" +
                         std::to_string(e.source().begin.column) + ": " +
                         std::string(e.description()));
+    }
+  }
+
+  // The whole of `path`, or ConfigError: it must be a regular file (a FIFO
+  // would block the daemon's start forever, /dev/zero would fill its
+  // memory) of at most `max_bytes`.
+  static std::string read_file(const std::string& path, std::size_t max_bytes) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) throw ConfigError(path + ": cannot open: " + std::strerror(errno));
+    struct Closer {
+      int fd;
+      ~Closer() { ::close(fd); }
+    } closer{fd};
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw ConfigError(path + ": cannot stat: " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) throw ConfigError(path + ": not a regular file");
+    std::string text;
+    char buf[65536];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw ConfigError(path + ": cannot read: " + std::strerror(errno));
+      if (n == 0) return text;
+      if (text.size() + static_cast<std::size_t>(n) > max_bytes) {
+        throw ConfigError(path + ": larger than " + std::to_string(max_bytes) + " bytes");
+      }
+      text.append(buf, static_cast<std::size_t>(n));
     }
   }
 

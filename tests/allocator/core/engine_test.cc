@@ -1250,6 +1250,8 @@ TEST(Engine, InvalidConstructorArgumentsThrow) {
   EXPECT_THROW(Engine({1e9}, 1, with([](EngineConfig& c) { c.blocks = 65; })),
                std::invalid_argument);
   EXPECT_THROW(Engine({1e9}, 1, with([](EngineConfig& c) { c.gamma = 0; })), std::invalid_argument);
+  EXPECT_THROW(Engine({1e9}, 1, with([](EngineConfig& c) { c.gamma = 1.2; })), std::invalid_argument);
+  EXPECT_NO_THROW(Engine({1e9}, 1, with([](EngineConfig& c) { c.gamma = 1; })));
   EXPECT_THROW(Engine({1e9}, 1, with([](EngineConfig& c) { c.gamma = kNaN; })),
                std::invalid_argument);
   EXPECT_THROW(Engine({1e9}, 1, with([](EngineConfig& c) { c.gradient_step = -1; })),

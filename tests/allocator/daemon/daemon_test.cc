@@ -6,6 +6,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "daemon_harness.h"
 
@@ -308,6 +311,22 @@ TEST(AllocatorCli, HelpAndConfigErrors) {
   r = run(bin + " --listen bogus://x --hosts 2");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("cannot listen on bogus://x"), std::string::npos) << r.output;
+  // Values that used to be taken and misread (issue 17's list): a port past
+  // 65535 (libzmq kept its low 16 bits), hexadecimal, a divergent step, an
+  // interval that overflowed its conversion, a device for a topology.
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--listen tcp://127.0.0.1:99999", "port '99999' is not 0-65535"},
+           {"--listen tcp://127.0.0.1", "names no port"},
+           {"--host-gbps 0x10", "--host-gbps expects a number, got '0x10'"},
+           {"--gamma 1e9", "--gamma expects a number from 1e-06 to 1"},
+           {"--log-interval-s 1e300", "--log-interval-s expects a number from 0 to 86400"},
+           {"--topology /dev/zero", "/dev/zero: not a regular file"}}) {
+    r = run(bin + " --hosts 4 " + args + " --check-config");
+    EXPECT_EQ(r.status, 2) << args << ": " << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << args << ": " << r.output;
+  }
+  r = run(bin + " --hosts 4 --listen tcp://127.0.0.1:65535 --gamma 1 --check-config");
+  EXPECT_EQ(r.status, 0) << r.output;
   r = run(bin + " --hosts 4 --check-config");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("configuration ok"), std::string::npos);

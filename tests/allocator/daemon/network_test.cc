@@ -6,9 +6,13 @@
 #include "flowtune/daemon/network.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -524,6 +528,39 @@ TEST(NetworkTomlErrors, UnreadableFileNamesThePath) {
     EXPECT_EQ(std::string(e.what()).rfind("/nonexistent/net.toml: cannot open", 0), 0u)
         << e.what();
   }
+}
+
+// Only a regular file of bounded size is read: a FIFO would block the
+// daemon's start forever, /dev/zero would fill its memory, a directory
+// would read as nothing.
+TEST(NetworkTomlErrors, OnlyRegularFilesAreRead) {
+  auto error_of = [](const std::string& path) {
+    try {
+      Network::from_toml_file(path);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no ConfigError");
+  };
+  EXPECT_EQ(error_of("/dev/zero"), "/dev/zero: not a regular file");
+  EXPECT_EQ(error_of("/tmp"), "/tmp: not a regular file");
+  char dir[] = "/tmp/ft-net-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string fifo = std::string(dir) + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error_of(fifo), fifo + ": not a regular file");  // returns: no writer needed
+  ::unlink(fifo.c_str());
+  // Past the bound (64 MiB), refused without parsing.
+  const std::string big = std::string(dir) + "/big.toml";
+  {
+    std::FILE* f = std::fopen(big.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(::ftruncate(::fileno(f), (64 << 20) + 1), 0);
+    std::fclose(f);
+  }
+  EXPECT_NE(error_of(big).find("larger than 67108864 bytes"), std::string::npos) << error_of(big);
+  ::unlink(big.c_str());
+  ::rmdir(dir);
 }
 
 // ---- examples/topologies ----

@@ -344,6 +344,8 @@ TEST(SimCli, UsageErrorsExitWithStatusTwo) {
   EXPECT_EQ(sim("solve --iterations -3 '" + file + "'").status, 2);
   EXPECT_EQ(sim("solve --gamma abc '" + file + "'").status, 2);
   EXPECT_EQ(sim("solve --gamma -1 '" + file + "'").status, 2);  // rejected by the engine
+  EXPECT_EQ(sim("solve --gamma 1e9 '" + file + "'").status, 2);  // NED diverges past 1
+  EXPECT_EQ(sim("solve --gamma 0x1 '" + file + "'").status, 2);
   EXPECT_EQ(sim("solve --algorithm newton '" + file + "'").status, 2);
   EXPECT_EQ(sim("solve").status, 2);
   EXPECT_EQ(sim("solve '" + temp_path("does-not-exist.json") + "'").status, 2);

@@ -194,14 +194,16 @@ TEST_F(ShuffleService, BadRequestsGetAnErrorAndTheServerKeepsServing) {
   const std::string req = "HELLO\nFETCH 7 0 99 0\nFETCH 7 9 0 0\nFETCH 7 1 2 5\n";
   ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
   const auto answer = [&](Status want) {
+    // recv_all loops: MSG_WAITALL may still return short (seen under load
+    // with a 200 KB block).
     std::uint8_t raw[kHeaderBytes];
-    ASSERT_EQ(::recv(fd, raw, sizeof raw, MSG_WAITALL), static_cast<ssize_t>(sizeof raw));
+    ASSERT_TRUE(recv_all(fd, raw, sizeof raw));
     const auto h = decode_header(raw);
     ASSERT_TRUE(h.has_value());
     EXPECT_EQ(h->status, want);
     std::string body(h->length, '\0');
     if (h->length > 0) {
-      ASSERT_EQ(::recv(fd, body.data(), body.size(), MSG_WAITALL), static_cast<ssize_t>(body.size()));
+      ASSERT_TRUE(recv_all(fd, body.data(), body.size()));
     }
     EXPECT_EQ(crc32c(0, body.data(), body.size()), h->crc);
     if (want != Status::kOk) {

@@ -52,14 +52,23 @@ class Args {
     flag_ = argv_[i_];
     return argv_[++i_];
   }
-  // A finite number.
+  // A finite decimal number (no hexadecimal, infinity or NaN).
   double number() {
     const char* v = value();
     char* end = nullptr;
     errno = 0;
     const double d = std::strtod(v, &end);
-    if (errno != 0 || end == v || *end != '\0' || !std::isfinite(d)) {
+    if (errno != 0 || end == v || *end != '\0' || !std::isfinite(d) || !decimal(v)) {
       fail(flag_ + " expects a number, got '" + v + "'");
+    }
+    return d;
+  }
+  // A finite decimal number in [lo, hi].
+  double number(double lo, double hi) {
+    const double d = number();
+    if (d < lo || d > hi) {
+      fail(flag_ + " expects a number from " + shortest(lo) + " to " + shortest(hi) + ", got '" +
+           argv_[i_] + "'");
     }
     return d;
   }
@@ -112,6 +121,17 @@ class Args {
   char** argv_;
   int i_;
   std::string flag_;  // the flag whose value was taken last
+
+  // Digits, sign, point and exponent only: strtod also takes "0x10" and
+  // "0x1p3", which no flag means.
+  static bool decimal(std::string_view v) {
+    return v.find_first_not_of("0123456789+-.eE") == std::string_view::npos;
+  }
+  static std::string shortest(double d) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", d);
+    return buf;
+  }
 };
 
 }  // namespace flowtune::cli
