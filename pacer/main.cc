@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -118,12 +119,15 @@ std::uint64_t now_us() {
 // "1gbit", "116mbit", "500kbit", "1000000" (bit/s).
 double parse_rate(cli::Args& args) {
   const std::string v = args.value();
+  // A decimal number, then a unit: strtod alone would also take 0x10 and inf.
+  const std::size_t digits = v.find_first_not_of("0123456789+-.eE");
+  const std::string number = v.substr(0, digits);
+  const std::string unit = digits == std::string::npos ? "" : v.substr(digits);
   char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  const std::string unit(end);
-  double mult = unit == "" || unit == "bit" ? 1 : unit == "kbit" ? 1e3
-              : unit == "mbit" ? 1e6 : unit == "gbit" ? 1e9 : -1;
-  if (end == v.c_str() || mult < 0 || !(x >= 0)) {
+  const double x = number.empty() ? -1 : std::strtod(number.c_str(), &end);
+  const double mult = unit == "" || unit == "bit" ? 1 : unit == "kbit" ? 1e3
+                      : unit == "mbit" ? 1e6 : unit == "gbit" ? 1e9 : -1;
+  if (number.empty() || *end != '\0' || mult < 0 || !(x >= 0) || !std::isfinite(x)) {
     args.fail("expected a rate such as 1gbit or 100mbit, got '" + v + "'");
   }
   return x * mult;
@@ -169,6 +173,9 @@ Options parse(int argc, char** argv) {
   }
   if (o.dev.empty()) args.usage_error("flowtune-pacer", "--dev is required");
   if (o.host.empty()) args.usage_error("flowtune-pacer", "--host (or $FLOWTUNE_HOST) is required");
+  if (const std::string why = endpoint_port_error(o.allocator); !why.empty()) {
+    args.usage_error("flowtune-pacer", "allocator endpoint " + why);
+  }
   try {
     pacer::validate(o.config);
   } catch (const std::invalid_argument& e) {
@@ -316,10 +323,11 @@ class PacketSize {
   PacketSize(const PacketSize&) = delete;
   PacketSize& operator=(const PacketSize&) = delete;
 
-  void follow(double flow_bps, double host_bps) {
+  void follow(const pacer::HostPacer& state) {
     // Not ours, or already 0 before any pacer: nothing to do.
     if (old_.empty() || old_ == "0" || failed_) return;
-    const bool small = pacer::small_packets(small_, flow_bps, host_bps, rule_);
+    tests_ = state.packet_size(tests_, rule_);
+    const bool small = tests_.small();
     if (small == small_) return;
     if (small) save(old_);
     if (!write(small ? "0" : old_)) {
@@ -331,8 +339,10 @@ class PacketSize {
     if (!small) save("");
     small_ = small;
     if (verbose_) {
-      std::fprintf(stderr, "flowtune-pacer: %s now %s (flows at %.1f Mbit/s, host at %.1f)\n",
-                   kPath, small ? "0" : old_.c_str(), flow_bps / 1e6, host_bps / 1e6);
+      std::fprintf(stderr,
+                   "flowtune-pacer: %s now %s (flows at %.1f Mbit/s, host shaped at %.1f Mbit/s)\n",
+                   kPath, small ? "0" : old_.c_str(), state.mean_flow_bps() / 1e6,
+                   state.current_bps() / 1e6);
     }
   }
 
@@ -368,6 +378,7 @@ class PacketSize {
     (void)!pwrite(lock_fd_, v.data(), v.size(), 0);
   }
   pacer::PacketSizeRule rule_;
+  pacer::PacketSizeState tests_;  // each test's state; small_ is what is written
   bool verbose_;
   std::string old_;  // the value to put back; empty: the setting is not ours
   int lock_fd_ = -1;  // the lock file, which holds old_ while the setting is 0
@@ -407,7 +418,7 @@ int run(const Options& o) {
   bool registered = false, told_unknown = false, said_registered = false;
   std::uint64_t epoch = 0, backoff_us = 10'000, next_send_us = 0;
   const auto apply = [&](std::optional<pacer::Shape> s, const char* why) {
-    packets.follow(state.mean_flow_bps(), state.current_bps());
+    packets.follow(state);
     if (!s) return true;
     if (o.verbose) {
       std::fprintf(stderr,

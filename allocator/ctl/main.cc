@@ -70,16 +70,12 @@ Options parse(int argc, char** argv) {
       o.json = true;
     } else if (args.is("--allocator")) {
       o.allocator = args.value();
-      if (const std::string why = flowtune::endpoint_port_error(o.allocator); !why.empty()) {
-        args.fail("--allocator: " + why);
-      }
     } else if (args.is("--limit")) {
       o.limit = args.count();
     } else if (args.is("--timeout-ms")) {
       o.timeout_ms = static_cast<long>(std::min<std::uint64_t>(args.count(), 3'600'000));
     } else if (args.is("--watch")) {
-      o.watch_s = args.number();
-      if (!(o.watch_s > 0)) args.fail("--watch expects seconds > 0");
+      o.watch_s = args.number(1e-3, 86400);
     } else if (!args.arg().empty() && args.arg()[0] != '-' && !have_command) {
       const std::string_view a = args.arg();
       if (a != "status" && a != "endpoints" && a != "flows" && a != "links" && a != "all") {
@@ -90,6 +86,10 @@ Options parse(int argc, char** argv) {
     } else {
       args.unknown();
     }
+  }
+  // From --allocator or $FLOWTUNE_ALLOCATOR alike.
+  if (const std::string why = flowtune::endpoint_port_error(o.allocator); !why.empty()) {
+    args.fail("allocator endpoint " + why);
   }
   return o;
 }

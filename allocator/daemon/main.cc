@@ -135,7 +135,7 @@ Options parse(int argc, char** argv) {
     else if (args.is("--spare-hosts")) o.spare_hosts = static_cast<std::uint32_t>(args.count(1u << 24));
     else if (args.is("--unknown-hosts")) o.unknown_hosts = args.value();
     else if (args.is("--threads")) o.alloc.threads = static_cast<unsigned>(args.count(256));
-    else if (args.is("--gamma")) o.alloc.engine.gamma = args.number(1e-6, 1);
+    else if (args.is("--gamma")) o.alloc.engine.gamma = args.number(0, 1);
     else if (args.is("--norm")) {
       o.alloc.engine.normalizer = args.choice<Normalizer>(
           {{"fnorm", Normalizer::kFNorm}, {"unorm", Normalizer::kUNorm}, {"none", Normalizer::kNone}});

@@ -33,10 +33,16 @@ void validate(const PacerConfig& c) {
   need(c.lease_us > 0, "lease must be positive");
 }
 
-bool small_packets(bool now_small, double flow_bps, double host_bps, const PacketSizeRule& r) {
-  const double k = now_small ? 2.0 : 1.0;
-  return (r.flow_below_bps > 0 && flow_bps < k * r.flow_below_bps) ||
-         (r.host_below_bps > 0 && host_bps < k * r.host_below_bps);
+namespace {
+bool below(bool now, double bps, double threshold) {
+  return threshold > 0 && bps >= 0 && bps < (now ? 2 : 1) * threshold;
+}
+}  // namespace
+
+PacketSizeState small_packets(PacketSizeState now, double flow_bps, double host_bps,
+                              const PacketSizeRule& r) {
+  return {below(now.by_flows, flow_bps, r.flow_below_bps),
+          below(now.by_host, host_bps, r.host_below_bps)};
 }
 
 double HostPacer::shaping_bps(std::uint64_t host_rate) const {

@@ -10,7 +10,9 @@ namespace {
 
 TEST(EndpointPort, TcpPortsInRangeOrAnyPass) {
   for (const char* ok : {"tcp://127.0.0.1:5555", "tcp://*:0", "tcp://h:65535", "tcp://[::1]:80",
-                         "tcp://127.0.0.1:*", "ipc:///tmp/a:99999", "inproc://x"}) {
+                         "tcp://127.0.0.1:*", "ipc:///tmp/a:99999", "inproc://x",
+                         "tcp://eth0:5555", "tcp://[fe80::1%eth0]:5555",
+                         "tcp://eth1:0;server1:5555", "tcp://192.168.1.17:5555;192.168.1.1:5555"}) {
     EXPECT_EQ(endpoint_port_error(ok), "") << ok;
   }
 }
@@ -27,6 +29,11 @@ TEST(EndpointPort, OutOfRangeMalformedOrMissingPortsAreNamed) {
             "'tcp://h:1000000000000000000000': port '1000000000000000000000' is not 0-65535 or *");
   EXPECT_EQ(endpoint_port_error("tcp://127.0.0.1"),
             "'tcp://127.0.0.1' names no port (tcp://HOST:PORT)");
+  // The source address's port is checked too.
+  EXPECT_EQ(endpoint_port_error("tcp://10.0.0.1:99999;10.0.0.2:5555"),
+            "'tcp://10.0.0.1:99999;10.0.0.2:5555': port '99999' is not 0-65535 or *");
+  EXPECT_EQ(endpoint_port_error("tcp://10.0.0.1;10.0.0.2:5555"),
+            "'tcp://10.0.0.1;10.0.0.2:5555' names no port (tcp://HOST:PORT)");
 }
 
 }  // namespace

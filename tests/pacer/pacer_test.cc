@@ -1,10 +1,16 @@
 // HostPacer: what the host is shaped to, from the allocator's messages and
-// the lease (no tc here: the e2e smoke runs flowtune-pacer for real).
+// the lease (no tc here: the e2e smoke runs flowtune-pacer for real); and
+// flowtune-pacer's refusal of bad flags.
 #include "flowtune/pacer/pacer.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <cstdio>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace flowtune::pacer {
 namespace {
@@ -240,30 +246,64 @@ TEST(HostPacer, BadConfigurationsAreRefusedByName) {
   EXPECT_THROW(validate(c), std::invalid_argument);
 }
 
-TEST(SmallPackets, FromBelowEitherThresholdUntilBothAreAtTwice) {
+TEST(SmallPackets, EachTestFromBelowItsThresholdUntilTwiceIt) {
   const PacketSizeRule r{5e6, 100e6};
   const double fast_host = 1e9;
-  EXPECT_FALSE(small_packets(false, 100e6, fast_host, r));
-  EXPECT_TRUE(small_packets(false, 1e6, fast_host, r));
-  // Once small, a flow rate between the threshold and twice it keeps it small...
-  EXPECT_TRUE(small_packets(true, 8e6, fast_host, r));
-  // ...and a rate there does not make it small from the default.
-  EXPECT_FALSE(small_packets(false, 8e6, fast_host, r));
-  EXPECT_FALSE(small_packets(true, 10e6, fast_host, r));
-  // A slow host makes its packets small even when its one flow is fast
-  // for the flow test, and keeps them so up to twice the host threshold.
-  EXPECT_TRUE(small_packets(false, 50e6, 50e6, r));
-  EXPECT_TRUE(small_packets(true, 150e6, 150e6, r));
-  EXPECT_FALSE(small_packets(false, 150e6, 150e6, r));
-  EXPECT_FALSE(small_packets(true, 200e6, 200e6, r));
+  const auto after = [&](PacketSizeState now, double flow, double host) {
+    return small_packets(now, flow, host, r);
+  };
+  const PacketSizeState none, by_flows{true, false}, by_host{false, true};
+  EXPECT_FALSE(after(none, 100e6, fast_host).small());
+  EXPECT_TRUE(after(none, 1e6, fast_host).by_flows);
+  // Once on, a flow rate between the threshold and twice it keeps it on...
+  EXPECT_TRUE(after(by_flows, 8e6, fast_host).small());
+  // ...and a rate there does not turn it on from off.
+  EXPECT_FALSE(after(none, 8e6, fast_host).small());
+  EXPECT_FALSE(after(by_flows, 10e6, fast_host).small());
+  // A slow host turns small even when its one flow is fast for the flow
+  // test, and stays so up to twice the host threshold.
+  EXPECT_TRUE(after(none, 50e6, 50e6).by_host);
+  EXPECT_TRUE(after(by_host, 150e6, 150e6).small());
+  EXPECT_FALSE(after(none, 150e6, 150e6).small());
+  EXPECT_FALSE(after(by_host, 200e6, 200e6).small());
+  // One test's band does not hold the other's decision: small by the flow
+  // test, then flows at 25 Mbit/s on a host shaped at 160 Mbit/s, inside
+  // the host test's band but never below its threshold.
+  EXPECT_FALSE(after(by_flows, 25e6, 160e6).small());
   // Many slow flows on a fast host: the flow test alone decides.
-  EXPECT_TRUE(small_packets(false, 4e6, 240e6, r));
-  EXPECT_FALSE(small_packets(false, 29e6, 470e6, r));
+  EXPECT_TRUE(after(none, 4e6, 240e6).small());
+  EXPECT_FALSE(after(none, 29e6, 470e6).small());
+  // No allocation (host < 0): the host test is off.
+  EXPECT_FALSE(after(by_host, 50e6, -1).small());
   // 0 turns a test off; both 0, never, even for a starved host.
-  EXPECT_FALSE(small_packets(false, 50e6, 50e6, {5e6, 0}));
-  EXPECT_TRUE(small_packets(false, 50e6, 50e6, {0, 100e6}));
-  EXPECT_FALSE(small_packets(false, 1e3, 1e3, {0, 0}));
-  EXPECT_FALSE(small_packets(true, 1e3, 1e3, {0, 0}));
+  EXPECT_FALSE(small_packets(none, 50e6, 50e6, {5e6, 0}).small());
+  EXPECT_TRUE(small_packets(none, 50e6, 50e6, {0, 100e6}).small());
+  EXPECT_FALSE(small_packets(none, 1e3, 1e3, {0, 0}).small());
+  EXPECT_FALSE(small_packets({true, true}, 1e3, 1e3, {0, 0}).small());
+}
+
+TEST(SmallPackets, NothingBeforeTheFirstShapeAndNoHostTestWhileIdle) {
+  const PacketSizeRule r{5e6, 100e6};
+  PacerConfig c = config();
+  c.link_bps = 100e6;  // a host link below the host threshold
+  c.floor_bps = 0;
+  c.idle_hold_us = 0;
+  HostPacer p(c);
+  // Before any message: nothing is known, the state stays as it was.
+  EXPECT_FALSE(p.packet_size({}, r).small());
+  EXPECT_TRUE(p.packet_size({true, false}, r).small());
+  // Allocated 40 Mbit/s (one flow): small by the host test.
+  wire::AllocatorMessage m = told(5'000'000);
+  m.host_flows = 1;
+  ASSERT_TRUE(p.on_message(m, 0).has_value());
+  PacketSizeState st = p.packet_size({}, r);
+  EXPECT_TRUE(st.by_host);
+  EXPECT_FALSE(st.by_flows);
+  // Idle (no rated flow): shaped to the link, no allocation: back to the
+  // kernel's packets although the link is below twice the threshold.
+  ASSERT_TRUE(p.on_message(told(0), 10).has_value());
+  EXPECT_LT(p.current_bps(), 2 * r.host_below_bps);
+  EXPECT_FALSE(p.packet_size(st, r).small());
 }
 
 TEST(SmallPackets, GoByTheFlowsMeanRateNotTheHostsTotal) {
@@ -283,6 +323,30 @@ TEST(SmallPackets, GoByTheFlowsMeanRateNotTheHostsTotal) {
   // shaped rate, as before.
   (void)p.on_message(told(30'000'000), 20);
   EXPECT_DOUBLE_EQ(p.mean_flow_bps(), p.current_bps());
+}
+
+// Bad flags end the pacer with status 2 and the reason, before it touches
+// tc (so this needs no root).
+TEST(PacerCli, RefusesBadValuesBeforeStarting) {
+  const auto run = [](const std::string& args) {
+    std::string out;
+    std::FILE* p = ::popen((std::string(FT_PACER_BINARY) + " " + args + " 2>&1").c_str(), "r");
+    EXPECT_NE(p, nullptr);
+    char buf[512];
+    while (p != nullptr && std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    const int st = p != nullptr ? ::pclose(p) : -1;
+    return std::pair<int, std::string>{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+  };
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--dev lo --host h1 --allocator tcp://127.0.0.1:99999", "port '99999' is not 0-65535"},
+           {"--dev lo --host h1 --link-rate 0x10mbit", "expected a rate such as 1gbit"},
+           {"--dev lo --host h1 --link-rate infbit", "expected a rate such as 1gbit"},
+           {"--dev lo --host h1 --small-tso-below 10mbps", "expected a rate such as 1gbit"},
+           {"--dev lo --host h1 --lease-ms 1e300", "--lease-ms expects a number from 0 to 3600000"}}) {
+    const auto [status, out] = run(args);
+    EXPECT_EQ(status, 2) << args << ": " << out;
+    EXPECT_NE(out.find(says), std::string::npos) << args << ": " << out;
+  }
 }
 
 }  // namespace

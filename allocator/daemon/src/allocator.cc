@@ -76,6 +76,9 @@ Allocator::Allocator(Network network, const AllocatorConfig& config, std::uint64
   }
   if (config_.threads > 1) driver_ = std::make_unique<alloc::ParallelDriver>(config_.threads);
   strangers_ = TokenBucket(config_.max_messages_per_sec, 0);
+  // Every host id there can be: an explicit topology's hosts are not its
+  // topology's (links only); a big switch's slots include the spare ones.
+  host_refs_.assign(std::max(network_.num_hosts(), network_.topology().num_hosts()), 0);
 }
 
 Allocator::~Allocator() = default;
@@ -131,6 +134,12 @@ const PolicyRule* Allocator::match_rule(const Endpoint& e, alloc::HostId src, al
 
 void Allocator::on_message(std::string_view peer, std::span<const std::uint8_t> frame,
                            std::uint64_t now_us) {
+  handle_message(peer, frame, now_us);
+  release_unused_hosts();
+}
+
+void Allocator::handle_message(std::string_view peer, std::span<const std::uint8_t> frame,
+                               std::uint64_t now_us) {
   now_us_ = std::max(now_us_, now_us);
   ++counters_.messages_in;
   counters_.bytes_in += frame.size();
@@ -413,6 +422,7 @@ void Allocator::on_timer(std::uint64_t now_us) {
     out.rate_digest = told;
     out.ack_seq = e->last_seq;
   }
+  release_unused_hosts();  // those of the endpoints that timed out
   next_timer_us_ = endpoint_ids_.live() == 0
                        ? UINT64_MAX
                        : now_us + config_.lease_refresh_us;

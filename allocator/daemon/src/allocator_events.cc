@@ -34,7 +34,7 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
     return;
   }
   std::optional<alloc::HostId> host = network_.find_host(h.host_id);
-  if (!host && config_.unknown_hosts == UnknownHosts::kAdd) host = network_.add_host(h.host_id);
+  if (!host && config_.unknown_hosts == UnknownHosts::kAdd) host = add_host(h.host_id);
   if (!host) {
     refuse(peer, nullptr, Cause::kUnknownHost,
            "hello: host \"" + h.host_id + "\" is not in the topology" +
@@ -81,6 +81,7 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
   e->peer = peer_s;
   e->id = h.endpoint_id;
   e->host = *host;
+  ref_host(*host);
   e->last_heard_us = now_us;
   e->tokens = TokenBucket(config_.max_messages_per_sec, now_us);
   e->pacer = h.host_pacer;
@@ -103,9 +104,9 @@ Cause Allocator::resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::
                          std::string* why) {
   std::uint64_t hash;
   if (const auto* hp = std::get_if<wire::HostPair>(&s.endpoints)) {
-    if (hp->src >= network_.num_hosts() || hp->dst >= network_.num_hosts()) {
+    if (!network_.has_host(hp->src) || !network_.has_host(hp->dst)) {
       *why = "host pair " + std::to_string(hp->src) + "->" + std::to_string(hp->dst) +
-             ": the topology has " + std::to_string(network_.num_hosts()) + " hosts";
+             ": not hosts of the topology (" + std::to_string(network_.live_hosts()) + " hosts)";
       return Cause::kUnknownHost;
     }
     *src = hp->src;
@@ -115,7 +116,7 @@ Cause Allocator::resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::
     const auto& t = std::get<wire::FiveTuple>(s.endpoints);
     *src = network_.find_host_by_ip(t.src_ip).value_or(e.host);
     std::optional<alloc::HostId> d = network_.find_host_by_ip(t.dst_ip);
-    if (!d && config_.unknown_hosts == UnknownHosts::kAdd) d = network_.add_host(format_ipv4(t.dst_ip));
+    if (!d && config_.unknown_hosts == UnknownHosts::kAdd) d = add_host(format_ipv4(t.dst_ip));
     if (!d) {
       *why = "destination " + format_ipv4(t.dst_ip) + " is not in the topology";
       return Cause::kUnknownHost;
@@ -331,6 +332,8 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
   f.has_socket = false;  // hold() indexes socket flows
   f.src = src;
   f.dst = dst;
+  ref_host(src);
+  ref_host(dst);
   f.path = spec.path;
   f.weight = s.weight;
   f.priority_class = spec.priority;
@@ -372,6 +375,8 @@ void Allocator::detach(EndpointIdx endpoint, std::uint64_t key, alloc::FlowId id
     if (f.has_socket) by_socket_.erase(f.socket);
     f.has_socket = false;
     f.endpoint = Flow::kNone;
+    unref_host(f.src);
+    unref_host(f.dst);
     flows_changed_ = true;
     settle_iterations_ = 0;
     return;
@@ -402,8 +407,30 @@ void Allocator::drop_endpoint(EndpointIdx idx) {
   }
   by_peer_.erase(e.peer);
   by_endpoint_id_.erase(e.id);
+  unref_host(e.host);
   endpoints_[idx].reset();
   endpoint_ids_.release(idx);
+}
+
+std::optional<alloc::HostId> Allocator::add_host(std::string_view name) {
+  const std::uint32_t before = network_.live_hosts();
+  std::optional<alloc::HostId> h = network_.add_host(name);
+  if (h && network_.live_hosts() != before) maybe_unused_.push_back(*h);  // a new one
+  return h;
+}
+
+void Allocator::ref_host(alloc::HostId h) { ++host_refs_[h]; }
+
+void Allocator::unref_host(alloc::HostId h) {
+  FT_ASSERT(host_refs_[h] > 0, h);
+  if (--host_refs_[h] == 0) maybe_unused_.push_back(h);
+}
+
+void Allocator::release_unused_hosts() {
+  for (const alloc::HostId h : maybe_unused_) {
+    if (host_refs_[h] == 0 && network_.release_host(h)) ++counters_.hosts_released;
+  }
+  maybe_unused_.clear();
 }
 
 }  // namespace flowtune::daemon

@@ -524,7 +524,7 @@ std::optional<alloc::HostId> Network::find_host_by_ip(std::uint32_t ip) const {
 
 std::uint32_t Network::spare_slots() const {
   if (topology_.kind() == alloc::TopologyKind::kExplicit) return 0;
-  return topology_.num_hosts() - num_hosts_;
+  return topology_.num_hosts() - num_hosts_ + static_cast<std::uint32_t>(free_.size());
 }
 
 std::optional<alloc::HostId> Network::add_host(std::string_view name) {
@@ -532,11 +532,30 @@ std::optional<alloc::HostId> Network::add_host(std::string_view name) {
   // Names arrive from endpoints; one that could not be written in a config
   // file is refused rather than registered.
   if (!valid_name(name) || spare_slots() == 0) return std::nullopt;
-  HostId h = num_hosts_++;
-  host_names_.emplace_back(name);
-  by_name_.emplace(host_names_.back(), h);
+  HostId h = 0;
+  if (!free_.empty()) {
+    h = free_.back();
+    free_.pop_back();
+    host_names_[h] = name;
+  } else {
+    h = num_hosts_++;
+    host_names_.emplace_back(name);
+    added_.resize(num_hosts_, false);
+  }
+  added_[h] = true;
+  by_name_.emplace(host_names_[h], h);
   if (std::optional<std::uint32_t> ip = parse_ipv4(name)) by_ip_.emplace(*ip, h);
   return h;
+}
+
+bool Network::release_host(alloc::HostId h) {
+  if (h >= added_.size() || !added_[h]) return false;
+  by_name_.erase(host_names_[h]);
+  if (std::optional<std::uint32_t> ip = parse_ipv4(host_names_[h])) by_ip_.erase(*ip);
+  host_names_[h].clear();
+  added_[h] = false;
+  free_.push_back(h);
+  return true;
 }
 
 std::optional<alloc::Path> Network::path(alloc::HostId src, alloc::HostId dst,
@@ -570,7 +589,7 @@ std::string Network::link_name(alloc::LinkId l) const {
   }
   // Host links by the host's name, so operators read "web1.up", not "host7.up".
   const std::uint32_t slots = topology_.num_hosts();
-  if (l < 2 * slots && l % slots < num_hosts_) {
+  if (l < 2 * slots && has_host(l % slots)) {
     return host_names_[l % slots] + (l < slots ? ".up" : ".down");
   }
   return topology_.link_name(l);

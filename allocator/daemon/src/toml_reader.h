@@ -37,7 +37,7 @@ struct TomlReader {
   // would block the daemon's start forever, /dev/zero would fill its
   // memory) of at most `max_bytes`.
   static std::string read_file(const std::string& path, std::size_t max_bytes) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) throw ConfigError(path + ": cannot open: " + std::strerror(errno));
     struct Closer {
       int fd;

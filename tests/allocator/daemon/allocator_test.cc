@@ -7,8 +7,12 @@
 #include <capnp/message.h>
 #include <capnp/serialize-packed.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <kj/io.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <optional>
 
@@ -289,6 +293,76 @@ TEST_F(AllocatorTest, UnknownHostIsRejectedOrAddedAsConfigured) {
   EXPECT_EQ(errs[0].code, ErrorCode::kUnknownHost);
   send("p", {start_of(6, 2, 0)});
   EXPECT_EQ(last_rates(settle()).size(), 1u);
+}
+
+// Added hosts give their slots back once no endpoint and no flow uses them:
+// peers naming ever new hosts cannot use up the slots (before: 1,100 hellos
+// took all 1,024 and every new host was refused until a restart).
+TEST_F(AllocatorTest, AddedHostSlotsComeBackWhenNothingUsesThem) {
+  AllocatorConfig c = config();
+  c.unknown_hosts = UnknownHosts::kAdd;
+  make(c, 2, 2);
+  const auto network = [&]() -> const Network& { return alloc_->network(); };
+  // Given: two endpoints on two added hosts fill both spare slots.
+  hello("a", "ea", "x1");
+  hello("b", "eb", "x2");
+  EXPECT_EQ(network().spare_slots(), 0u);
+  hello("c", "ec", "x3");
+  EXPECT_EQ(errors_to(alloc_->take_outbox(), "c").size(), 1u);
+  // When: a's endpoint times out (b heartbeats), its host's slot comes back.
+  only_b_heartbeats_past_the_timeout();
+  EXPECT_EQ(network().spare_slots(), 1u);
+  EXPECT_FALSE(network().find_host("x1").has_value());
+  EXPECT_EQ(alloc_->counters().hosts_released, 1u);
+  // Then a new host takes it; a configured host never goes.
+  hello("c", "ec", "x3");
+  EXPECT_EQ(alloc_->num_endpoints(), 2u);
+  EXPECT_TRUE(network().find_host("x3").has_value());
+  EXPECT_TRUE(network().find_host("h0").has_value());
+  // A refused hello leaves no slot behind: the endpoint limit refuses d
+  // after its host was added.
+  c.max_endpoints = 1;
+  make(c, 2, 2);
+  hello("a", "ea", "x1");
+  hello("d", "ed", "x4");
+  EXPECT_EQ(alloc_->num_endpoints(), 1u);
+  EXPECT_EQ(network().spare_slots(), 1u);
+  EXPECT_FALSE(network().find_host("x4").has_value());
+}
+
+TEST_F(AllocatorTest, AHostAddedAsADestinationGoesWithItsLastFlow) {
+  AllocatorConfig c = config();
+  c.unknown_hosts = UnknownHosts::kAdd;
+  make(c, 2, 1);
+  hello("p", "ep", "h0");
+  wire::FlowletStart s;
+  s.flow_key = 1;
+  s.endpoints = wire::FiveTuple{0x0a000001u, 0x0a000909u, 40000, 80, 6};  // to 10.0.9.9
+  s.bytes = 1 << 20;
+  send("p", {s});
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+  EXPECT_EQ(alloc_->network().spare_slots(), 0u);
+  // A second flow to it holds the host after the first ends.
+  s.flow_key = 2;
+  s.endpoints = wire::FiveTuple{0x0a000001u, 0x0a000909u, 40001, 80, 6};
+  send("p", {s});
+  send("p", {wire::FlowletEnd{1}});
+  EXPECT_TRUE(alloc_->network().find_host("10.0.9.9").has_value());
+  send("p", {wire::FlowletEnd{2}});
+  EXPECT_EQ(alloc_->num_flows(), 0u);
+  EXPECT_EQ(alloc_->network().spare_slots(), 1u);
+  EXPECT_FALSE(alloc_->network().find_host_by_ip(0x0a000909u).has_value());
+  // A host pair may not name the released slot.
+  send("p", {start_of(3, 0, 2)});
+  const auto errs = errors_to(alloc_->take_outbox(), "p");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].code, ErrorCode::kUnknownHost);
+  // The slot takes the next new destination, and rates flow to it.
+  s.flow_key = 4;
+  s.endpoints = wire::FiveTuple{0x0a000001u, 0x0a000a0au, 40002, 80, 6};  // 10.0.10.10
+  send("p", {s});
+  EXPECT_EQ(last_rates(settle()).size(), 1u);
+  EXPECT_EQ(alloc_->network().host_name(2), "10.0.10.10");
 }
 
 TEST_F(AllocatorTest, FlowWithinOneHostIsRefused) {
@@ -1184,6 +1258,44 @@ TEST_F(AllocatorTest, CoflowOrderServesTheSmallerCoflowFirstAndKeepsAShareForThe
     const auto after = last_rates(settle());
     EXPECT_NEAR(static_cast<double>(after.at({"b", 1})), share(2), share(2) * 0.01);
   }
+}
+
+// The policy file is read like the topology: a regular file within 4 MiB.
+TEST(PolicyFile, OnlyARegularFileWithinItsBoundIsRead) {
+  auto error = [](const std::string& path) {
+    try {
+      (void)load_policy_file(path);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  char dir[] = "/tmp/ft-policy-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string fifo = std::string(dir) + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error(fifo), fifo + ": not a regular file");  // no writer: would block
+  EXPECT_EQ(error("/dev/zero"), "/dev/zero: not a regular file");
+  const std::string big = std::string(dir) + "/big.toml";
+  {
+    std::FILE* f = std::fopen(big.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(::ftruncate(::fileno(f), (4 << 20) + 1), 0);
+    std::fclose(f);
+  }
+  EXPECT_EQ(error(big), big + ": larger than 4194304 bytes");
+  const std::string ok = std::string(dir) + "/ok.toml";
+  {
+    std::FILE* f = std::fopen(ok.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("[tenants.a]\nweight = 2\n", f);
+    std::fclose(f);
+  }
+  EXPECT_EQ(error(ok), "accepted");
+  ::unlink(fifo.c_str());
+  ::unlink(big.c_str());
+  ::unlink(ok.c_str());
+  ::rmdir(dir);
 }
 
 TEST(PolicyFile, ErrorsNameTheFileLineAndKey) {

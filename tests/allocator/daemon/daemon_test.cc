@@ -318,13 +318,23 @@ TEST(AllocatorCli, HelpAndConfigErrors) {
            {"--listen tcp://127.0.0.1:99999", "port '99999' is not 0-65535"},
            {"--listen tcp://127.0.0.1", "names no port"},
            {"--host-gbps 0x10", "--host-gbps expects a number, got '0x10'"},
-           {"--gamma 1e9", "--gamma expects a number from 1e-06 to 1"},
+           {"--gamma 1e9", "--gamma expects a number from 0 to 1"},
+           {"--gamma 0", "gamma must be within (0, 1]"},
            {"--log-interval-s 1e300", "--log-interval-s expects a number from 0 to 86400"},
            {"--topology /dev/zero", "/dev/zero: not a regular file"}}) {
     r = run(bin + " --hosts 4 " + args + " --check-config");
     EXPECT_EQ(r.status, 2) << args << ": " << r.output;
     EXPECT_NE(r.output.find(says), std::string::npos) << args << ": " << r.output;
   }
+  // flowtune-ctl: the endpoint from the flag or the environment alike.
+  const std::string ctl = FT_CTL_BINARY;
+  r = run("FLOWTUNE_ALLOCATOR=tcp://127.0.0.1:99999 " + ctl + " status");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("port '99999' is not 0-65535"), std::string::npos) << r.output;
+  r = run(ctl + " --watch 1e300 status");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--watch expects a number from 0.001 to 86400"), std::string::npos)
+      << r.output;
   r = run(bin + " --hosts 4 --listen tcp://127.0.0.1:65535 --gamma 1 --check-config");
   EXPECT_EQ(r.status, 0) << r.output;
   r = run(bin + " --hosts 4 --check-config");

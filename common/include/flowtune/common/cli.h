@@ -129,7 +129,7 @@ class Args {
   }
   static std::string shortest(double d) {
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", d);
+    std::snprintf(buf, sizeof buf, "%.15g", d);
     return buf;
   }
 };

@@ -113,10 +113,19 @@ struct PacketSizeRule {
   double host_below_bps = 100e6;  // the host's shaped rate (64 KB: 5 ms)
 };
 
-// Small from below either threshold; back to the kernel's default only
-// once both rates are at twice theirs (so a rate near one does not flip the
-// setting at every change).
-bool small_packets(bool now_small, double flow_bps, double host_bps, const PacketSizeRule& r);
+// Each test on from below its threshold, off again only at twice it (so a
+// rate near one does not flip the setting at every change); small while
+// either is on. Each test keeps its own state: one that never fired does not
+// hold the other's decision.
+struct PacketSizeState {
+  bool by_flows = false;
+  bool by_host = false;
+  bool small() const { return by_flows || by_host; }
+};
+// The state after the flows' mean rate `flow_bps` and the host's shaped rate
+// `host_bps` (host_bps < 0: no allocation, the host test is off).
+PacketSizeState small_packets(PacketSizeState now, double flow_bps, double host_bps,
+                              const PacketSizeRule& r);
 
 class HostPacer {
  public:
@@ -148,6 +157,14 @@ class HostPacer {
   // allocator does not say how many).
   double mean_flow_bps() const {
     return host_flows_ > 0 ? static_cast<double>(host_rate_) * 8.0 / host_flows_ : current_.bps;
+  }
+  // The packet-size state after this pacer's rates: unchanged before any
+  // shape is applied (nothing is known yet); the host test only while the
+  // host has an allocation (an idle or lapsed host runs at its idle or link
+  // rate, which says nothing of its flows).
+  PacketSizeState packet_size(PacketSizeState now, const PacketSizeRule& r) const {
+    if (current_.bps < 0) return now;
+    return small_packets(now, mean_flow_bps(), allocated_ ? current_.bps : -1, r);
   }
   bool leased() const { return leased_; }
 

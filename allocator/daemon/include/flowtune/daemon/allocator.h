@@ -263,6 +263,17 @@ class Allocator {
   void detach(EndpointIdx endpoint, std::uint64_t key, alloc::FlowId id);
   void drop_endpoint(EndpointIdx idx);
 
+  // Host slots (Network::add_host): each endpoint and each flow end holds a
+  // reference to its host. A host added while handling an event, or left
+  // without references, is released once the event is handled (not at
+  // once: the handler may still hold its id), if nothing took it meanwhile.
+  std::optional<alloc::HostId> add_host(std::string_view name);
+  void ref_host(alloc::HostId h);
+  void unref_host(alloc::HostId h);
+  void release_unused_hosts();
+  void handle_message(std::string_view peer, std::span<const std::uint8_t> frame,
+                      std::uint64_t now_us);
+
   void queue_moved_rates();
   // Records `rate` as what flow `id`'s holders were told, and keeps its
   // source host's sum (host pacers are told it).
@@ -312,6 +323,9 @@ class Allocator {
   std::unordered_map<alloc::HostId, std::vector<EndpointIdx>> pacers_;
   std::vector<alloc::HostId> pacer_dirty_;
   std::vector<char> pacer_marked_;  // by HostId: already in pacer_dirty_
+
+  std::vector<std::uint32_t> host_refs_;  // by HostId: endpoints and flow ends on it
+  std::vector<alloc::HostId> maybe_unused_;  // added or unreferenced since the last release
 
   // Replies to peers that are not (or no longer) registered endpoints.
   std::unordered_map<std::string, wire::AllocatorMessage> stray_;

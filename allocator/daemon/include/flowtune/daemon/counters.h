@@ -65,6 +65,7 @@ struct Counters {
   std::uint64_t lease_refreshes = 0;
   std::uint64_t host_rate_updates = 0;  // messages telling a host pacer its host's rate
   std::uint64_t endpoints_timed_out = 0;
+  std::uint64_t hosts_released = 0;  // added hosts whose slot went back once unused
   std::uint64_t flows_expired = 0;  // holds released with a timed-out endpoint
   std::uint64_t flows_joined = 0;   // starts that joined a live flow of the same socket
   std::uint64_t classes_lowered = 0;  // starts and resync entries that asked above --top-class

@@ -5,7 +5,9 @@
 //
 // Unknown hosts: a big switch may reserve spare host slots; add_host() then
 // places a newly seen host in the next free slot with the default capacity,
-// so the engine's links never change after start-up.
+// so the engine's links never change after start-up. release_host() gives an
+// added host's slot back once nothing uses it (the allocator counts its
+// endpoints and flows), so peers that come and go cannot use up the slots.
 #pragma once
 
 #include <cstddef>
@@ -41,7 +43,12 @@ class Network {
   static Network from_toml_string(std::string_view text, const std::string& source_name);
 
   const alloc::Topology& topology() const { return topology_; }
-  std::uint32_t num_hosts() const { return num_hosts_; }  // configured + added
+  // Host ids are below this (configured, added, and slots released since).
+  std::uint32_t num_hosts() const { return num_hosts_; }
+  // Hosts a name or address finds now: configured plus added, less released.
+  std::uint32_t live_hosts() const { return num_hosts_ - static_cast<std::uint32_t>(free_.size()); }
+  // Whether id `h` names a host now (not a released slot).
+  bool has_host(alloc::HostId h) const { return h < num_hosts_ && !host_names_[h].empty(); }
   const std::string& host_name(alloc::HostId h) const { return host_names_[h]; }
 
   // A host by name, or by any of its IPv4 addresses in dotted-quad form.
@@ -50,6 +57,10 @@ class Network {
   // Adds a host (named `name`; if `name` is a dotted quad it is also the
   // host's address) in the next spare slot. nullopt when no slot is left.
   std::optional<alloc::HostId> add_host(std::string_view name);
+  // Frees the slot of a host add_host() placed, forgetting its name and
+  // address (a later add_host() may reuse the id); false, and nothing
+  // changes, for a configured host or an id that names none.
+  bool release_host(alloc::HostId h);
   std::uint32_t spare_slots() const;
 
   // Path of a flow between two known, distinct hosts; hash picks the ECMP
@@ -73,7 +84,9 @@ class Network {
 
   alloc::Topology topology_;
   std::uint32_t num_hosts_ = 0;
-  std::vector<std::string> host_names_;
+  std::vector<std::string> host_names_;  // "" for a released slot
+  std::vector<bool> added_;                // by id: placed by add_host()
+  std::vector<alloc::HostId> free_;        // released slots, reused first
   std::unordered_map<std::string, alloc::HostId, NameHash, std::equal_to<>> by_name_;
   std::unordered_map<std::uint32_t, alloc::HostId> by_ip_;
   // Explicit topologies: each host's uplink/downlink, link names, and routes
