@@ -10,17 +10,24 @@
 // BM_Iterate vs BM_EngineIterate: one allocator iteration (engine + scan for
 //   rates that moved past the threshold) against the bare engine iteration on
 //   the same flows, so the scan's overhead shows as a ratio.
+// BM_DecodeBomb vs BM_UnpackBombBaseline: a 4 KB decompression bomb through
+//   wire::decode (refused from a scan) against Cap'n Proto unpacking it as
+//   the codec let it before.
+// BM_CtlFlowsPage: one page of flowtune-ctl's flows reply at 100,352 flows.
 // BM_LeaseRefresh: one lease-refresh tick (on_timer) over every endpoint,
 //   which also digests the (key, rate) pairs each endpoint was told: its
 //   ns_per_flow beside BM_Iterate's is the digest's price, paid once per
 //   refresh interval (300 ms) instead of once per iteration.
 #include <benchmark/benchmark.h>
+#include <capnp/serialize-packed.h>
+#include <kj/io.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "flowtune/daemon/allocator.h"
+#include "flowtune/daemon/control.h"
 #include "flowtune/wire/codec.h"
 
 namespace {
@@ -108,6 +115,62 @@ void BM_DecodeOnly(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * 2 * kHalf));
 }
 BENCHMARK(BM_DecodeOnly)->ArgName("active")->Arg(1024);
+
+// A 4 KB packed frame of zero runs that unpacks to 4 MiB (issue 17's bomb).
+std::vector<std::uint8_t> bomb() {
+  std::vector<std::uint8_t> b = {0x40, 0x08};  // one segment of 2^19 words
+  while (b.size() < 4096) {
+    b.push_back(0x00);
+    b.push_back(0xff);
+  }
+  return b;
+}
+
+// wire::decode on the bomb (refused from a scan of its bytes) against
+// Cap'n Proto unpacking it under the 4 MiB limit the codec had before: the
+// baseline, same run.
+void BM_DecodeBomb(benchmark::State& state) {
+  const std::vector<std::uint8_t> b = bomb();
+  for (auto _ : state) {
+    wire::EndpointMessage m;
+    benchmark::DoNotOptimize(wire::decode(b, &m));
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * b.size()));
+}
+BENCHMARK(BM_DecodeBomb);
+
+void BM_UnpackBombBaseline(benchmark::State& state) {
+  const std::vector<std::uint8_t> b = bomb();
+  for (auto _ : state) {
+    kj::ArrayInputStream in(kj::arrayPtr(b.data(), b.size()));
+    capnp::ReaderOptions o;
+    o.traversalLimitInWords = wire::kMaxMessageBytes / sizeof(capnp::word);
+    try {
+      capnp::PackedMessageReader reader(in, o);
+      benchmark::DoNotOptimize(reader.getSegment(0).size());
+    } catch (const kj::Exception&) {
+    }
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * b.size()));
+}
+BENCHMARK(BM_UnpackBombBaseline);
+
+// One page of `flowtune-ctl flows` (control_reply, built in the loop) at
+// 100,000 flows, pages in turn: µs per page and per flow beside one
+// iteration's (BM_Iterate, same run).
+void BM_CtlFlowsPage(benchmark::State& state) {
+  Setup s = make(static_cast<std::size_t>(state.range(0)));
+  const auto page = static_cast<std::size_t>(state.range(1));
+  std::uint64_t from = 0;
+  for (auto _ : state) {
+    const std::string r = daemon::control_reply(
+        *s.alloc, {"bench", 0}, "flows " + std::to_string(page) + " " + std::to_string(from), s.now);
+    benchmark::DoNotOptimize(r.data());
+    from = (from + page) % s.alloc->num_flows();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * page));
+}
+BENCHMARK(BM_CtlFlowsPage)->ArgNames({"active", "page"})->Args({100352, 500})->Unit(benchmark::kMicrosecond);
 
 void BM_Iterate(benchmark::State& state) {
   Setup s = make(static_cast<std::size_t>(state.range(0)));

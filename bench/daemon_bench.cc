@@ -13,6 +13,12 @@
 //   measured in the same run: a ZeroMQ DEALER/ROUTER echo of a message of the
 //   same size over the same transport (the floor any allocator pays).
 //
+// ctl flood (--ctl-flood): the latency run with and without a flowtune-ctl
+//   client asking for every flow ("flows 100000") 5 times a second, runs
+//   interleaved: the loop's turn p99 and the probe's p99 under the flood
+//   against the same figures without it (the control plane must not stall
+//   the data plane).
+//
 // Prints one JSON object (bench/daemon_table.py makes a table of it).
 // Machine caveat: generator and daemon share the machine's cores.
 #include <spawn.h>
@@ -20,11 +26,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <string>
@@ -302,8 +310,52 @@ Quantiles echo_baseline(const std::string& listen, std::size_t bytes, int rounds
   return quantiles(rtt);
 }
 
+// Asks `request` `per_s` times a second on its own socket until stopped,
+// each reply awaited (up to 5 s) before the next.
+class CtlFlood {
+ public:
+  CtlFlood(const std::string& listen, double per_s, std::string request) {
+    if (per_s <= 0) return;
+    thread_ = std::thread([this, listen, per_s, request] {
+      zmq::context_t ctx(1);
+      zmq::socket_t s(ctx, zmq::socket_type::dealer);
+      s.set(zmq::sockopt::linger, 0);
+      s.connect(listen);
+      const auto period = std::chrono::duration<double>(1.0 / per_s);
+      auto next = Clock::now();
+      while (!stop_.load()) {
+        s.send(zmq::str_buffer("flowtune-ctl"), zmq::send_flags::sndmore);
+        s.send(zmq::buffer(request), zmq::send_flags::none);
+        zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, std::chrono::milliseconds(5000));
+        zmq::message_t tag, body;
+        if ((item.revents & ZMQ_POLLIN) != 0 && s.recv(tag) && s.recv(body)) {
+          ++replies_;
+          bytes_ += body.size();
+        }
+        next += std::chrono::duration_cast<Clock::duration>(period);
+        while (!stop_.load() && Clock::now() < next) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+      }
+    });
+  }
+  ~CtlFlood() { stop(); }
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  std::uint64_t replies() const { return replies_; }
+  std::uint64_t bytes() const { return bytes_; }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> replies_{0}, bytes_{0};
+  std::thread thread_;
+};
+
 json latency_run(const std::string& listen, unsigned threads, std::size_t active, int probes,
-                 double gap_s, std::uint64_t busy_poll_us) {
+                 double gap_s, std::uint64_t busy_poll_us, double ctl_per_s = 0) {
   Daemon d(listen, threads, busy_poll_us);
   zmq::context_t ctx(1);
   std::vector<std::unique_ptr<Endpoint>> bg;
@@ -327,6 +379,7 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
   std::size_t start_bytes = 0;
   const json s0 = d.status();
   const double cpu0 = d.cpu_s();
+  CtlFlood flood(listen, ctl_per_s, "flows 100000");
   const auto t_begin = Clock::now();
   for (int i = 0; i < probes; ++i) {
     const std::uint64_t key = 1'000'000 + static_cast<std::uint64_t>(i);
@@ -364,6 +417,7 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
     }
   }
   const double elapsed = seconds_since(t_begin);
+  flood.stop();
   const double cpu = d.cpu_s() - cpu0;
   const json s1 = d.status();
   const double iterations =
@@ -386,7 +440,11 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
           {"daemon_turn_p99_us", s1["counters"]["turn_ns"]["p99"].get<double>() / 1e3},
           {"daemon_iteration_p50_us", s1["counters"]["iteration_ns"]["p50"].get<double>() / 1e3},
           {"iterations_per_probe", iterations / probes},
-          {"daemon_cpu_fraction", cpu / elapsed}};
+          {"daemon_cpu_fraction", cpu / elapsed},
+          {"ctl_requests_per_s", ctl_per_s},
+          {"ctl_replies", flood.replies()},
+          {"ctl_reply_bytes_mean",
+           flood.replies() > 0 ? static_cast<double>(flood.bytes()) / static_cast<double>(flood.replies()) : 0.0}};
 }
 
 }  // namespace
@@ -397,6 +455,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   bool latency_only = false;
   bool throughput_only = false;
+  bool ctl_flood = false;
   std::string transport = "tcp";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -404,9 +463,11 @@ int main(int argc, char** argv) {
     else if (a == "--ipc") transport = "ipc";
     else if (a == "--latency-only") latency_only = true;
     else if (a == "--throughput-only") throughput_only = true;
+    else if (a == "--ctl-flood") ctl_flood = true;
     else if (a == "--allocator-binary" && i + 1 < argc) g_allocator_binary = argv[++i];
     else if (a == "-h" || a == "--help") {
-      std::cout << "usage: daemon_bench [--quick] [--ipc] [--latency-only | --throughput-only]\n"
+      std::cout << "usage: daemon_bench [--quick] [--ipc] [--latency-only | --throughput-only |\n"
+                   "                    --ctl-flood]\n"
                    "                    [--allocator-binary PATH]   (prints JSON; see the file's header)\n";
       return 0;
     } else {
@@ -423,6 +484,19 @@ int main(int argc, char** argv) {
   const std::vector<unsigned> threads = quick ? std::vector<unsigned>{1} : std::vector<unsigned>{1, 2};
   const double seconds = quick ? 1.0 : 3.0;
   try {
+    if (ctl_flood) {
+      // Interleaved: without, with, without, with; 100,000 flows (quick:
+      // 10,000), probes 10 ms apart.
+      const std::size_t active = quick ? 10000 : 100000;
+      const int n = quick ? 100 : 300;
+      for (int round = 0; round < (quick ? 1 : 2); ++round) {
+        for (double per_s : {0.0, 5.0}) {
+          out["ctl_flood"].push_back(latency_run(listen, 1, active, n, 0.01, 0, per_s));
+        }
+      }
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
     for (unsigned t : threads) {
       if (latency_only) break;
       for (std::size_t a : sizes) out["throughput"].push_back(throughput_run(listen, t, a, 128, seconds));

@@ -42,7 +42,8 @@ options:
   --allocator ENDPOINT   the allocator's --listen endpoint (default
                          $FLOWTUNE_ALLOCATOR or tcp://127.0.0.1:5555)
   --json                 print the allocator's JSON reply instead of tables
-  --limit N              at most N flows (default 1000)
+  --limit N              at most N flows (default 1000; asked a page of
+                         500 at a time)
   --timeout-ms MS        wait this long for a reply (default 1000)
   --watch SECONDS        repeat every SECONDS until interrupted
   -h, --help             show this help
@@ -96,7 +97,7 @@ Options parse(int argc, char** argv) {
 
 // One request/reply. A fresh socket per request: a reply that missed its
 // deadline must not be read as the answer to the next question.
-json ask(zmq::context_t& ctx, const Options& o, const std::string& request) {
+json ask_once(zmq::context_t& ctx, const Options& o, const std::string& request) {
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
   s.connect(o.allocator);
@@ -116,11 +117,26 @@ json ask(zmq::context_t& ctx, const Options& o, const std::string& request) {
     std::cerr << "flowtune-ctl: the reply from " << o.allocator << " is not JSON\n";
     std::exit(kExitUnreachable);
   }
-  if (j.contains("error")) {
-    std::cerr << "flowtune-ctl: allocator says: " << j["error"].get<std::string>() << "\n";
-    std::exit(kExitUsage);
-  }
   return j;
+}
+
+// ask_once, again after the wait the allocator names while it is answering
+// too many requests (for up to the timeout); an error ends the program.
+json ask(zmq::context_t& ctx, const Options& o, const std::string& request) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    json j = ask_once(ctx, o, request);
+    const bool busy = j.contains("retry_ms") && j["retry_ms"].is_number_unsigned();
+    if (busy && std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(o.timeout_ms)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(j["retry_ms"].get<std::uint32_t>()));
+      continue;
+    }
+    if (j.contains("error")) {
+      std::cerr << "flowtune-ctl: allocator says: " << j["error"].get<std::string>() << "\n";
+      std::exit(kExitUsage);
+    }
+    return j;
+  }
 }
 
 std::string rate(double bps) {
@@ -268,12 +284,29 @@ void print_links(const json& j) {
   }
 }
 
+// Up to --limit flows, a page per request (the allocator answers at most a
+// page at a time so that no reply stalls its loop); "total" is the last
+// page's count.
+json ask_flows(zmq::context_t& ctx, const Options& o) {
+  json all = {{"flows", json::array()}, {"total", 0}};
+  std::uint64_t from = 0;
+  while (all["flows"].size() < o.limit) {
+    const std::size_t want = o.limit - all["flows"].size();
+    const json page = ask(ctx, o, "flows " + std::to_string(want) + " " + std::to_string(from));
+    for (const json& f : page["flows"]) all["flows"].push_back(f);
+    all["total"] = page["total"];
+    if (!page.contains("next") || page["next"].is_null()) break;
+    from = page["next"].get<std::uint64_t>();
+  }
+  return all;
+}
+
 void show(zmq::context_t& ctx, const Options& o) {
   const bool all = o.command == "all";
   json out = json::object();
   if (all || o.command == "status") out["status"] = ask(ctx, o, "status");
   if (all || o.command == "endpoints") out["endpoints"] = ask(ctx, o, "endpoints")["endpoints"];
-  if (all || o.command == "flows") out["flows"] = ask(ctx, o, "flows " + std::to_string(o.limit));
+  if (all || o.command == "flows") out["flows"] = ask_flows(ctx, o);
   if (all || o.command == "links") out["links"] = ask(ctx, o, "links")["links"];
   if (o.json) {
     std::cout << (all ? out : out.begin().value()).dump(2) << "\n";

@@ -1,5 +1,8 @@
 #include "flowtune/wire/codec.h"
 
+#include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -192,6 +195,42 @@ EndpointEvent read_event(s::EndpointEvent::Reader r, const Where& where, Budget&
   throw Failure{DecodeError::kMalformed, where.str() + ": unknown event type"};
 }
 
+// Words a packed stream unpacks to, counted without unpacking, or the first
+// count past `limit` (the scan stops there): each word is a tag byte and
+// the tag's nonzero bytes; tag 0 is followed by a count of further zero
+// words, tag 0xff by a count of raw words copied as they are. A stream cut
+// inside a word counts the words before it (the reader then reports the
+// truncation).
+std::size_t unpacked_words(std::span<const std::uint8_t> b, std::size_t limit) {
+  // The bytes that follow each tag: a table, so the scan's chain per word
+  // is a load and an add (a popcount without the instruction is ~10).
+  static constexpr auto kFollow = [] {
+    std::array<std::uint8_t, 256> t{};
+    for (unsigned v = 0; v < 256; ++v) t[v] = static_cast<std::uint8_t>(std::popcount(v));
+    return t;
+  }();
+  std::size_t words = 0, i = 0;
+  while (i < b.size() && words <= limit) {
+    const std::uint8_t tag = b[i++];
+    i += kFollow[tag];
+    if (i > b.size()) break;
+    ++words;
+    if ((tag == 0x00 || tag == 0xff) && i < b.size()) {
+      const std::size_t more = b[i++];
+      words += more;
+      if (tag == 0xff) i += more * sizeof(capnp::word);
+    }
+  }
+  return words;
+}
+
+// What a legitimate message unpacks to at most: zero runs inside these
+// messages' structs are short, so they pack 2-4x (measured in
+// codec_test); a run of zeros 64x its packed size is a decompression bomb
+// (4 KB of zero runs unpack to 4 MiB), refused before any allocation.
+constexpr std::size_t kMaxUnpackRatio = 64;
+constexpr std::size_t kUnpackAllowanceBytes = 64u << 10;
+
 // Runs body(reader) over bytes with Cap'n Proto's limits, turning every
 // failure into a DecodeStatus.
 template <typename Body>
@@ -207,10 +246,23 @@ DecodeStatus with_reader(std::span<const std::uint8_t> bytes, Body&& body) {
     st.detail = "empty message";
     return st;
   }
+  const std::size_t bound =
+      std::min(std::max(kUnpackAllowanceBytes, kMaxUnpackRatio * bytes.size()), kMaxMessageBytes);
+  const std::size_t words = unpacked_words(bytes, bound / sizeof(capnp::word));
+  if (words * sizeof(capnp::word) > bound) {
+    st.error = DecodeError::kTooLarge;
+    st.detail = std::to_string(bytes.size()) + " bytes unpack to more than " +
+                std::to_string(bound) + " (at most " + std::to_string(kMaxUnpackRatio) +
+                "x their size, 64 KiB at least, " + std::to_string(kMaxMessageBytes) + " at most)";
+    return st;
+  }
   capnp::ReaderOptions options;
-  // Unpacked size (and so allocation) is bounded like the frame size; the
-  // nesting limit covers the schema's depth with room to spare.
-  options.traversalLimitInWords = kMaxMessageBytes / sizeof(capnp::word);
+  // The reader refuses a segment table claiming more words than this before
+  // it allocates them: the stream's own unpacked size (with room for
+  // reading a list twice), so a header cannot claim what the bytes do not
+  // hold. The nesting limit covers the schema's depth with room to spare.
+  options.traversalLimitInWords = std::min(2 * words + kUnpackAllowanceBytes / sizeof(capnp::word),
+                                           kMaxMessageBytes / sizeof(capnp::word));
   options.nestingLimit = 8;
   try {
     kj::ArrayInputStream in(kj::arrayPtr(bytes.data(), bytes.size()));

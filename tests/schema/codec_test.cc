@@ -144,6 +144,71 @@ TEST(Codec, OversizedFramesAreRejectedBeforeParsing) {
   EXPECT_EQ(decode_bytes(b, &out).error, DecodeError::kTooLarge);
 }
 
+// Packed bytes unpacking to far more than they hold are refused before
+// anything is allocated: 4 KB of zero runs would unpack to 4 MiB.
+TEST(Codec, DecompressionBombsAreRefusedUnpacked) {
+  // A segment table word (one segment of 2^19 words), then zero runs: tag
+  // 0 with 255 more zero words each.
+  std::vector<std::uint8_t> bomb = {0x40, 0x08};  // byte 6 = 0x08: 2^19 words
+  while (bomb.size() < 4096) {
+    bomb.push_back(0x00);
+    bomb.push_back(0xff);
+  }
+  EndpointMessage out;
+  const DecodeStatus st = decode_bytes(bomb, &out);
+  EXPECT_EQ(st.error, DecodeError::kTooLarge);
+  // 64x 4096 bytes is 262144 (1 + 2047 runs of 1 + 255 zero words would be
+  // 4192264): the scan stops past the bound.
+  EXPECT_NE(st.detail.find("4096 bytes unpack to more than 262144"), std::string::npos)
+      << st.detail;
+  // A header claiming more words than the bytes hold is refused too.
+  const std::vector<std::uint8_t> liar = {0x40, 0x08, 0x00, 0x00};
+  EXPECT_FALSE(decode_bytes(liar, &out).ok());
+}
+
+// The bound leaves room: the largest messages the protocol sends pack 2-4x,
+// far inside 64x.
+TEST(Codec, LegitimateMessagesPackWellInsideTheUnpackBound) {
+  EndpointMessage resync;
+  Resync r;
+  for (std::uint64_t k = 0; k < kMaxResyncFlows; ++k) {
+    FlowletStart f;  // defaults: the sparsest a start gets
+    f.flow_key = k + 1;
+    f.endpoints = HostPair{0, 1};
+    f.bytes = 1;
+    r.flows.push_back(f);
+  }
+  resync.events.push_back(r);
+  AllocatorMessage rates;
+  for (std::uint64_t k = 0; k < kMaxItemsPerMessage; ++k) {
+    rates.rates.push_back({k + 1, 1, 1});
+  }
+  const auto ratio = [](const std::vector<std::uint8_t>& b, std::size_t unpacked) {
+    return static_cast<double>(unpacked) / static_cast<double>(b.size());
+  };
+  const std::vector<std::uint8_t> a = encode(resync), b = encode(rates);
+  EndpointMessage ra;
+  AllocatorMessage rb;
+  ASSERT_TRUE(decode_bytes(a, &ra).ok());
+  ASSERT_TRUE(decode_bytes(b, &rb).ok());
+  EXPECT_EQ(ra, resync);
+  EXPECT_EQ(rb, rates);
+  // Their unpacked size, from Cap'n Proto's own unpacking.
+  const auto unpacked = [](const std::vector<std::uint8_t>& bytes) {
+    kj::ArrayInputStream in(kj::arrayPtr(bytes.data(), bytes.size()));
+    capnp::ReaderOptions o;
+    o.traversalLimitInWords = 1u << 24;
+    capnp::PackedMessageReader reader(in, o);
+    std::size_t words = 0;
+    for (capnp::uint id = 0; reader.getSegment(id) != nullptr; ++id) {
+      words += reader.getSegment(id).size();
+    }
+    return words * sizeof(capnp::word);
+  };
+  EXPECT_LT(ratio(a, unpacked(a)), 8.0);
+  EXPECT_LT(ratio(b, unpacked(b)), 8.0);
+}
+
 TEST(Codec, MisalignedBuffersDecode) {
   std::vector<std::uint8_t> b = encode(every_event());
   std::vector<std::uint8_t> shifted(b.size() + 1);

@@ -387,8 +387,9 @@ void Allocator::on_timer(std::uint64_t now_us) {
       ++counters_.endpoints_timed_out;
       counters_.flows_expired += e->flows.size();
       if (log_ != nullptr && log_->enabled(LogLevel::kInfo)) {
-        log_->write(LogLevel::kInfo, "endpoint " + e->id + " timed out; " +
-                                         std::to_string(e->flows.size()) + " flows removed");
+        log_->note(Note::kEndpointTimedOut, LogLevel::kInfo, now_us,
+                   "endpoint " + e->id + " timed out; " + std::to_string(e->flows.size()) +
+                       " flows removed");
       }
       drop_endpoint(idx);
       continue;
@@ -537,17 +538,21 @@ PolicyTotals Allocator::policy_totals() const {
   return t;
 }
 
-std::vector<FlowView> Allocator::flows(std::uint64_t now_us, std::size_t limit) const {
+std::vector<FlowView> Allocator::flows(std::uint64_t now_us, std::size_t limit, alloc::FlowId from,
+                                       alloc::FlowId* next) const {
   std::vector<FlowView> v;
-  for (alloc::FlowId id = 0; id < flows_.size() && v.size() < limit; ++id) {
+  alloc::FlowId id = from;
+  for (; id < flows_.size(); ++id) {
     const Flow& f = flows_[id];
     if (!f.live()) continue;
+    if (v.size() == limit) break;
     v.push_back({endpoints_[f.endpoint]->id, f.key, f.src, f.dst, f.path, f.weight, f.bytes,
                  f.coflow_id, f.priority_class, f.tenant, f.deadline_left_us(now_us),
                  policy_.deadline_state(id), engine_->floor_bps(id), engine_->rate_bps(id),
                  static_cast<double>(sent_[id]) * 8.0,
                  now_us > f.started_us ? now_us - f.started_us : 0, holders(id)});
   }
+  if (next != nullptr) *next = id < flows_.size() ? id : UINT32_MAX;
   return v;
 }
 

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -11,8 +15,11 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::size_t kDefaultFlowLimit = 1000;
-constexpr std::size_t kMaxFlowLimit = 100000;  // one reply stays a few MB
+// A flows reply is built inside the allocator's loop: a page of at most
+// kMaxFlowPage flows bounds what one request costs the loop (100,000 flows
+// in one reply took 2.3 s and 35 MB); flowtune-ctl asks page after page.
+constexpr std::size_t kDefaultFlowLimit = 500;
+constexpr std::size_t kMaxFlowPage = 500;
 
 const char* kind_name(alloc::TopologyKind k) {
   switch (k) {
@@ -137,31 +144,158 @@ json endpoints_json(const Allocator& a, std::uint64_t now_us) {
   return {{"endpoints", list}};
 }
 
-json flows_json(const Allocator& a, std::uint64_t now_us, std::size_t limit) {
-  json list = json::array();
-  const Network& n = a.network();
-  for (const FlowView& f : a.flows(now_us, limit)) {
-    json path = json::array();
-    for (alloc::LinkId l : f.path) path.push_back(n.link_name(l));
-    list.push_back({{"endpoint", f.endpoint_id},
-                    {"key", f.flow_key},
-                    {"src", n.host_name(f.src)},
-                    {"dst", n.host_name(f.dst)},
-                    {"path", path},
-                    {"weight", f.weight},
-                    {"bytes", f.bytes},
-                    {"coflow", f.coflow_id},
-                    {"class", f.priority_class},
-                    {"tenant", f.tenant},
-                    {"deadline_left_ms", static_cast<double>(f.deadline_left_us) * 1e-3},
-                    {"deadline_state", alloc::to_string(f.deadline_state)},
-                    {"floor_bps", f.floor_bps},
-                    {"rate_bps", f.rate_bps},
-                    {"sent_rate_bps", f.sent_rate_bps},
-                    {"age_ms", static_cast<double>(f.age_us) * 1e-3},
-                    {"holders", f.holders}});
+// The flows page is written as text directly: it is the one reply that
+// grows with flows, and building it as json objects cost 11 µs a flow
+// (5.5 ms a page of 500) inside the loop, against 22 µs for the page's data.
+class JsonWriter {
+ public:
+  void raw(std::string_view s) { out_ += s; }
+  // A JSON string: quotes, backslashes and control characters escaped;
+  // invalid UTF-8 (a peer's text) replaced by U+FFFD, as json's dump does.
+  void str(std::string_view s) {
+    out_ += '"';
+    for (std::size_t i = 0; i < s.size();) {
+      const auto c = static_cast<unsigned char>(s[i]);
+      if (c < 0x80) {
+        if (c == '"' || c == '\\') {
+          out_ += '\\';
+          out_ += static_cast<char>(c);
+        } else if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out_ += buf;
+        } else {
+          out_ += static_cast<char>(c);
+        }
+        ++i;
+        continue;
+      }
+      const std::size_t n = utf8_length(s.substr(i));
+      if (n == 0) {
+        out_ += "\xef\xbf\xbd";
+        ++i;
+      } else {
+        out_.append(s.substr(i, n));
+        i += n;
+      }
+    }
+    out_ += '"';
   }
-  return {{"flows", list}, {"total", a.num_flows()}};
+  void num(std::uint64_t v) { append_chars(v); }
+  void num(double v) {
+    if (!std::isfinite(v)) {
+      out_ += "null";
+      return;
+    }
+    append_chars(v);
+  }
+  // An object's members: key() puts the comma between them.
+  void open() {
+    out_ += '{';
+    first_ = true;
+  }
+  void close() { out_ += '}'; }
+  void key(std::string_view k) {
+    if (!first_) out_ += ',';
+    first_ = false;
+    out_ += '"';
+    out_ += k;
+    out_ += "\":";
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  template <typename T>
+  void append_chars(T v) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out_.append(buf, r.ptr);
+  }
+  // Bytes of the valid UTF-8 sequence starting s (not ASCII), or 0.
+  static std::size_t utf8_length(std::string_view s) {
+    const auto b0 = static_cast<unsigned char>(s[0]);
+    const std::size_t n = b0 >= 0xf0 && b0 <= 0xf4 ? 4 : b0 >= 0xe0 ? 3 : b0 >= 0xc2 && b0 <= 0xdf ? 2 : 0;
+    if (n == 0 || s.size() < n) return 0;
+    for (std::size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[k]) & 0xc0) != 0x80) return 0;
+    }
+    const auto b1 = static_cast<unsigned char>(s[1]);
+    // Overlong forms, surrogates and code points past U+10FFFF.
+    if ((b0 == 0xe0 && b1 < 0xa0) || (b0 == 0xed && b1 >= 0xa0) || (b0 == 0xf0 && b1 < 0x90) ||
+        (b0 == 0xf4 && b1 >= 0x90)) {
+      return 0;
+    }
+    return n;
+  }
+  std::string out_;
+  bool first_ = true;
+};
+
+std::string flows_text(const Allocator& a, std::uint64_t now_us, std::size_t limit,
+                       alloc::FlowId from) {
+  const Network& n = a.network();
+  alloc::FlowId next = UINT32_MAX;
+  const std::vector<FlowView> page = a.flows(now_us, limit, from, &next);
+  JsonWriter w;
+  w.open();
+  w.key("flows");
+  w.raw("[");
+  for (std::size_t i = 0; i < page.size(); ++i) {
+    const FlowView& f = page[i];
+    if (i > 0) w.raw(",");
+    w.open();
+    w.key("endpoint");
+    w.str(f.endpoint_id);
+    w.key("key");
+    w.num(f.flow_key);
+    w.key("src");
+    w.str(n.host_name(f.src));
+    w.key("dst");
+    w.str(n.host_name(f.dst));
+    w.key("path");
+    w.raw("[");
+    for (std::size_t k = 0; k < f.path.size; ++k) {
+      if (k > 0) w.raw(",");
+      w.str(n.link_name(f.path.links[k]));
+    }
+    w.raw("]");
+    w.key("weight");
+    w.num(f.weight);
+    w.key("bytes");
+    w.num(f.bytes);
+    w.key("coflow");
+    w.num(f.coflow_id);
+    w.key("class");
+    w.num(std::uint64_t{f.priority_class});
+    w.key("tenant");
+    w.str(f.tenant);
+    w.key("deadline_left_ms");
+    w.num(static_cast<double>(f.deadline_left_us) * 1e-3);
+    w.key("deadline_state");
+    w.str(alloc::to_string(f.deadline_state));
+    w.key("floor_bps");
+    w.num(f.floor_bps);
+    w.key("rate_bps");
+    w.num(f.rate_bps);
+    w.key("sent_rate_bps");
+    w.num(f.sent_rate_bps);
+    w.key("age_ms");
+    w.num(static_cast<double>(f.age_us) * 1e-3);
+    w.key("holders");
+    w.num(std::uint64_t{f.holders});
+    w.close();
+  }
+  w.raw("]");
+  w.key("total");
+  w.num(std::uint64_t{a.num_flows()});
+  w.key("next");  // where the next page starts
+  if (next != UINT32_MAX) {
+    w.num(std::uint64_t{next});
+  } else {
+    w.raw("null");
+  }
+  w.close();
+  return w.take();
 }
 
 json links_json(const Allocator& a) {
@@ -191,14 +325,23 @@ std::string control_reply(const Allocator& a, const ServerInfo& info, std::strin
                           std::uint64_t now_us) {
   const std::size_t space = request.find(' ');
   const std::string_view cmd = request.substr(0, space);
+  // "flows [LIMIT [FROM]]": at most LIMIT flows (capped at a page) from
+  // engine id FROM on (the previous reply's "next").
   std::size_t limit = kDefaultFlowLimit;
+  std::uint32_t from = 0;
   if (space != std::string_view::npos) {
-    const std::string_view arg = request.substr(space + 1);
-    const auto r = std::from_chars(arg.data(), arg.data() + arg.size(), limit);
-    if (r.ec != std::errc() || r.ptr != arg.data() + arg.size()) {
-      return json{{"error", "bad limit in request"}}.dump();
+    std::string_view arg = request.substr(space + 1);
+    const std::size_t gap = arg.find(' ');
+    const std::string_view first = arg.substr(0, gap);
+    auto r = std::from_chars(first.data(), first.data() + first.size(), limit);
+    bool ok = r.ec == std::errc() && r.ptr == first.data() + first.size();
+    if (ok && gap != std::string_view::npos) {
+      const std::string_view second = arg.substr(gap + 1);
+      r = std::from_chars(second.data(), second.data() + second.size(), from);
+      ok = r.ec == std::errc() && r.ptr == second.data() + second.size();
     }
-    limit = std::min(limit, kMaxFlowLimit);
+    if (!ok) return json{{"error", "bad limit or start in request"}}.dump();
+    limit = std::min(limit, kMaxFlowPage);
   }
   json reply;
   if (cmd == "status") {
@@ -206,7 +349,7 @@ std::string control_reply(const Allocator& a, const ServerInfo& info, std::strin
   } else if (cmd == "endpoints") {
     reply = endpoints_json(a, now_us);
   } else if (cmd == "flows") {
-    reply = flows_json(a, now_us, limit);
+    return flows_text(a, now_us, limit, from);
   } else if (cmd == "links") {
     reply = links_json(a);
   } else {

@@ -21,19 +21,28 @@ void Log::write(LogLevel l, std::string_view text) {
   sink_(line);
 }
 
-void Log::refusal(Cause c, std::uint64_t now_us, std::string_view peer, std::string_view detail) {
-  CauseState& s = causes_[static_cast<std::size_t>(c)];
+bool Log::pass(CauseState& s, std::uint64_t now_us, std::string* tail) {
   if (s.logged && now_us - s.last_us < interval_us_) {
     ++s.suppressed;
-    return;
+    return false;
   }
-  std::string line = "refused (" + std::string(to_string(c)) + ") from " +
-                     printable_peer(peer) + ": " + std::string(detail);
-  if (s.suppressed > 0) {
-    line += " [" + std::to_string(s.suppressed) + " more of this cause not logged]";
-  }
+  if (s.suppressed > 0) *tail = " [" + std::to_string(s.suppressed) + " more of this kind not logged]";
   s = CauseState{now_us, 0, true};
-  write(LogLevel::kWarn, line);
+  return true;
+}
+
+void Log::refusal(Cause c, std::uint64_t now_us, std::string_view peer, std::string_view detail) {
+  std::string tail;
+  if (!pass(causes_[static_cast<std::size_t>(c)], now_us, &tail)) return;
+  write(LogLevel::kWarn, "refused (" + std::string(to_string(c)) + ") from " +
+                             printable_peer(peer) + ": " + std::string(detail) + tail);
+}
+
+void Log::note(Note n, LogLevel l, std::uint64_t now_us, std::string_view text) {
+  if (!enabled(l)) return;
+  std::string tail;
+  if (!pass(notes_[static_cast<std::size_t>(n)], now_us, &tail)) return;
+  write(l, std::string(text) + tail);
 }
 
 std::string printable_peer(std::string_view id) {

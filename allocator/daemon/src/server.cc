@@ -162,7 +162,9 @@ bool Server::receive_one(std::uint64_t now) {
       reply = control_reply(allocator_, {bound_, now}, frames[1].to_string_view(), now);
     } else {
       allocator_.counters().count(Cause::kRateLimited);
-      reply = R"({"error":"too many flowtune-ctl requests; try again shortly"})";
+      // retry_ms: flowtune-ctl waits and asks again (a paged dump may
+      // outrun the burst).
+      reply = R"({"error":"too many flowtune-ctl requests; try again shortly","retry_ms":10})";
     }
     send(std::string(peer_id), reply.data(), reply.size(), kControlTag);
     return true;

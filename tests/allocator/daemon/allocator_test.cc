@@ -3,6 +3,7 @@
 // messages it emits. Rates are checked against closed forms: n equal flows on
 // one bottleneck get (1 - threshold) * capacity / n each.
 #include "flowtune/daemon/allocator.h"
+#include "flowtune/daemon/control.h"
 
 #include <capnp/message.h>
 #include <capnp/serialize-packed.h>
@@ -10,7 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <kj/io.h>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -363,6 +366,65 @@ TEST_F(AllocatorTest, AHostAddedAsADestinationGoesWithItsLastFlow) {
   send("p", {s});
   EXPECT_EQ(last_rates(settle()).size(), 1u);
   EXPECT_EQ(alloc_->network().host_name(2), "10.0.10.10");
+}
+
+// Endpoints that go silent together time out together: one log line per
+// interval (1 s in this fixture), the next saying how many were not logged.
+TEST_F(AllocatorTest, TimeoutsOfManyEndpointsAreLoggedOncePerInterval) {
+  AllocatorConfig c = config();
+  c.unknown_hosts = UnknownHosts::kAdd;
+  make(c, 2, 200);
+  for (int i = 0; i < 100; ++i) {
+    hello("p" + std::to_string(i), "e" + std::to_string(i), "x" + std::to_string(i));
+  }
+  hello("b", "eb", "h0");
+  lines_.clear();
+  only_b_heartbeats_past_the_timeout();
+  const auto timeouts = [&] {
+    return std::count_if(lines_.begin(), lines_.end(),
+                         [](const std::string& l) { return l.find("timed out") != std::string::npos; });
+  };
+  EXPECT_EQ(alloc_->counters().endpoints_timed_out, 100u);
+  EXPECT_EQ(timeouts(), 1);
+  // The next one, past the interval, carries the count of those not logged.
+  hello("q", "eq", "h1");
+  lines_.clear();
+  only_b_heartbeats_past_the_timeout();
+  ASSERT_EQ(timeouts(), 1);
+  const auto line = std::find_if(lines_.begin(), lines_.end(), [](const std::string& l) {
+    return l.find("timed out") != std::string::npos;
+  });
+  EXPECT_NE(line->find("[99 more of this kind not logged]"), std::string::npos) << *line;
+  // All 100 added hosts went back.
+  EXPECT_EQ(alloc_->network().spare_slots(), 200u);
+}
+
+// flowtune-ctl's flows page is written as text by hand: peers' strings come
+// out escaped (invalid UTF-8 replaced), numbers as numbers, and the page
+// parses to what the allocator holds.
+TEST_F(AllocatorTest, TheFlowsPageIsValidJsonWhateverPeersNamed) {
+  hello("p", "ep-\xc3\xa9", "h0");  // "ep-é"
+  wire::FlowletStart s = start_of(7, 0, 1);
+  s.tenant = "a\"b\\c\x01d\xff";
+  s.weight = 2.5f;
+  send("p", {s, start_of(8, 0, 2)});
+  settle();
+  const std::string text = control_reply(*alloc_, {"x", 0}, "flows 1", now_);
+  const auto j = nlohmann::json::parse(text);  // throws on invalid JSON
+  ASSERT_EQ(j["flows"].size(), 1u);
+  const auto& f = j["flows"][0];
+  EXPECT_EQ(f["endpoint"], "ep-\xc3\xa9");
+  EXPECT_EQ(f["tenant"], "a\"b\\c\x01d\xef\xbf\xbd");
+  EXPECT_EQ(f["key"], 7);
+  EXPECT_EQ(f["weight"], 2.5);
+  EXPECT_EQ(f["path"], (nlohmann::json{"h0.up", "h1.down"}));
+  EXPECT_EQ(j["total"], 2);
+  EXPECT_TRUE(j["next"].is_number());
+  const auto last = nlohmann::json::parse(
+      control_reply(*alloc_, {"x", 0}, "flows 5 " + std::to_string(j["next"].get<int>()), now_));
+  ASSERT_EQ(last["flows"].size(), 1u);
+  EXPECT_EQ(last["flows"][0]["key"], 8);
+  EXPECT_TRUE(last["next"].is_null());
 }
 
 TEST_F(AllocatorTest, FlowWithinOneHostIsRefused) {

@@ -201,7 +201,10 @@ class Allocator {
   double scheduled_capacity_bps(alloc::LinkId l) const { return engine_->capacity_bps(l); }
 
   std::vector<EndpointView> endpoints(std::uint64_t now_us) const;
-  std::vector<FlowView> flows(std::uint64_t now_us, std::size_t limit) const;
+  // At most `limit` live flows, from engine id `from` on, in id order; *next
+  // is where the next page starts (UINT32_MAX: no flow is left).
+  std::vector<FlowView> flows(std::uint64_t now_us, std::size_t limit, alloc::FlowId from = 0,
+                              alloc::FlowId* next = nullptr) const;
   PolicyTotals policy_totals() const;
   // Live flows per link, indexed by LinkId.
   std::vector<std::uint32_t> flows_per_link() const;
