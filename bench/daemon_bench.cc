@@ -14,8 +14,9 @@
 //   same size over the same transport (the floor any allocator pays).
 //
 // ctl flood (--ctl-flood): the latency run with and without a flowtune-ctl
-//   client asking for every flow ("flows 100000") 5 times a second, runs
-//   interleaved: the loop's turn p99 and the probe's p99 under the flood
+//   client dumping every flow 5 times a second (page after page, as
+//   flowtune-ctl --limit does; against an allocator that does not page, one
+//   request a dump), runs interleaved: the loop's turn p99 and the probe's p99 under the flood
 //   against the same figures without it (the control plane must not stall
 //   the data plane).
 //
@@ -310,31 +311,46 @@ Quantiles echo_baseline(const std::string& listen, std::size_t bytes, int rounds
   return quantiles(rtt);
 }
 
-// Asks `request` `per_s` times a second on its own socket until stopped,
-// each reply awaited (up to 5 s) before the next.
+// Dumps every flow `per_s` times a second, as flowtune-ctl --limit does:
+// "flows 100000", then page after page from each reply's "next", waiting
+// out "retry_ms" answers; each reply awaited (up to 5 s) before the next
+// request. A dump that takes longer than its period starts the next at once.
 class CtlFlood {
  public:
-  CtlFlood(const std::string& listen, double per_s, std::string request) {
+  CtlFlood(const std::string& listen, double per_s) {
     if (per_s <= 0) return;
-    thread_ = std::thread([this, listen, per_s, request] {
+    thread_ = std::thread([this, listen, per_s] {
       zmq::context_t ctx(1);
       zmq::socket_t s(ctx, zmq::socket_type::dealer);
       s.set(zmq::sockopt::linger, 0);
       s.connect(listen);
       const auto period = std::chrono::duration<double>(1.0 / per_s);
-      auto next = Clock::now();
+      auto next_dump = Clock::now();
+      std::string request = "flows 100000";
       while (!stop_.load()) {
         s.send(zmq::str_buffer("flowtune-ctl"), zmq::send_flags::sndmore);
         s.send(zmq::buffer(request), zmq::send_flags::none);
         zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
         zmq::poll(&item, 1, std::chrono::milliseconds(5000));
         zmq::message_t tag, body;
-        if ((item.revents & ZMQ_POLLIN) != 0 && s.recv(tag) && s.recv(body)) {
-          ++replies_;
-          bytes_ += body.size();
+        if ((item.revents & ZMQ_POLLIN) == 0 || !s.recv(tag) || !s.recv(body)) continue;
+        const json j = json::parse(body.to_string_view(), nullptr, false);
+        if (j.is_discarded()) continue;
+        if (j.contains("retry_ms")) {
+          ++retries_;
+          std::this_thread::sleep_for(std::chrono::milliseconds(j["retry_ms"].get<int>()));
+          continue;
         }
-        next += std::chrono::duration_cast<Clock::duration>(period);
-        while (!stop_.load() && Clock::now() < next) {
+        ++replies_;
+        bytes_ += body.size();
+        if (j.contains("next") && j["next"].is_number()) {
+          request = "flows 100000 " + std::to_string(j["next"].get<std::uint64_t>());
+          continue;
+        }
+        ++dumps_;
+        request = "flows 100000";
+        next_dump += std::chrono::duration_cast<Clock::duration>(period);
+        while (!stop_.load() && Clock::now() < next_dump) {
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
       }
@@ -347,10 +363,12 @@ class CtlFlood {
   }
   std::uint64_t replies() const { return replies_; }
   std::uint64_t bytes() const { return bytes_; }
+  std::uint64_t dumps() const { return dumps_; }
+  std::uint64_t retries() const { return retries_; }
 
  private:
   std::atomic<bool> stop_{false};
-  std::atomic<std::uint64_t> replies_{0}, bytes_{0};
+  std::atomic<std::uint64_t> replies_{0}, bytes_{0}, dumps_{0}, retries_{0};
   std::thread thread_;
 };
 
@@ -379,7 +397,7 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
   std::size_t start_bytes = 0;
   const json s0 = d.status();
   const double cpu0 = d.cpu_s();
-  CtlFlood flood(listen, ctl_per_s, "flows 100000");
+  CtlFlood flood(listen, ctl_per_s);
   const auto t_begin = Clock::now();
   for (int i = 0; i < probes; ++i) {
     const std::uint64_t key = 1'000'000 + static_cast<std::uint64_t>(i);
@@ -443,6 +461,8 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
           {"daemon_cpu_fraction", cpu / elapsed},
           {"ctl_requests_per_s", ctl_per_s},
           {"ctl_replies", flood.replies()},
+          {"ctl_dumps", flood.dumps()},
+          {"ctl_retries", flood.retries()},
           {"ctl_reply_bytes_mean",
            flood.replies() > 0 ? static_cast<double>(flood.bytes()) / static_cast<double>(flood.replies()) : 0.0}};
 }

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -123,13 +124,20 @@ json ask_once(zmq::context_t& ctx, const Options& o, const std::string& request)
 // ask_once, again after the wait the allocator names while it is answering
 // too many requests (for up to the timeout); an error ends the program.
 json ask(zmq::context_t& ctx, const Options& o, const std::string& request) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.timeout_ms);
   for (;;) {
     json j = ask_once(ctx, o, request);
     const bool busy = j.contains("retry_ms") && j["retry_ms"].is_number_unsigned();
-    if (busy && std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(o.timeout_ms)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(j["retry_ms"].get<std::uint32_t>()));
+    const auto now = std::chrono::steady_clock::now();
+    if (busy && now < until) {
+      std::this_thread::sleep_for(
+          std::min<std::chrono::steady_clock::duration>(
+              std::chrono::milliseconds(j["retry_ms"].get<std::uint32_t>()), until - now));
       continue;
+    }
+    if (busy) {
+      std::cerr << "flowtune-ctl: the allocator stayed busy for " << o.timeout_ms << " ms\n";
+      std::exit(kExitUnreachable);
     }
     if (j.contains("error")) {
       std::cerr << "flowtune-ctl: allocator says: " << j["error"].get<std::string>() << "\n";
@@ -287,12 +295,27 @@ void print_links(const json& j) {
 // Up to --limit flows, a page per request (the allocator answers at most a
 // page at a time so that no reply stalls its loop); "total" is the last
 // page's count.
+// Not a snapshot: flows that start or end between pages may be missed or
+// shown. Pages from another allocator run (its epoch) start the dump over,
+// once. The first request names no start, so an allocator that does not
+// page answers it as before.
 json ask_flows(zmq::context_t& ctx, const Options& o) {
   json all = {{"flows", json::array()}, {"total", 0}};
-  std::uint64_t from = 0;
+  std::optional<std::uint64_t> from, epoch;
+  bool restarted = false;
   while (all["flows"].size() < o.limit) {
     const std::size_t want = o.limit - all["flows"].size();
-    const json page = ask(ctx, o, "flows " + std::to_string(want) + " " + std::to_string(from));
+    const json page = ask(ctx, o, "flows " + std::to_string(want) +
+                                      (from ? " " + std::to_string(*from) : std::string()));
+    const std::uint64_t e = page.value("epoch", std::uint64_t{0});
+    if (epoch && e != *epoch && !restarted) {
+      all = {{"flows", json::array()}, {"total", 0}};
+      from.reset();
+      epoch = e;
+      restarted = true;
+      continue;
+    }
+    epoch = e;
     for (const json& f : page["flows"]) all["flows"].push_back(f);
     all["total"] = page["total"];
     if (!page.contains("next") || page["next"].is_null()) break;

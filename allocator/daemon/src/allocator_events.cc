@@ -428,7 +428,14 @@ void Allocator::unref_host(alloc::HostId h) {
 
 void Allocator::release_unused_hosts() {
   for (const alloc::HostId h : maybe_unused_) {
-    if (host_refs_[h] == 0 && network_.release_host(h)) ++counters_.hosts_released;
+    if (host_refs_[h] != 0 || !network_.release_host(h)) continue;
+    ++counters_.hosts_released;
+    // A link without flows keeps its price: the next host in this slot
+    // starts from the engine's initial price, not the last host's.
+    const alloc::Topology& t = network_.topology();
+    for (const alloc::LinkId l : {t.host_uplink(h), t.host_downlink(h)}) {
+      for (std::uint8_t k = 0; k < alloc::kNumClasses; ++k) engine_->set_price(l, 1.0, k);
+    }
   }
   maybe_unused_.clear();
 }

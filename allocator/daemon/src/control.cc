@@ -202,6 +202,18 @@ class JsonWriter {
     out_ += k;
     out_ += "\":";
   }
+  void member(std::string_view k, std::uint64_t v) {
+    key(k);
+    num(v);
+  }
+  void member(std::string_view k, double v) {
+    key(k);
+    num(v);
+  }
+  void member_str(std::string_view k, std::string_view v) {
+    key(k);
+    str(v);
+  }
   std::string take() { return std::move(out_); }
 
  private:
@@ -214,7 +226,10 @@ class JsonWriter {
   // Bytes of the valid UTF-8 sequence starting s (not ASCII), or 0.
   static std::size_t utf8_length(std::string_view s) {
     const auto b0 = static_cast<unsigned char>(s[0]);
-    const std::size_t n = b0 >= 0xf0 && b0 <= 0xf4 ? 4 : b0 >= 0xe0 ? 3 : b0 >= 0xc2 && b0 <= 0xdf ? 2 : 0;
+    const std::size_t n = b0 >= 0xf0 && b0 <= 0xf4   ? 4
+                          : b0 >= 0xe0 && b0 <= 0xef ? 3
+                          : b0 >= 0xc2 && b0 <= 0xdf ? 2
+                                                     : 0;
     if (n == 0 || s.size() < n) return 0;
     for (std::size_t k = 1; k < n; ++k) {
       if ((static_cast<unsigned char>(s[k]) & 0xc0) != 0x80) return 0;
@@ -244,14 +259,10 @@ std::string flows_text(const Allocator& a, std::uint64_t now_us, std::size_t lim
     const FlowView& f = page[i];
     if (i > 0) w.raw(",");
     w.open();
-    w.key("endpoint");
-    w.str(f.endpoint_id);
-    w.key("key");
-    w.num(f.flow_key);
-    w.key("src");
-    w.str(n.host_name(f.src));
-    w.key("dst");
-    w.str(n.host_name(f.dst));
+    w.member_str("endpoint", f.endpoint_id);
+    w.member("key", f.flow_key);
+    w.member_str("src", n.host_name(f.src));
+    w.member_str("dst", n.host_name(f.dst));
     w.key("path");
     w.raw("[");
     for (std::size_t k = 0; k < f.path.size; ++k) {
@@ -259,35 +270,23 @@ std::string flows_text(const Allocator& a, std::uint64_t now_us, std::size_t lim
       w.str(n.link_name(f.path.links[k]));
     }
     w.raw("]");
-    w.key("weight");
-    w.num(f.weight);
-    w.key("bytes");
-    w.num(f.bytes);
-    w.key("coflow");
-    w.num(f.coflow_id);
-    w.key("class");
-    w.num(std::uint64_t{f.priority_class});
-    w.key("tenant");
-    w.str(f.tenant);
-    w.key("deadline_left_ms");
-    w.num(static_cast<double>(f.deadline_left_us) * 1e-3);
-    w.key("deadline_state");
-    w.str(alloc::to_string(f.deadline_state));
-    w.key("floor_bps");
-    w.num(f.floor_bps);
-    w.key("rate_bps");
-    w.num(f.rate_bps);
-    w.key("sent_rate_bps");
-    w.num(f.sent_rate_bps);
-    w.key("age_ms");
-    w.num(static_cast<double>(f.age_us) * 1e-3);
-    w.key("holders");
-    w.num(std::uint64_t{f.holders});
+    w.member("weight", f.weight);
+    w.member("bytes", f.bytes);
+    w.member("coflow", f.coflow_id);
+    w.member("class", std::uint64_t{f.priority_class});
+    w.member_str("tenant", f.tenant);
+    w.member("deadline_left_ms", static_cast<double>(f.deadline_left_us) * 1e-3);
+    w.member_str("deadline_state", alloc::to_string(f.deadline_state));
+    w.member("floor_bps", f.floor_bps);
+    w.member("rate_bps", f.rate_bps);
+    w.member("sent_rate_bps", f.sent_rate_bps);
+    w.member("age_ms", static_cast<double>(f.age_us) * 1e-3);
+    w.member("holders", std::uint64_t{f.holders});
     w.close();
   }
   w.raw("]");
-  w.key("total");
-  w.num(std::uint64_t{a.num_flows()});
+  w.member("total", std::uint64_t{a.num_flows()});
+  w.member("epoch", a.epoch());  // pages of another run do not continue this one
   w.key("next");  // where the next page starts
   if (next != UINT32_MAX) {
     w.num(std::uint64_t{next});
@@ -341,7 +340,7 @@ std::string control_reply(const Allocator& a, const ServerInfo& info, std::strin
       ok = r.ec == std::errc() && r.ptr == second.data() + second.size();
     }
     if (!ok) return json{{"error", "bad limit or start in request"}}.dump();
-    limit = std::min(limit, kMaxFlowPage);
+    limit = std::clamp<std::size_t>(limit, 1, kMaxFlowPage);
   }
   json reply;
   if (cmd == "status") {

@@ -351,9 +351,14 @@ TEST_F(AllocatorTest, AHostAddedAsADestinationGoesWithItsLastFlow) {
   send("p", {s});
   send("p", {wire::FlowletEnd{1}});
   EXPECT_TRUE(alloc_->network().find_host("10.0.9.9").has_value());
+  settle();
+  const alloc::LinkId down = alloc_->network().topology().host_downlink(2);
+  EXPECT_NE(alloc_->engine().price(down), 1.0);  // priced while the flows ran
   send("p", {wire::FlowletEnd{2}});
   EXPECT_EQ(alloc_->num_flows(), 0u);
   EXPECT_EQ(alloc_->network().spare_slots(), 1u);
+  // The slot's links start over at the engine's initial price.
+  EXPECT_EQ(alloc_->engine().price(down), 1.0);
   EXPECT_FALSE(alloc_->network().find_host_by_ip(0x0a000909u).has_value());
   // A host pair may not name the released slot.
   send("p", {start_of(3, 0, 2)});
@@ -405,7 +410,7 @@ TEST_F(AllocatorTest, TimeoutsOfManyEndpointsAreLoggedOncePerInterval) {
 TEST_F(AllocatorTest, TheFlowsPageIsValidJsonWhateverPeersNamed) {
   hello("p", "ep-\xc3\xa9", "h0");  // "ep-é"
   wire::FlowletStart s = start_of(7, 0, 1);
-  s.tenant = "a\"b\\c\x01d\xff";
+  s.tenant = "a\"b\\c\x01d\xff\xf8\x80\x80\xf5\x80\x80\x80\xc3\xa9";
   s.weight = 2.5f;
   send("p", {s, start_of(8, 0, 2)});
   settle();
@@ -414,7 +419,11 @@ TEST_F(AllocatorTest, TheFlowsPageIsValidJsonWhateverPeersNamed) {
   ASSERT_EQ(j["flows"].size(), 1u);
   const auto& f = j["flows"][0];
   EXPECT_EQ(f["endpoint"], "ep-\xc3\xa9");
-  EXPECT_EQ(f["tenant"], "a\"b\\c\x01d\xef\xbf\xbd");
+  // Each invalid byte (a lone 0xff; 0xf8 and 0xf5, which lead no UTF-8
+  // sequence, and their continuation bytes) becomes U+FFFD; a valid "é" stays.
+  std::string want = "a\"b\\c\x01d";
+  for (int i = 0; i < 1 + 3 + 4; ++i) want += "\xef\xbf\xbd";
+  EXPECT_EQ(f["tenant"], want + "\xc3\xa9");
   EXPECT_EQ(f["key"], 7);
   EXPECT_EQ(f["weight"], 2.5);
   EXPECT_EQ(f["path"], (nlohmann::json{"h0.up", "h1.down"}));

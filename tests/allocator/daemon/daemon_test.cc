@@ -384,7 +384,9 @@ TEST_F(DaemonTest, CtlShowsFlowsLinksAndCounters) {
 // request stalls the loop for long (100,000 in one reply took 2.3 s);
 // flowtune-ctl pages through them.
 TEST_F(DaemonTest, FlowsComeInPagesAndCtlReadsThemAll) {
-  daemon_.start(listen_, big_switch_args({"--log-level", "warn"}));
+  // The endpoint sends nothing more: under a sanitizer the test outlasts
+  // the default 3 s endpoint timeout.
+  daemon_.start(listen_, big_switch_args({"--log-level", "warn", "--endpoint-timeout-ms", "600000"}));
   Endpoint a(listen_);
   std::vector<wire::EndpointEvent> events = {wire::Hello{"ep-a", "h0"}};
   constexpr std::uint64_t kFlows = 1300;

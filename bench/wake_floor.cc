@@ -1,0 +1,159 @@
+// What waking a sleeping thread costs the thread that wakes it: the floor
+// under any design in which a flowlet's start (on the application's thread)
+// wakes the library's runtime thread with a system call (issue 16's goal:
+// at most 2 µs added per start).
+//
+// A consumer thread blocks in epoll_wait on an eventfd and a signalfd, as
+// the runtime blocks in its loop; every 2 ms the producer wakes it one way
+// and times the call alone (steady_clock), then spins 15 µs (the rest of
+// a send) and times that too, so wake-up preemption of the producer shows.
+// Ways: an eventfd write, and tgkill of a real-time signal read from a
+// signalfd (what libflowtune's runtime uses). Consumer policies: the
+// default, SCHED_BATCH and SCHED_IDLE (the kernel then does not preempt the
+// waker for it). Baseline, same run: the same eventfd write when the
+// consumer is awake (spinning), so nothing is woken. Also reported: how
+// long after the call the consumer ran (woken_*), which a start's way to
+// the allocator pays.
+//
+// Prints one JSON object. Usage: wake_floor [ROUNDS] (default 400)
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const int kSignal = SIGRTMAX - 2;
+
+void spin_us(int us) {
+  const auto t = Clock::now();
+  while (Clock::now() - t < std::chrono::microseconds(us)) {
+  }
+}
+
+struct Result {
+  double wake_p50_ns, wake_p90_ns, with_work_p50_ns, with_work_p90_ns, woken_p50_ns, woken_p90_ns;
+};
+
+double pct(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
+}
+
+// One configuration: `way` "eventfd" or "tgkill"; `policy` for the consumer;
+// `asleep` false keeps the consumer spinning (nothing to wake).
+Result measure(const std::string& way, int policy, bool asleep, int rounds) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, kSignal);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // inherited by the consumer
+  const int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  const int sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  std::atomic<pid_t> tid{0};
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> woke_ns{0};  // when the consumer last returned from its wait
+  std::thread consumer([&] {
+    tid = static_cast<pid_t>(syscall(SYS_gettid));
+    sched_param p{};
+    if (policy != SCHED_OTHER) pthread_setschedparam(pthread_self(), policy, &p);
+    const int ep = epoll_create1(EPOLL_CLOEXEC);
+    for (const int fd : {efd, sfd}) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+    }
+    char buf[256];
+    while (!stop.load()) {
+      epoll_event out[2];
+      const int n = asleep ? epoll_wait(ep, out, 2, 50) : 0;
+      if (n > 0) woke_ns = Clock::now().time_since_epoch().count();
+      for (int i = 0; i < n; ++i) (void)!read(out[i].data.fd, buf, sizeof buf);
+      if (!asleep) {
+        (void)!read(efd, buf, sizeof buf);
+        spin_us(1);
+      }
+    }
+    close(ep);
+  });
+  while (tid.load() == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  std::vector<double> wake, with_work, woken;
+  for (int i = 0; i < rounds; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    woke_ns = 0;
+    const auto t0 = Clock::now();
+    if (way == "tgkill") {
+      syscall(SYS_tgkill, getpid(), tid.load(), kSignal);
+    } else {
+      const std::uint64_t one = 1;
+      (void)!write(efd, &one, sizeof one);
+    }
+    const auto t1 = Clock::now();
+    spin_us(15);
+    const auto t2 = Clock::now();
+    wake.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+    with_work.push_back(std::chrono::duration<double, std::nano>(t2 - t0).count());
+    if (asleep) {
+      while (woke_ns.load() == 0 && Clock::now() - t0 < std::chrono::milliseconds(100)) {
+        std::this_thread::yield();
+      }
+      woken.push_back(static_cast<double>(woke_ns.load() - t0.time_since_epoch().count()));
+    }
+  }
+  if (woken.empty()) woken.push_back(0);
+  stop = true;
+  if (asleep) {
+    const std::uint64_t one = 1;
+    (void)!write(efd, &one, sizeof one);
+  }
+  consumer.join();
+  close(efd);
+  close(sfd);
+  return {pct(wake, 0.5),      pct(wake, 0.9),  pct(with_work, 0.5),
+          pct(with_work, 0.9), pct(woken, 0.5), pct(woken, 0.9)};
+}
+
+const char* policy_name(int p) {
+  return p == SCHED_BATCH ? "batch" : p == SCHED_IDLE ? "idle" : "default";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::max(10, std::atoi(argv[1])) : 400;
+  std::printf("{\"benchmark\": \"wake_floor\", \"rounds\": %d, \"rows\": [", rounds);
+  bool first = true;
+  auto row = [&](const std::string& way, int policy, bool asleep) {
+    const Result r = measure(way, policy, asleep, rounds);
+    std::printf("%s\n  {\"way\": \"%s\", \"consumer\": \"%s\", \"asleep\": %s, "
+                "\"wake_p50_ns\": %.0f, \"wake_p90_ns\": %.0f, "
+                "\"with_15us_work_p50_ns\": %.0f, \"with_15us_work_p90_ns\": %.0f, "
+                "\"woken_p50_ns\": %.0f, \"woken_p90_ns\": %.0f}",
+                first ? "" : ",", way.c_str(), policy_name(policy), asleep ? "true" : "false",
+                r.wake_p50_ns, r.wake_p90_ns, r.with_work_p50_ns, r.with_work_p90_ns,
+                r.woken_p50_ns, r.woken_p90_ns);
+    first = false;
+  };
+  row("eventfd", SCHED_OTHER, false);  // the baseline: nobody to wake
+  for (const char* way : {"eventfd", "tgkill"}) {
+    for (const int policy : {SCHED_OTHER, SCHED_BATCH, SCHED_IDLE}) row(way, policy, true);
+  }
+  std::printf("\n]}\n");
+  return 0;
+}
