@@ -40,7 +40,7 @@ constexpr std::size_t kHalf = 64;
 
 wire::FlowletStart flow(std::uint64_t key, std::uint32_t src) {
   wire::FlowletStart s;
-  s.flow_key = key;
+  s.flow_key = key + 1;  // keys on the wire start at 1
   std::uint32_t dst = static_cast<std::uint32_t>(((key * 0x9E3779B97F4A7C15ULL) >> 33) % kHosts);
   if (dst == src) dst = (dst + 1) % kHosts;
   s.endpoints = wire::HostPair{src, dst};
@@ -79,7 +79,7 @@ Setup make(std::size_t active) {
   const std::size_t key_space = per + kHalf;
   for (std::size_t j = 0; j < key_space / kHalf; ++j) {
     wire::EndpointMessage b;
-    for (std::size_t i = 0; i < kHalf; ++i) b.events.emplace_back(wire::FlowletEnd{(j * kHalf + i) % key_space});
+    for (std::size_t i = 0; i < kHalf; ++i) b.events.emplace_back(wire::FlowletEnd{(j * kHalf + i) % key_space + 1});
     for (std::size_t i = 0; i < kHalf; ++i) b.events.emplace_back(flow((per + j * kHalf + i) % key_space, 0));
     s.cycle.push_back(wire::encode(b));
   }

@@ -128,7 +128,7 @@ class Daemon {
 
 wire::FlowletStart flow(std::uint64_t key, std::uint32_t src, std::uint32_t dst) {
   wire::FlowletStart s;
-  s.flow_key = key;
+  s.flow_key = key + 1;  // keys on the wire start at 1
   s.endpoints = wire::HostPair{src, dst};
   s.bytes = 1 << 20;
   return s;
@@ -205,7 +205,7 @@ json throughput_run(const std::string& listen, unsigned threads, std::size_t act
     for (std::size_t j = 0; j < cycle; ++j) {
       wire::EndpointMessage m;
       for (std::size_t i = 0; i < half; ++i) {
-        m.events.emplace_back(wire::FlowletEnd{(j * half + i) % key_space});
+        m.events.emplace_back(wire::FlowletEnd{(j * half + i) % key_space + 1});
       }
       for (std::size_t i = 0; i < half; ++i) {
         const std::uint64_t k = (per + j * half + i) % key_space;
@@ -414,11 +414,11 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
       if (!probe.socket.recv(reply)) continue;
       wire::AllocatorMessage a;
       if (!wire::decode({reply.data<std::uint8_t>(), reply.size()}, &a).ok()) continue;
-      for (const auto& r : a.rates) got = got || r.flow_key == key;
+      for (const auto& r : a.rates) got = got || r.flow_key == key + 1;
     }
     if (got) rtt.push_back(seconds_since(t0) * 1e6);
     wire::EndpointMessage end;
-    end.events.emplace_back(wire::FlowletEnd{key});
+    end.events.emplace_back(wire::FlowletEnd{key + 1});
     probe.send(wire::encode(end));
     // Wait out the gap without spinning (a spinning generator would steal
     // the daemon's core), draining everyone.

@@ -105,9 +105,16 @@ std::string text(capnp::Text::Reader t, const Where& where) {
   return out;
 }
 
+// Keys start at 1 (0 names no flow in an error report), and a rate always
+// comes with a lease: items that are all zeros are refused, so a list of
+// them (which packs to almost nothing, and which Cap'n Proto reads from a
+// list of empty elements that takes no bytes at all) cannot pass the
+// unpacked-size bound and then fail it once re-encoded.
 FlowletStart read_start(s::FlowletStart::Reader r, const Where& where) {
   FlowletStart f;
   f.flow_key = r.getFlowKey();
+  require(f.flow_key != 0, DecodeError::kBadValue, Where{&where, "flowKey"},
+          [] { return std::string(" = 0 (keys start at 1)"); });
   auto ep = r.getEndpoints();
   switch (ep.which()) {
     case s::FlowletStart::Endpoints::TUPLE: {
@@ -188,7 +195,11 @@ EndpointEvent read_event(s::EndpointEvent::Reader r, const Where& where, Budget&
       budget.take(list.size(), Where{&where, "rateRequest"});
       RateRequest out;
       out.flow_keys.reserve(list.size());
-      for (std::uint64_t key : list) out.flow_keys.push_back(key);
+      for (std::uint64_t key : list) {
+        require(key != 0, DecodeError::kBadValue, Where{&where, "rateRequest"},
+                [] { return std::string(": flow key 0 (keys start at 1)"); });
+        out.flow_keys.push_back(key);
+      }
       return out;
     }
   }
@@ -447,7 +458,13 @@ DecodeStatus decode(std::span<const std::uint8_t> bytes, AllocatorMessage* out) 
     auto rates = root.getRates();
     require(rates.size() <= kMaxItemsPerMessage, DecodeError::kBadValue, Where{nullptr, "rates"},
             [] { return std::string(": too many"); });
-    for (auto r : rates) m.rates.push_back({r.getFlowKey(), r.getBytesPerSec(), r.getLeaseUs()});
+    for (unsigned i = 0; i < rates.size(); ++i) {
+      auto r = rates[i];
+      require(r.getFlowKey() != 0 && r.getLeaseUs() != 0, DecodeError::kBadValue,
+              Where{nullptr, "rates", static_cast<long>(i)},
+              [] { return std::string(": flow key 0 or no lease"); });
+      m.rates.push_back({r.getFlowKey(), r.getBytesPerSec(), r.getLeaseUs()});
+    }
     auto errors = root.getErrors();
     require(errors.size() <= kMaxErrorsPerMessage, DecodeError::kBadValue,
             Where{nullptr, "errors"}, [] { return std::string(": too many"); });

@@ -44,7 +44,7 @@ struct Reader {
 
 wire::FlowletStart start_from(Reader& r) {
   wire::FlowletStart s;
-  s.flow_key = r.byte() % 16;
+  s.flow_key = 1 + r.byte() % 16u;  // keys on the wire start at 1
   const std::uint8_t b = r.byte();
   if (b & 1) {
     // Addresses 10.0.0.x, some unknown.
@@ -70,7 +70,7 @@ std::vector<std::uint8_t> structured(Reader& r) {
         }
         break;
       case 1: m.events.emplace_back(start_from(r)); break;
-      case 2: m.events.emplace_back(wire::FlowletEnd{r.byte() % 16u}); break;
+      case 2: m.events.emplace_back(wire::FlowletEnd{1 + r.byte() % 16u}); break;
       case 3: m.events.emplace_back(wire::Heartbeat{}); break;
       case 4: {
         wire::Resync rs;
@@ -79,7 +79,7 @@ std::vector<std::uint8_t> structured(Reader& r) {
         m.events.emplace_back(std::move(rs));
         break;
       }
-      case 5: m.events.emplace_back(wire::RateRequest{{r.byte() % 16u, r.byte() % 16u}}); break;
+      case 5: m.events.emplace_back(wire::RateRequest{{1 + r.byte() % 16u, 1 + r.byte() % 16u}}); break;
     }
   }
   // A digest, right or wrong: a mismatch is answered, never trusted.

@@ -175,7 +175,7 @@ TEST_F(AllocatorTest, SmallMovesAreSuppressedAndTheSlackCannotOverAllocate) {
   hello("a", "ep-a", "h0");
   // Given: 30 flows from h0 to h1 (h0's uplink is the bottleneck).
   std::vector<wire::EndpointEvent> starts;
-  for (std::uint32_t k = 0; k < 30; ++k) starts.push_back(start_of(k, 0, 1 + k % 7));
+  for (std::uint32_t k = 0; k < 30; ++k) starts.push_back(start_of(100 + k, 0, 1 + k % 7));
   send("a", starts);
   auto told = last_rates(settle());
   ASSERT_EQ(told.size(), 30u);
@@ -632,7 +632,7 @@ TEST_F(AllocatorTest, HugeBatchesAreSplitWithinWireLimits) {
   // Given: the largest resync a message holds, then refusals owed to the same endpoint.
   std::vector<wire::FlowletStart> flows;
   for (std::uint64_t k = 0; k < wire::kMaxResyncFlows; ++k) {
-    flows.push_back(start_of(k, 0, static_cast<std::uint32_t>(1 + k % 63)));
+    flows.push_back(start_of(k + 1, 0, static_cast<std::uint32_t>(1 + k % 63)));
   }
   std::vector<wire::EndpointEvent> resync;
   resync.emplace_back(wire::Resync{std::move(flows)});

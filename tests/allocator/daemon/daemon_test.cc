@@ -120,9 +120,9 @@ TEST_F(DaemonTest, MovesUnderTheThresholdAreNotSent) {
   daemon_.start(listen_, big_switch_args({"--threshold", "0.05"}));
   Endpoint a(listen_);
   std::vector<wire::EndpointEvent> ev{wire::Hello{"ep-a", "h0"}};
-  for (std::uint32_t k = 0; k < 30; ++k) ev.push_back(host_flow(k, 0, 1 + k % 7));
+  for (std::uint32_t k = 0; k < 30; ++k) ev.push_back(host_flow(100 + k, 0, 1 + k % 7));
   a.send(ev);
-  ASSERT_TRUE(a.wait_for_rate(29, [](auto r) { return near(r, share(30, 0.05), 0.05); }, kWaitMs));
+  ASSERT_TRUE(a.wait_for_rate(129, [](auto r) { return near(r, share(30, 0.05), 0.05); }, kWaitMs));
   // Let the allocator settle, then add a 31st flow: every share moves 3.2%.
   ASSERT_TRUE(a.wait_for([](auto&) { return false; }, 200) || true);
   a.clear_history();
