@@ -85,6 +85,11 @@ def scaled_bytes(b):
     return S_MIN * (b / B_MIN) ** ALPHA
 
 
+def fabric_bytes(staged):
+    """Bytes that cross the fabric in all the staged coflows."""
+    return sum(sum(c["blocks"].values()) for c in staged)
+
+
 def plan(coflows, hosts, link_bps, load, first=0, count=0):
     """The replay: coflows in arrival order, each {"id", "arrival_s",
     "blocks": {(mapper host, reducer host): bytes}, "short", "narrow",
@@ -113,7 +118,7 @@ def plan(coflows, hosts, link_bps, load, first=0, count=0):
         return [], left_out, 0.0
     t0 = staged[0]["arrival_ms"]
     span_ms = staged[-1]["arrival_ms"] - t0
-    fabric = sum(sum(c["blocks"].values()) for c in staged)
+    fabric = fabric_bytes(staged)
     # 8 * fabric / (hosts * link * span) = load
     span_s = 8 * fabric / (hosts * link_bps * load)
     scale = span_s / (span_ms / 1000) if span_ms > 0 else 0.0

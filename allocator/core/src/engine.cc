@@ -180,7 +180,7 @@ BasicEngine<Real>::BasicEngine(std::vector<double> link_capacity_bps, std::uint3
   reserved_.assign(capacity_.size(), 0.0);
   // Prices start at 1 once, when the allocator starts (Algorithm 1), and
   // persist across flow arrivals and departures.
-  price_.assign(capacity_.size(), Real{1});
+  price_.assign(capacity_.size(), Real{kInitialPrice});
   ratio_.assign(capacity_.size(), Real{0});
   // The default class's layer exists from the start: an engine whose flows
   // all carry the default class is the single-layer engine.
@@ -377,7 +377,7 @@ std::uint32_t BasicEngine<Real>::layer(std::uint8_t c) {
   const auto lay = static_cast<std::uint32_t>(layers_by_class_.size());
   layer_of_[c] = static_cast<std::int8_t>(lay);
   // Prices start at 1, as the first layer's did (Algorithm 1).
-  price_.resize(price_.size() + capacity_.size(), Real{1});
+  price_.resize(price_.size() + capacity_.size(), Real{kInitialPrice});
   ratio_.resize(ratio_.size() + capacity_.size(), Real{0});
   layers_by_class_.clear();
   for (std::uint32_t k = 0; k < kNumClasses; ++k) {

@@ -412,10 +412,10 @@ void Allocator::drop_endpoint(EndpointIdx idx) {
   endpoint_ids_.release(idx);
 }
 
+// Called only once the name or address found no host: a host returned is new.
 std::optional<alloc::HostId> Allocator::add_host(std::string_view name) {
-  const std::uint32_t before = network_.live_hosts();
   std::optional<alloc::HostId> h = network_.add_host(name);
-  if (h && network_.live_hosts() != before) maybe_unused_.push_back(*h);  // a new one
+  if (h) maybe_unused_.push_back(*h);
   return h;
 }
 
@@ -434,7 +434,7 @@ void Allocator::release_unused_hosts() {
     // starts from the engine's initial price, not the last host's.
     const alloc::Topology& t = network_.topology();
     for (const alloc::LinkId l : {t.host_uplink(h), t.host_downlink(h)}) {
-      for (std::uint8_t k = 0; k < alloc::kNumClasses; ++k) engine_->set_price(l, 1.0, k);
+      for (std::uint8_t k = 0; k < alloc::kNumClasses; ++k) engine_->set_price(l, alloc::kInitialPrice, k);
     }
   }
   maybe_unused_.clear();

@@ -90,6 +90,8 @@ inline constexpr double kMaxRateBps = 1e15;  // 1 Pbit/s
 // Strict priority classes: 0 is served first. Unmarked flows are in the
 // middle, so operators can place traffic above and below them.
 inline constexpr std::uint32_t kNumClasses = 8;
+// Every link's price before any iteration (and a released host slot's again).
+inline constexpr double kInitialPrice = 1.0;
 inline constexpr std::uint8_t kDefaultClass = 4;
 // The least class_reserve may be: it keeps prices and ratios finite.
 inline constexpr double kMinResidualShare = 1e-9;
