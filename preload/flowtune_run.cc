@@ -48,11 +48,14 @@ not allow):
                              (FLOWTUNE_TENANT)
   --deadline-ms MS           each flowlet should end within MS of its first
                              write (FLOWTUNE_DEADLINE_MS)
+  --coflow ID                the coflow its flowlets belong to, 1 to 2^63-1
+                             (FLOWTUNE_COFLOW; docs/coflows.md): every process
+                             sending part of one stage names the same ID
   --rule "MATCH... SET..."   other settings for some sockets; repeatable, the
                              first match wins (FLOWTUNE_RULES, ';' between
                              rules). MATCH: dst=CIDR src=CIDR dport=P[-Q]
                              sport=P[-Q]; SET: class= weight= tenant=
-                             deadline-ms=. Example: --rule "dport=6379 class=0"
+                             deadline-ms= coflow=. Example: --rule "dport=6379 class=0"
   --preload PATH             the shim library (default: next to this program,
                              then FLOWTUNE_PRELOAD)
   --pacer DEV                also pace the host as a whole while COMMAND runs:
@@ -192,6 +195,7 @@ int main(int argc, char** argv) {
     else if (a == "--weight") setenv("FLOWTUNE_WEIGHT", v, 1);
     else if (a == "--tenant") setenv("FLOWTUNE_TENANT", v, 1);
     else if (a == "--deadline-ms") setenv("FLOWTUNE_DEADLINE_MS", v, 1);
+    else if (a == "--coflow") setenv("FLOWTUNE_COFLOW", v, 1);
     else if (a == "--rule") rules += (rules.empty() ? "" : ";") + std::string(v);
     else usage_error("unknown option: " + std::string(a));
   }

@@ -131,6 +131,22 @@ def interactive(res, path):
     plt.close(fig)
 
 
+def spark(res, path):
+    """Shuffle-stage time per scheme, one panel per buffer."""
+    bufs = list(res["summary_by_buffer"])
+    fig, axes = plt.subplots(1, len(bufs), figsize=(4 * len(bufs), 3), squeeze=False)
+    for ax, b in zip(axes[0], bufs):
+        summ = res["summary_by_buffer"][b]
+        bars(ax, list(summ), [summ[s]["shuffle_stage_s"] or 0 for s in summ], "shuffle stage (s)")
+        ax.set_title("%s buffer" % b, fontsize=9)
+    c = res["config"]
+    fig.suptitle("Spark, one shuffle over %d workers, %s links; answers %s" % (
+        c["workers"], c["rate"], "identical" if res["answers_identical"] else "DIFFER"), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
 def tenants(res, path):
     """Tenant A's share of the goodput per bin (first run, headline buffer)."""
     b = next(iter(res["summary_by_buffer"]))
@@ -222,6 +238,8 @@ def main():
             deadlines(res, path)
         elif name == "coflow-trace":
             coflow_trace(res, path)
+        elif name == "spark":
+            spark(res, path)
         else:
             print("plot.py: %s: unknown experiment %r" % (f, name), file=sys.stderr)
             continue

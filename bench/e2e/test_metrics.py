@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Checks bench/e2e/run's metrics against hand-computed cases: Jain's index,
 the nearest-rank percentile, the convergence time, the queue summary, the
-tenants' shares, the deadlines' plan and verdicts, and the coflow trace's
-scaling onto the testbed (coflow_trace.py).
+tenants' shares, the deadlines' plan and verdicts, the coflow trace's
+scaling onto the testbed (coflow_trace.py), and the Spark experiment's
+reading of Spark's event log (spark.py).
 No root, no network: `python3 bench/e2e/test_metrics.py` (smoke.sh runs it)."""
 import importlib.machinery
 import importlib.util
@@ -181,6 +182,87 @@ class CoflowTrace(unittest.TestCase):
         self.assertEqual(s["incomplete"], 1)
         self.assertAlmostEqual(s["cct_mean_s"], (0.5 + 10.0 - staged[1]["arrival_s"]) / 2)
 
+
+
+def _spark_events():
+    """An event log of two jobs: job 0 shuffles 3 MB (stage 0 writes,
+    stage 1 reads 2 MB remote, one task failed once), job 1 a few bytes."""
+    def task(stage, write=0, remote=0, local=0, wait_ms=0, reason="Success"):
+        return {"Event": "SparkListenerTaskEnd", "Stage ID": stage,
+                "Task End Reason": {"Reason": reason},
+                "Task Metrics": {"Shuffle Write Metrics": {"Shuffle Bytes Written": write},
+                                 "Shuffle Read Metrics": {"Remote Bytes Read": remote,
+                                                          "Local Bytes Read": local,
+                                                          "Fetch Wait Time": wait_ms}}}
+
+    def done(stage, submit_ms, complete_ms):
+        return {"Event": "SparkListenerStageCompleted",
+                "Stage Info": {"Stage ID": stage, "Submission Time": submit_ms,
+                               "Completion Time": complete_ms}}
+    return [
+        {"Event": "SparkListenerJobStart", "Job ID": 0, "Stage IDs": [0, 1]},
+        task(0, write=1_500_000), task(0, write=1_500_000), done(0, 10_000, 14_000),
+        task(1, remote=1_000_000, local=500_000, wait_ms=300),
+        task(1, remote=1_000_000, local=500_000, wait_ms=200, reason="FetchFailed"),
+        task(1, remote=0, local=0), done(1, 14_100, 16_600),
+        {"Event": "SparkListenerJobStart", "Job ID": 1, "Stage IDs": [2, 3]},
+        task(2, write=100), done(2, 17_000, 18_000), task(3, remote=60), done(3, 18_000, 18_100),
+    ]
+
+
+class SparkEventLog(unittest.TestCase):
+    def check(self, path):
+        st = run.spark.event_log_stages(path)
+        self.assertEqual(st[1]["job"], 0)
+        self.assertEqual(st[1]["tasks"], 3)
+        self.assertEqual(st[1]["failed"], 1)
+        sh = run.spark.shuffle_of(st)
+        self.assertEqual(sh["shuffle_bytes"], 3_000_000)  # job 0, not job 1
+        self.assertEqual(sh["remote_bytes"], 2_000_000)
+        self.assertEqual(sh["local_bytes"], 1_000_000)
+        self.assertAlmostEqual(sh["map_stage_s"], 4.0)
+        self.assertAlmostEqual(sh["shuffle_stage_s"], 2.5)
+        self.assertAlmostEqual(sh["job_s"], 6.6)
+        self.assertAlmostEqual(sh["fetch_wait_s"], 0.5)
+        self.assertEqual(sh["failed_tasks"], 1)
+
+    def test_a_plain_log_and_a_rolling_one_read_alike(self):
+        import json
+        import tempfile
+        lines = [json.dumps(e) for e in _spark_events()]
+        with tempfile.TemporaryDirectory() as d:
+            plain = os.path.join(d, "app-1")
+            with open(plain, "w") as f:
+                f.write("\n".join(lines + ["{truncated"]) + "\n")
+            self.check(plain)
+            # A rolling log: events_N_APP files beside a status file.
+            rolling = os.path.join(d, "eventlog_v2_app-1")
+            os.mkdir(rolling)
+            cut = [0, 3, 7, len(lines)]
+            for i, n in enumerate((1, 2, 10)):
+                with open(os.path.join(rolling, "events_%d_app-1" % n), "w") as f:
+                    f.write("\n".join(lines[cut[i]:cut[i + 1]]) + "\n")
+            with open(os.path.join(rolling, "appstatus_app-1"), "w") as f:
+                f.write("not events")
+            self.check(rolling)
+
+    def test_no_shuffle_is_none(self):
+        self.assertIsNone(run.spark.shuffle_of({}))
+        st = {0: dict(run.spark._stage(), job=0, duration_s=1.0, submit_s=0, complete_s=1)}
+        self.assertIsNone(run.spark.shuffle_of(st))
+
+    def test_a_failed_job_and_the_allocators_deltas(self):
+        ok = {"exit": 0, "answer": {"totals_match": True}, "shuffle_stage_s": 2.0, "wall_s": 9}
+        bad = {"exit": 0, "answer": {"totals_match": False}, "shuffle_stage_s": 4.0, "wall_s": 9}
+        lost = {"exit": 1, "answer": None, "wall_s": 600}
+        s = run.spark_summary([ok, bad, lost])
+        self.assertEqual(s["failed_jobs"], 2)
+        self.assertAlmostEqual(s["shuffle_stage_s"], 3.0)  # rounds without a figure are left out
+        before = {"counters": {"hellos": 1, "starts": 10, "ends": 9}, "policy": {"coflow_plans": 2}}
+        after = {"counters": {"hellos": 4, "starts": 110, "ends": 109}, "policy": {"coflow_plans": 7}}
+        self.assertEqual(run.allocator_seen(before, after),
+                         {"hellos": 3, "starts": 100, "ends": 100, "coflow_plans": 5})
+        self.assertIsNone(run.allocator_seen(None, after))
 
 
 class SenderArgv(unittest.TestCase):

@@ -368,6 +368,7 @@ int register_with_policy(ft_client* c, int fd) {
   opts.priority_class = p.priority_class;
   opts.weight = p.weight;
   opts.deadline_ms = p.deadline_ms;
+  opts.coflow_id = p.coflow_id;
   opts.tenant = p.tenant.empty() ? nullptr : p.tenant.c_str();
   return ft_socket_register_opts(c, fd, &opts);
 }

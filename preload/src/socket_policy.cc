@@ -55,6 +55,13 @@ std::optional<PortRange> ports_of(std::string_view s) {
   return PortRange{*lo, *hi};
 }
 
+// 0 means none on the wire, and the allocator keeps the top bit for
+// flowlets without a coflow (each its own): ids are 1 to 2^63 - 1.
+constexpr const char* kCoflowRange = "a coflow is an id of 1 to 9223372036854775807";
+std::optional<std::uint64_t> coflow_of(std::string_view s) {
+  return integer<std::uint64_t>(s, 1, (std::uint64_t{1} << 63) - 1);
+}
+
 bool valid_tenant(std::string_view s) { return !s.empty() && s.size() <= wire::kMaxTextBytes; }
 
 // One key=value word into *r; the reason on failure.
@@ -79,8 +86,11 @@ const char* apply_word(std::string_view key, std::string_view value, PolicyRule*
   } else if (key == "deadline-ms") {
     r->deadline_ms = integer<std::uint32_t>(value, 1, kMaxDeadlineMs);
     if (!r->deadline_ms) return "a deadline is 1 to 86400000 ms";
+  } else if (key == "coflow") {
+    r->coflow_id = coflow_of(value);
+    if (!r->coflow_id) return kCoflowRange;
   } else {
-    return "keys are dst, src, dport, sport, class, weight, tenant, deadline-ms";
+    return "keys are dst, src, dport, sport, class, weight, tenant, deadline-ms, coflow";
   }
   return nullptr;
 }
@@ -130,6 +140,7 @@ SocketPolicy PolicyConfig::for_socket(const SocketEnds& s) const {
     if (r.weight) p.weight = *r.weight;
     if (r.tenant) p.tenant = *r.tenant;
     if (r.deadline_ms) p.deadline_ms = *r.deadline_ms;
+    if (r.coflow_id) p.coflow_id = *r.coflow_id;
     break;
   }
   return p;
@@ -138,7 +149,7 @@ SocketPolicy PolicyConfig::for_socket(const SocketEnds& s) const {
 PolicyEnv PolicyEnv::from_environment() {
   return {std::getenv("FLOWTUNE_CLASS"), std::getenv("FLOWTUNE_WEIGHT"),
           std::getenv("FLOWTUNE_TENANT"), std::getenv("FLOWTUNE_DEADLINE_MS"),
-          std::getenv("FLOWTUNE_RULES")};
+          std::getenv("FLOWTUNE_RULES"), std::getenv("FLOWTUNE_COFLOW")};
 }
 
 std::optional<PolicyConfig> parse_policy(const PolicyEnv& env, std::string* error) {
@@ -174,6 +185,14 @@ std::optional<PolicyConfig> parse_policy(const PolicyEnv& env, std::string* erro
       return std::nullopt;
     }
     c.defaults.deadline_ms = *v;
+  }
+  if (set(env.coflow)) {
+    const auto v = coflow_of(env.coflow);
+    if (!v) {
+      *error = std::string("FLOWTUNE_COFLOW: '") + env.coflow + "': " + kCoflowRange;
+      return std::nullopt;
+    }
+    c.defaults.coflow_id = *v;
   }
   if (set(env.rules) && !parse_rules(env.rules, &c.rules, error)) return std::nullopt;
   return c;

@@ -1,6 +1,7 @@
-// Which class, weight, tenant and deadline the preload shim gives a socket's
-// flowlets (docs/preload.md, "Policy"): the process's defaults from
-// FLOWTUNE_CLASS, FLOWTUNE_WEIGHT, FLOWTUNE_TENANT and FLOWTUNE_DEADLINE_MS,
+// Which class, weight, tenant, deadline and coflow the preload shim gives a
+// socket's flowlets (docs/preload.md, "Policy"): the process's defaults from
+// FLOWTUNE_CLASS, FLOWTUNE_WEIGHT, FLOWTUNE_TENANT, FLOWTUNE_DEADLINE_MS and
+// FLOWTUNE_COFLOW,
 // and FLOWTUNE_RULES, which sets them otherwise for sockets matched by
 // address and port, so one process can carry interactive and bulk sockets
 // in different classes. Pure: flowtune-run validates with the same parser
@@ -9,7 +10,7 @@
 // FLOWTUNE_RULES: rules separated by ';', each a list of key=value words
 // (spaces or commas between them). Matches: dst=CIDR, src=CIDR, dport=PORT
 // or LO-HI, sport=PORT or LO-HI (src/sport: the local end). Settings:
-// class=0..7, weight=W, tenant=NAME, deadline-ms=MS. The first rule whose
+// class=0..7, weight=W, tenant=NAME, deadline-ms=MS, coflow=ID. The first rule whose
 // matches all hold sets its settings over the defaults; a rule without
 // matches holds for every socket.
 //   FLOWTUNE_RULES="dport=6379 class=0; dst=10.1.0.0/16 tenant=batch weight=0.5"
@@ -30,6 +31,7 @@ struct SocketPolicy {
   float weight = 1;
   std::string tenant;
   std::uint32_t deadline_ms = 0;
+  std::uint64_t coflow_id = 0;  // 0: none
   bool operator==(const SocketPolicy&) const = default;
 };
 
@@ -51,6 +53,7 @@ struct PolicyRule {
   std::optional<float> weight;
   std::optional<std::string> tenant;
   std::optional<std::uint32_t> deadline_ms;
+  std::optional<std::uint64_t> coflow_id;
 };
 
 // A connected socket's ends; addresses only for IPv4 (an IPv6 socket
@@ -78,6 +81,7 @@ struct PolicyEnv {
   const char* tenant = nullptr;
   const char* deadline_ms = nullptr;
   const char* rules = nullptr;
+  const char* coflow = nullptr;
   static PolicyEnv from_environment();
 };
 std::optional<PolicyConfig> parse_policy(const PolicyEnv& env, std::string* error);

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <mutex>
 #include <thread>
@@ -284,6 +285,51 @@ TEST_F(ShimPython, RulesAndFlagsSetEachSocketsClass) {
   EXPECT_EQ(by_class[0], 1) << by_class.dump();
   EXPECT_EQ(by_class[6], 1) << by_class.dump();
   EXPECT_EQ(by_class[4], 0) << by_class.dump();
+}
+
+// --coflow and a coflow= rule reach the allocator with each socket's
+// flowlets: a Python program fills two connections that nobody reads yet
+// (so both flowlets stay open) and the allocator's flow list is read
+// meanwhile; the rule's address gets 42, the other socket --coflow's 7.
+TEST_F(ShimPython, CoflowFlagAndRuleTagEachSocketsFlowlets) {
+  const std::string py =
+      "import socket, time\n"
+      "ls = [socket.socket() for _ in range(2)]\n"
+      "for l, a in zip(ls, ('127.0.0.2', '127.0.0.3')): l.bind((a, 0)); l.listen(1)\n"
+      "cs = [socket.create_connection(l.getsockname()) for l in ls]\n"
+      "peers = [l.accept()[0] for l in ls]\n"
+      "print('ready', flush=True)\n"
+      "for c in cs:\n"
+      "    c.setblocking(False)\n"
+      "    try:\n"
+      "        while True: c.send(bytes(65536))\n"
+      "    except BlockingIOError: pass\n"
+      "time.sleep(2)\n";
+  char path[] = "/tmp/ft-coflow-XXXXXX.py";
+  const int fd = ::mkstemps(path, 3);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, py.data(), py.size()), static_cast<ssize_t>(py.size()));
+  ::close(fd);
+  std::FILE* p = ::popen((std::string(FT_RUN_BINARY) + " --allocator " + ep +
+                          " --coflow 7 --rule 'dst=127.0.0.2 coflow=42' -- python3 " + path)
+                             .c_str(),
+                         "r");
+  ASSERT_NE(p, nullptr);
+  char line[64] = {};
+  ASSERT_NE(std::fgets(line, sizeof line, p), nullptr);
+  std::multiset<std::uint64_t> coflows;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < deadline && coflows.size() < 2) {
+    coflows.clear();
+    const auto page = daemon.control("flows 10");
+    if (page) {
+      for (const auto& f : (*page)["flows"]) coflows.insert(f["coflow"].get<std::uint64_t>());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::pclose(p);
+  ::unlink(path);
+  EXPECT_EQ(coflows, (std::multiset<std::uint64_t>{7, 42}));
 }
 
 // ---- real programs ----

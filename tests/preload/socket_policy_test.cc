@@ -34,13 +34,24 @@ TEST(SocketPolicy, NothingSetIsEmptyAndChangesNoSocket) {
 }
 
 TEST(SocketPolicy, DefaultsComeFromTheVariables) {
-  const PolicyConfig c = parse({"2", "0.5", "web", "250", nullptr});
+  const PolicyConfig c = parse({"2", "0.5", "web", "250", nullptr, "9223372036854775807"});
   EXPECT_FALSE(c.empty());
   const SocketPolicy p = c.for_socket(v4("10.0.0.1", 1000, "10.0.0.2", 80));
   EXPECT_EQ(p.priority_class, 2);
   EXPECT_EQ(p.weight, 0.5f);
   EXPECT_EQ(p.tenant, "web");
   EXPECT_EQ(p.deadline_ms, 250u);
+  EXPECT_EQ(p.coflow_id, (std::uint64_t{1} << 63) - 1);
+  // A coflow alone is a policy too.
+  EXPECT_FALSE(parse({.coflow = "7"}).empty());
+}
+
+TEST(SocketPolicy, ARuleCanPutOnePortsSocketsInACoflow) {
+  // A shuffle server's block port carries the stage's coflow; its other
+  // sockets (RPC) keep the default, none.
+  const PolicyConfig c = parse({.rules = "sport=7337 coflow=42", .coflow = "9"});
+  EXPECT_EQ(c.for_socket(v4("10.0.0.1", 7337, "10.0.0.2", 50000)).coflow_id, 42u);
+  EXPECT_EQ(c.for_socket(v4("10.0.0.1", 40000, "10.0.0.2", 7077)).coflow_id, 9u);
 }
 
 TEST(SocketPolicy, TheFirstMatchingRuleSetsItsSettingsOverTheDefaults) {
@@ -90,10 +101,13 @@ TEST(SocketPolicy, BadInputIsRefusedNamingTheVariableTheRuleAndTheWord) {
   EXPECT_NE(error_of({.tenant = std::string(300, 't').c_str()}).find("FLOWTUNE_TENANT"),
             std::string::npos);
   EXPECT_NE(error_of({.deadline_ms = "10ms"}).find("FLOWTUNE_DEADLINE_MS"), std::string::npos);
+  for (const char* bad : {"0", "-1", "9223372036854775808", "18446744073709551616", "0x10", "1e3"}) {
+    EXPECT_NE(error_of({.coflow = bad}).find("FLOWTUNE_COFLOW"), std::string::npos) << bad;
+  }
   const std::string e = error_of({.rules = "dport=80 class=0; dport=70000 class=1"});
   EXPECT_NE(e.find("FLOWTUNE_RULES: rule 2, 'dport=70000'"), std::string::npos) << e;
   for (const char* bad : {"dst=10.0.0.0/33", "dst=10.0.0", "dport=0", "dport=90-80", "class=x",
-                          "colour=red", "class", "tenant=", "deadline-ms=0"}) {
+                          "colour=red", "class", "tenant=", "deadline-ms=0", "coflow=0", "coflow=x"}) {
     EXPECT_NE(error_of({.rules = bad}).find("FLOWTUNE_RULES: rule 1"), std::string::npos) << bad;
   }
 }
