@@ -54,6 +54,17 @@ struct Hello {
                          # no flows and is told the host's rate (hostRate below)
 }
 
+# How far a reported flowlet has got, as its endpoint knows it: the shim
+# learns a flowlet's size as it is written, so a start carries the first
+# write and later writes grow it; and the allocator's estimate of what it
+# has sent (from its rates) runs ahead of a flowlet that sends less than
+# its rate. Sent only to allocators that said they read it (progressOk).
+struct FlowProgress {
+  flowKey @0 :UInt64;
+  bytes @1 :UInt64;      # the flowlet's size now: all bytes declared or written
+  sent @2 :UInt64;       # of those, bytes handed to the kernel so far (<= bytes)
+}
+
 struct EndpointEvent {
   union {
     hello @0 :Hello;
@@ -64,6 +75,7 @@ struct EndpointEvent {
     rateRequest @5 :List(UInt64);    # live flows whose rate the endpoint does not
                                      # apply (none received, or its lease lapsed):
                                      # the allocator sends their current rates
+    progress @6 :List(FlowProgress); # only after a helloAck with progressOk
   }
 }
 
@@ -129,4 +141,8 @@ struct AllocatorMessage {
   # With hostRate: how many of those flows have a rate (> 0). The pacer
   # sizes the host's packets by its flows' mean rate (docs/pacer.md).
   hostFlows @9 :UInt32;
+  # With helloAck: this allocator reads progress events. Older allocators
+  # refuse a message holding an event they do not know, so an endpoint sends
+  # progress only when its hello was answered with this set.
+  progressOk @10 :Bool;
 }

@@ -43,8 +43,8 @@ options:
   --allocator ENDPOINT   the allocator's --listen endpoint (default
                          $FLOWTUNE_ALLOCATOR or tcp://127.0.0.1:5555)
   --json                 print the allocator's JSON reply instead of tables
-  --limit N              at most N flows (default 1000; asked a page of
-                         500 at a time)
+  --limit N              at most N flows, endpoints or links (default 1000;
+                         asked a page of 500 at a time)
   --timeout-ms MS        wait this long for a reply (default 1000)
   --watch SECONDS        repeat every SECONDS until interrupted
   -h, --help             show this help
@@ -224,6 +224,13 @@ void print_status(const json& j) {
   std::cout << (any ? "\n" : " none\n");
 }
 
+// Says so when --limit left some out.
+void print_more(const json& j, const std::string& what) {
+  const auto shown = j[what].size();
+  const auto total = j.value("total", json(shown)).get<std::size_t>();
+  if (shown < total) std::cout << "(" << shown << " of " << total << " " << what << "; --limit shows more)\n";
+}
+
 void print_endpoints(const json& j) {
   std::cout << std::left << std::setw(28) << "ENDPOINT" << std::setw(16) << "HOST" << std::right
             << std::setw(8) << "FLOWS" << std::setw(10) << "IDLE_MS" << std::setw(10) << "MSGS"
@@ -235,6 +242,7 @@ void print_endpoints(const json& j) {
               << std::setw(10) << e["messages"].get<std::uint64_t>() << std::setw(8)
               << e["errors"].get<std::uint64_t>() << "\n";
   }
+  print_more(j, "endpoints");
 }
 
 std::string tenant_of(const json& f) {
@@ -271,10 +279,7 @@ void print_flows(const json& j) {
               << std::setw(10) << rate(f["sent_rate_bps"].get<double>()) << std::setw(8)
               << f.value("holders", 1u) << "  " << path << "\n";
   }
-  const auto shown = j["flows"].size();
-  if (shown < j["total"].get<std::size_t>()) {
-    std::cout << "(" << shown << " of " << j["total"] << " flows; --limit shows more)\n";
-  }
+  print_more(j, "flows");
 }
 
 void print_links(const json& j) {
@@ -290,34 +295,35 @@ void print_links(const json& j) {
               << l["flows"].get<std::uint64_t>() << std::setw(12) << std::setprecision(4) << l["price"].get<double>()
               << "\n";
   }
+  print_more(j, "links");
 }
 
-// Up to --limit flows, a page per request (the allocator answers at most a
-// page at a time so that no reply stalls its loop); "total" is the last
-// page's count.
-// Not a snapshot: flows that start or end between pages may be missed or
+// Up to --limit items of `what` (flows, endpoints, links), a page per
+// request (the allocator answers at most a page at a time so that no reply
+// stalls its loop); "total" is the last page's count.
+// Not a snapshot: items that come or go between pages may be missed or
 // shown. Pages from another allocator run (its epoch) start the dump over,
 // once. The first request names no start, so an allocator that does not
 // page answers it as before.
-json ask_flows(zmq::context_t& ctx, const Options& o) {
-  json all = {{"flows", json::array()}, {"total", 0}};
+json ask_pages(zmq::context_t& ctx, const Options& o, const std::string& what) {
+  json all = {{what, json::array()}, {"total", 0}};
   std::optional<std::uint64_t> from, epoch;
   bool restarted = false;
-  while (all["flows"].size() < o.limit) {
-    const std::size_t want = o.limit - all["flows"].size();
-    const json page = ask(ctx, o, "flows " + std::to_string(want) +
+  while (all[what].size() < o.limit) {
+    const std::size_t want = o.limit - all[what].size();
+    const json page = ask(ctx, o, what + " " + std::to_string(want) +
                                       (from ? " " + std::to_string(*from) : std::string()));
     const std::uint64_t e = page.value("epoch", std::uint64_t{0});
     if (epoch && e != *epoch && !restarted) {
-      all = {{"flows", json::array()}, {"total", 0}};
+      all = {{what, json::array()}, {"total", 0}};
       from.reset();
       epoch = e;
       restarted = true;
       continue;
     }
     epoch = e;
-    for (const json& f : page["flows"]) all["flows"].push_back(f);
-    all["total"] = page["total"];
+    for (const json& f : page[what]) all[what].push_back(f);
+    all["total"] = page.value("total", json(all[what].size()));
     if (!page.contains("next") || page["next"].is_null()) break;
     from = page["next"].get<std::uint64_t>();
   }
@@ -328,17 +334,22 @@ void show(zmq::context_t& ctx, const Options& o) {
   const bool all = o.command == "all";
   json out = json::object();
   if (all || o.command == "status") out["status"] = ask(ctx, o, "status");
-  if (all || o.command == "endpoints") out["endpoints"] = ask(ctx, o, "endpoints")["endpoints"];
-  if (all || o.command == "flows") out["flows"] = ask_flows(ctx, o);
-  if (all || o.command == "links") out["links"] = ask(ctx, o, "links")["links"];
+  // Pages: {ITEMS: [...], total}. --json prints endpoints and links as
+  // their arrays (as before paging), flows as the object.
+  json pages = json::object();
+  for (const char* what : {"endpoints", "flows", "links"}) {
+    if (!all && o.command != what) continue;
+    pages[what] = ask_pages(ctx, o, what);
+    out[what] = std::string(what) == "flows" ? pages[what] : pages[what][what];
+  }
   if (o.json) {
     std::cout << (all ? out : out.begin().value()).dump(2) << "\n";
     return;
   }
   if (out.contains("status")) print_status(out["status"]);
-  if (out.contains("endpoints")) print_endpoints({{"endpoints", out["endpoints"]}});
-  if (out.contains("flows")) print_flows(out["flows"]);
-  if (out.contains("links")) print_links({{"links", out["links"]}});
+  if (pages.contains("endpoints")) print_endpoints(pages["endpoints"]);
+  if (pages.contains("flows")) print_flows(pages["flows"]);
+  if (pages.contains("links")) print_links(pages["links"]);
 }
 
 }  // namespace

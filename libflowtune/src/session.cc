@@ -202,6 +202,14 @@ void Session::extend_flowlet(SocketRef ref, Sock& k, std::uint64_t bytes, std::u
   ++stats_.flowlets_coalesced;
   if (k.key == 0 && !k.refused && k.declared >= config_.min_flowlet_bytes) {
     report_start(ref, k, now_us);
+  } else if (k.key != 0 && progress_ok_ && link_ == LinkState::kRegistered &&
+             k.declared >= k.told_bytes + k.told_bytes / 2) {
+    // The allocator orders coflows and plans deadlines by what is left: a
+    // flowlet grown by half since it last heard is told, so a flowlet written
+    // piecewise costs O(log size) reports, not one per write.
+    k.told_bytes = k.declared;
+    const std::uint64_t size = std::min(k.declared, wire::kMaxFlowletBytes);
+    queue_event(wire::Progress{{{k.key, size, std::min(k.handed, size)}}});
   }
 }
 
@@ -332,6 +340,7 @@ void Session::report_start(SocketRef ref, Sock& k, std::uint64_t now_us) {
   k.key = next_key_++;
   by_key_[k.key] = ref.packed();
   digest_.add(k.key);
+  k.told_bytes = k.declared;
   queue_event(start_of(k, now_us));
   k.started_us = now_us;
   k.ask_backoff_us = std::max<std::uint64_t>(10 * rtt_us_, kFirstAskUs);
@@ -418,6 +427,7 @@ void Session::on_message(const wire::AllocatorMessage& m, std::uint64_t now_us) 
   if (link_ == LinkState::kHelloSent) {
     if (m.hello_ack) {
       link_ = LinkState::kRegistered;
+      progress_ok_ = m.progress_ok;
       backoff_us_ = 0;
       if (refusal_told_) notices_.push_back({2, "the allocator accepted this endpoint"});
       refusal_told_ = false;
@@ -508,6 +518,7 @@ void Session::queue_event(wire::EndpointEvent e) {
 std::size_t Session::items_of(const wire::EndpointEvent& e) {
   if (const auto* r = std::get_if<wire::RateRequest>(&e)) return 1 + r->flow_keys.size();
   if (const auto* r = std::get_if<wire::Resync>(&e)) return 1 + r->flows.size();
+  if (const auto* r = std::get_if<wire::Progress>(&e)) return 1 + r->flows.size();
   return 1;
 }
 
@@ -586,6 +597,7 @@ std::optional<wire::EndpointMessage> Session::take_message(std::uint64_t now_us)
     for (auto& [packed, k] : sockets_) {
       if (k.in_progress() && k.key != 0 && r.flows.size() < wire::kMaxResyncFlows) {
         r.flows.push_back(start_of(k, now_us));
+        k.told_bytes = k.declared;
         // The allocator resends every resynced flow's rate; ask only if it does not.
         if (!k.rated) k.ask_at_us = now_us + std::max<std::uint64_t>(10 * rtt_us_, kFirstAskUs);
       }

@@ -203,6 +203,7 @@ class Session {
     bool refused = false;         // the allocator will not schedule this flowlet
     std::uint64_t declared = 0;   // bytes declared by begins of this flowlet
     std::uint64_t handed = 0;     // bytes handed to the kernel
+    std::uint64_t told_bytes = 0;  // the size the allocator last heard (start or progress)
     FlowletPolicy defaults;        // for flowlets that bring no policy
     FlowletPolicy policy;          // this flowlet's
     std::uint64_t deadline_at_us = 0;  // this flowlet's deadline; 0 = none
@@ -259,6 +260,9 @@ class Session {
   std::unordered_map<std::uint64_t, std::uint64_t> by_key_;   // flow key -> SocketRef::packed()
   wire::StateDigest digest_;  // of by_key_'s keys: sent with every message
   std::uint64_t next_key_ = 1;
+  // The allocator's helloAck said it reads progress events; older ones
+  // refuse a message holding one.
+  bool progress_ok_ = false;
   std::size_t active_count_ = 0;
   std::uint64_t epoch_ = 0;
   LinkState link_ = LinkState::kNew;

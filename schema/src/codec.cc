@@ -202,6 +202,24 @@ EndpointEvent read_event(s::EndpointEvent::Reader r, const Where& where, Budget&
       }
       return out;
     }
+    case s::EndpointEvent::PROGRESS: {
+      auto list = r.getProgress();
+      const Where at{&where, "progress"};
+      budget.take(list.size(), at);
+      Progress out;
+      out.flows.reserve(list.size());
+      for (unsigned i = 0; i < list.size(); ++i) {
+        const FlowProgress p{list[i].getFlowKey(), list[i].getBytes(), list[i].getSent()};
+        require(p.flow_key != 0, DecodeError::kBadValue, at,
+                [] { return std::string(": flow key 0 (keys start at 1)"); });
+        require(p.sent <= p.bytes && p.bytes <= kMaxFlowletBytes, DecodeError::kBadValue, at, [&] {
+          return ": bytes " + std::to_string(p.bytes) + ", sent " + std::to_string(p.sent) +
+                 " (sent <= bytes <= 2^60)";
+        });
+        out.flows.push_back(p);
+      }
+      return out;
+    }
   }
   throw Failure{DecodeError::kMalformed, where.str() + ": unknown event type"};
 }
@@ -379,6 +397,14 @@ std::vector<std::uint8_t> encode(const EndpointMessage& m) {
                             for (unsigned j = 0; j < r.flow_keys.size(); ++j) {
                               list.set(j, r.flow_keys[j]);
                             }
+                          },
+                          [&](const Progress& p) {
+                            auto list = e.initProgress(static_cast<unsigned>(p.flows.size()));
+                            for (unsigned j = 0; j < p.flows.size(); ++j) {
+                              list[j].setFlowKey(p.flows[j].flow_key);
+                              list[j].setBytes(p.flows[j].bytes);
+                              list[j].setSent(p.flows[j].sent);
+                            }
                           }},
                m.events[i]);
   }
@@ -395,6 +421,7 @@ std::vector<std::uint8_t> encode(const AllocatorMessage& m) {
   root.setAckSeq(m.ack_seq);
   root.setHostRate(m.host_rate);
   root.setHostFlows(m.host_flows);
+  root.setProgressOk(m.progress_ok);
   if (m.rate_digest) {
     auto d = root.initRateDigest();
     d.setFlows(m.rate_digest->flows);
@@ -451,6 +478,7 @@ DecodeStatus decode(std::span<const std::uint8_t> bytes, AllocatorMessage* out) 
     m.ack_seq = root.getAckSeq();
     m.host_rate = root.getHostRate();
     m.host_flows = root.getHostFlows();
+    m.progress_ok = root.getProgressOk();
     if (root.hasRateDigest()) {
       auto d = root.getRateDigest();
       m.rate_digest = StateDigest{d.getFlows(), d.getKeySum()};

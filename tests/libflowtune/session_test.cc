@@ -307,11 +307,40 @@ TEST_F(SessionTest, PiecewiseWritesAreOneFlowletThatEndsWhenTheQueueDrains) {
   auto ev = said();
   EXPECT_TRUE(of<wire::FlowletStart>(ev).empty());
   EXPECT_TRUE(of<wire::FlowletEnd>(ev).empty());
+  // The allocator's helloAck did not say it reads progress: none is sent.
+  EXPECT_TRUE(of<wire::Progress>(ev).empty());
   EXPECT_EQ(s_->stats().flowlets_started, 1u);
   EXPECT_EQ(s_->stats().flowlets_coalesced, 0u);
   (void)s_->take_drain_queries();
   s_->on_unsent(kSock, 0, now_);  // drained
   EXPECT_EQ(of<wire::FlowletEnd>(said()).size(), 1u);
+}
+
+// An allocator that reads progress hears how a piecewise-written flowlet
+// grows: each time it is half as large again as it last heard (O(log size)
+// reports), with the bytes handed over so far.
+TEST_F(SessionTest, AGrowingFlowletIsReportedEachTimeItGrowsByHalf) {
+  said();
+  s_->on_wrote(kSock, 30'000, now_);
+  const auto starts = of<wire::FlowletStart>(said());
+  ASSERT_EQ(starts.size(), 1u);
+  auto ack = rates({{starts[0].flow_key, 1'000'000, 1'000'000}});
+  ack.progress_ok = true;
+  s_->on_message(ack, now_);
+  std::vector<wire::FlowProgress> got;
+  for (int i = 0; i < 9; ++i) {
+    s_->on_wrote(kSock, 30'000, now_);
+    for (const auto& p : of<wire::Progress>(said())) got.insert(got.end(), p.flows.begin(), p.flows.end());
+  }
+  // 60k >= 45k, 90k >= 90k, 150k >= 135k, 240k >= 225k; 300k < 360k.
+  ASSERT_EQ(got.size(), 4u);
+  const std::uint64_t sizes[] = {60'000, 90'000, 150'000, 240'000};
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].flow_key, starts[0].flow_key);
+    EXPECT_EQ(got[i].bytes, sizes[i]);
+    EXPECT_EQ(got[i].sent, sizes[i] - 30'000);  // handed over before this write
+  }
+  EXPECT_TRUE(of<wire::FlowletStart>(said()).empty());
 }
 
 TEST_F(SessionTest, NewEpochOrNotRegisteredMakesItResendState) {

@@ -41,6 +41,7 @@ EndpointMessage every_event() {
   m.events.push_back(Heartbeat{});
   m.events.push_back(Resync{{start(5), by_host}});
   m.events.push_back(RateRequest{{5, 2, 0xffffffffffffULL}});
+  m.events.push_back(Progress{{{5, 3 << 20, 1 << 20}, {2, kMaxFlowletBytes, 0}}});
   m.digest = StateDigest{3, 0x1234567890abcdefULL};
   return m;
 }
@@ -71,6 +72,7 @@ TEST(Codec, AllocatorMessageRoundTrips) {
   in.ack_seq = 12345;
   in.host_rate = 31'250'000;
   in.host_flows = 60;
+  in.progress_ok = true;
   AllocatorMessage out;
   DecodeStatus st = decode_bytes(encode(in), &out);
   ASSERT_TRUE(st.ok()) << st.detail;
@@ -188,6 +190,15 @@ TEST(Codec, ItemsThatAreAllZerosAreRefused) {
   EXPECT_NE(st.detail.find("flowKey"), std::string::npos) << st.detail;
   m.events = {RateRequest{{3, 0}}};
   EXPECT_EQ(decode_bytes(encode(m), &back).error, DecodeError::kBadValue);
+  m.events = {Progress{{{3, 10, 5}, {0, 0, 0}}}};
+  st = decode_bytes(encode(m), &back);
+  EXPECT_EQ(st.error, DecodeError::kBadValue);
+  EXPECT_NE(st.detail.find("progress"), std::string::npos) << st.detail;
+  // More sent than the flowlet holds, or a size past 2^60: refused too.
+  for (const FlowProgress& bad : {FlowProgress{3, 10, 11}, FlowProgress{3, kMaxFlowletBytes + 1, 0}}) {
+    m.events = {Progress{{bad}}};
+    EXPECT_EQ(decode_bytes(encode(m), &back).error, DecodeError::kBadValue);
+  }
   // The input codec_fuzz found: 44 bytes holding 8,160 empty rates.
   const std::vector<std::uint8_t> found = {
       0x10, 0x0f, 0x50, 0x02, 0x02, 0x11, 0x01, 0x01, 0x01, 0x09, 0x29, 0x11, 0x05, 0xff, 0x00,

@@ -149,6 +149,35 @@ TEST(WireCompat, AllocatorMessagesAreUnchangedBothWays) {
   EXPECT_EQ(out, in);
 }
 
+// Progress events are new: an allocator from before them reads the event as
+// a union member it does not know (our own old decoder refused the whole
+// message), which is why endpoints send them only after a helloAck that set
+// progressOk. An old allocator's helloAck reads as progressOk false; an old
+// endpoint skips the flag.
+TEST(WireCompat, ProgressGoesOnlyToAllocatorsThatSaidTheyReadIt) {
+  EndpointMessage m;
+  m.events.push_back(Progress{{{4, 1 << 20, 1 << 10}}});
+  const auto bytes = encode(m);
+  OldReader<old::EndpointMessage> r(bytes);
+  ASSERT_EQ(r.root().getEvents().size(), 1u);
+  EXPECT_GT(static_cast<int>(r.root().getEvents()[0].which()),
+            static_cast<int>(old::EndpointEvent::RATE_REQUEST));  // past what the old schema names
+
+  AllocatorMessage ack;
+  ack.hello_ack = true;
+  ack.progress_ok = true;
+  OldReader<old::AllocatorMessage> o(encode(ack));
+  EXPECT_TRUE(o.root().getHelloAck());
+  capnp::MallocMessageBuilder b;
+  auto root = b.initRoot<old::AllocatorMessage>();
+  root.setVersion(kProtocolVersion);
+  root.setHelloAck(true);
+  AllocatorMessage out;
+  ASSERT_TRUE(decode(pack(b), &out).ok());
+  EXPECT_TRUE(out.hello_ack);
+  EXPECT_FALSE(out.progress_ok);
+}
+
 TEST(WireCompat, OutOfRangePolicyIsABadValueNamingTheField) {
   capnp::MallocMessageBuilder b;
   auto root = b.initRoot<schema::EndpointMessage>();

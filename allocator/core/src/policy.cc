@@ -164,6 +164,18 @@ void PolicyBook::add_bytes(FlowId id, std::uint64_t bytes) {
   replan_ = true;
 }
 
+void PolicyBook::progress(FlowId id, std::uint64_t bytes, std::uint64_t sent, std::uint64_t now_us) {
+  if (id >= entries_.size() || !entries_[id].live) return;
+  Entry& e = entries_[id];
+  if (!e.in_deadlines && !e.in_coflows) return;
+  e.p.bytes = std::max(e.p.bytes, bytes);
+  // Applied by the next advance(), which has the rates to bring the
+  // estimate up to the report's time.
+  e.reported_sent = static_cast<double>(sent);
+  e.reported_us = std::max(now_us, e.progress_us);
+  replan_ = true;
+}
+
 DeadlineState PolicyBook::deadline_state(FlowId id) const {
   if (id >= entries_.size() || !entries_[id].live) return DeadlineState::kNone;
   return entries_[id].state;
@@ -266,8 +278,17 @@ void PolicyBook::replan(BasicEngine<Real>& engine, std::uint64_t now_us) {
 template <typename Real>
 void PolicyBook::advance(const BasicEngine<Real>& engine, FlowId id, Entry& e,
                          std::uint64_t now_us) {
+  const double bytes_per_us = engine.rate_bps(id) / 8 * 1e-6;
+  if (e.reported_sent >= 0) {
+    // An estimate past what the endpoint had handed over cannot have been
+    // sent: the report replaces it, and the estimate goes on from there.
+    e.sent_bytes += bytes_per_us * static_cast<double>(e.reported_us - e.progress_us);
+    e.sent_bytes = std::min(e.sent_bytes, e.reported_sent);
+    e.progress_us = e.reported_us;
+    e.reported_sent = -1;
+  }
   if (now_us <= e.progress_us) return;
-  e.sent_bytes += engine.rate_bps(id) / 8 * static_cast<double>(now_us - e.progress_us) * 1e-6;
+  e.sent_bytes += bytes_per_us * static_cast<double>(now_us - e.progress_us);
   e.progress_us = now_us;
 }
 

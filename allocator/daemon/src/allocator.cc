@@ -194,6 +194,9 @@ void Allocator::handle_message(std::string_view peer, std::span<const std::uint8
     } else if (const auto* q = std::get_if<wire::RateRequest>(&ev)) {
       ++counters_.rate_requests;
       on_rate_request(*e, q->flow_keys, now_us);
+    } else if (const auto* p = std::get_if<wire::Progress>(&ev)) {
+      ++counters_.progress;
+      on_progress(*e, p->flows, now_us);
     }
   }
   if (e != nullptr) {
@@ -500,10 +503,17 @@ std::vector<Outgoing> Allocator::take_outbox() {
 
 // ---- views ----
 
-std::vector<EndpointView> Allocator::endpoints(std::uint64_t now_us) const {
+std::vector<EndpointView> Allocator::endpoints(std::uint64_t now_us, std::size_t limit,
+                                              std::uint32_t from, std::uint32_t* next) const {
   std::vector<EndpointView> v;
-  for (const auto& e : endpoints_) {
+  if (next != nullptr) *next = UINT32_MAX;
+  for (std::size_t slot = from; slot < endpoints_.size(); ++slot) {
+    const auto& e = endpoints_[slot];
     if (!e) continue;
+    if (v.size() == limit) {
+      if (next != nullptr) *next = static_cast<std::uint32_t>(slot);
+      break;
+    }
     v.push_back({e->id, e->peer, e->host, e->flows.size(),
                  now_us > e->last_heard_us ? now_us - e->last_heard_us : 0, e->messages,
                  e->errors});

@@ -64,6 +64,7 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
       }
       e.last_heard_us = now_us;
       pending(e).hello_ack = true;  // the acknowledgement, carrying the epoch
+      pending(e).progress_ok = true;
       return;
     }
   }
@@ -92,6 +93,7 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
   // Acknowledge with a message carrying the epoch: the endpoint learns the
   // allocator's incarnation (and that it is there) before any rate.
   pending(*endpoints_[idx]).hello_ack = true;
+  pending(*endpoints_[idx]).progress_ok = true;  // this allocator reads progress events
   schedule_timer(now_us + config_.lease_refresh_us);
   if (log_ != nullptr && log_->enabled(LogLevel::kDebug)) {
     log_->write(LogLevel::kDebug, "endpoint " + h.endpoint_id + " on host " +
@@ -271,6 +273,29 @@ void Allocator::on_rate_request(Endpoint& e, const std::vector<std::uint64_t>& k
     }
     if (sent_[it->second] == 0) continue;  // not rated yet: the next iteration sends it
     retell(e, key, it->second);
+  }
+}
+
+// A flowlet's size as its endpoint now knows it (the shim learns sizes as
+// they are written) and the bytes it has handed over, which correct the
+// policy's estimate where that ran ahead. A flow several holders share is
+// left alone: its bytes are their sum, and one holder's report does not say
+// how much of it is its own. A key we do not hold is answered as a rate
+// request's is (unknownFlow: the endpoint resyncs).
+void Allocator::on_progress(Endpoint& e, const std::vector<wire::FlowProgress>& flows,
+                            std::uint64_t now_us) {
+  for (const wire::FlowProgress& p : flows) {
+    const auto it = e.flows.find(p.flow_key);
+    if (it == e.flows.end()) {
+      refuse(e.peer, &e, Cause::kUnknownFlow, "progress: no live flow with this key", p.flow_key,
+             now_us);
+      continue;
+    }
+    Flow& f = flows_[it->second];
+    if (f.co_holders != 0) continue;
+    f.bytes = std::max(f.bytes, p.bytes);
+    policy_.progress(it->second, p.bytes, p.sent, now_us);
+    ++counters_.progress_flows;
   }
 }
 

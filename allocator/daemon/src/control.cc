@@ -15,11 +15,12 @@ namespace {
 
 using nlohmann::json;
 
-// A flows reply is built inside the allocator's loop: a page of at most
-// kMaxFlowPage flows bounds what one request costs the loop (100,000 flows
-// in one reply took 2.3 s and 35 MB); flowtune-ctl asks page after page.
-constexpr std::size_t kDefaultFlowLimit = 500;
-constexpr std::size_t kMaxFlowPage = 500;
+// A reply is built inside the allocator's loop: a page of at most kMaxPage
+// flows, endpoints or links bounds what one request costs the loop (100,000
+// flows in one reply took 2.3 s and 35 MB); flowtune-ctl asks page after
+// page.
+constexpr std::size_t kDefaultPage = 500;
+constexpr std::size_t kMaxPage = 500;
 
 const char* kind_name(alloc::TopologyKind k) {
   switch (k) {
@@ -49,6 +50,8 @@ json counters_json(const Counters& c) {
           {"heartbeats", c.heartbeats},
           {"resyncs", c.resyncs},
           {"rate_requests", c.rate_requests},
+          {"progress", c.progress},
+          {"progress_flows", c.progress_flows},
           {"messages_out", c.messages_out},
           {"bytes_out", c.bytes_out},
           {"send_failures", c.send_failures},
@@ -130,9 +133,15 @@ json status_json(const Allocator& a, const ServerInfo& info) {
           {"counters", counters_json(a.counters())}};
 }
 
-json endpoints_json(const Allocator& a, std::uint64_t now_us) {
+// Where the next page starts, or null: the last page.
+json next_of(std::uint32_t next) { return next == UINT32_MAX ? json(nullptr) : json(next); }
+
+// "endpoints [LIMIT [FROM]]": a page of endpoints in slot order.
+json endpoints_json(const Allocator& a, std::uint64_t now_us, std::size_t limit,
+                    std::uint32_t from) {
   json list = json::array();
-  for (const EndpointView& e : a.endpoints(now_us)) {
+  std::uint32_t next = UINT32_MAX;
+  for (const EndpointView& e : a.endpoints(now_us, limit, from, &next)) {
     list.push_back({{"id", e.endpoint_id},
                     {"peer", printable_peer(e.peer)},
                     {"host", a.network().host_name(e.host)},
@@ -141,7 +150,8 @@ json endpoints_json(const Allocator& a, std::uint64_t now_us) {
                     {"messages", e.messages},
                     {"errors", e.errors}});
   }
-  return {{"endpoints", list}};
+  return {{"endpoints", list}, {"total", a.num_endpoints()}, {"epoch", a.epoch()},
+          {"next", next_of(next)}};
 }
 
 // The flows page is written as text directly: it is the one reply that
@@ -297,14 +307,24 @@ std::string flows_text(const Allocator& a, std::uint64_t now_us, std::size_t lim
   return w.take();
 }
 
-json links_json(const Allocator& a) {
+// "links [LIMIT [FROM]]": a page of the links that carry flows, in id order
+// from link FROM on.
+json links_json(const Allocator& a, std::size_t limit, alloc::LinkId from) {
   const alloc::Engine& eng = a.engine();
   const std::vector<double> alloc_bps = eng.link_allocation_bps();
   const std::vector<std::uint32_t> flows = a.flows_per_link();
   json list = json::array();
   const Network& n = a.network();
+  std::uint32_t next = UINT32_MAX;
+  std::size_t busy = 0;
   for (alloc::LinkId l = 0; l < eng.num_links(); ++l) {
     if (flows[l] == 0) continue;  // idle links would drown the busy ones
+    ++busy;
+    if (l < from || next != UINT32_MAX) continue;
+    if (list.size() == limit) {
+      next = l;
+      continue;
+    }
     const double cap = n.topology().capacity_bps(l);
     list.push_back({{"id", l},
                     {"name", n.link_name(l)},
@@ -315,7 +335,8 @@ json links_json(const Allocator& a) {
                     {"flows", flows[l]},
                     {"price", eng.price(l)}});
   }
-  return {{"links", list}, {"total_links", eng.num_links()}};
+  return {{"links", list}, {"total_links", eng.num_links()}, {"total", busy},
+          {"epoch", a.epoch()}, {"next", next_of(next)}};
 }
 
 }  // namespace
@@ -324,9 +345,9 @@ std::string control_reply(const Allocator& a, const ServerInfo& info, std::strin
                           std::uint64_t now_us) {
   const std::size_t space = request.find(' ');
   const std::string_view cmd = request.substr(0, space);
-  // "flows [LIMIT [FROM]]": at most LIMIT flows (capped at a page) from
-  // engine id FROM on (the previous reply's "next").
-  std::size_t limit = kDefaultFlowLimit;
+  // "flows|endpoints|links [LIMIT [FROM]]": at most LIMIT items (capped at
+  // a page) from id FROM on (the previous reply's "next").
+  std::size_t limit = kDefaultPage;
   std::uint32_t from = 0;
   if (space != std::string_view::npos) {
     std::string_view arg = request.substr(space + 1);
@@ -340,17 +361,17 @@ std::string control_reply(const Allocator& a, const ServerInfo& info, std::strin
       ok = r.ec == std::errc() && r.ptr == second.data() + second.size();
     }
     if (!ok) return json{{"error", "bad limit or start in request"}}.dump();
-    limit = std::clamp<std::size_t>(limit, 1, kMaxFlowPage);
+    limit = std::clamp<std::size_t>(limit, 1, kMaxPage);
   }
   json reply;
   if (cmd == "status") {
     reply = status_json(a, info);
   } else if (cmd == "endpoints") {
-    reply = endpoints_json(a, now_us);
+    reply = endpoints_json(a, now_us, limit, from);
   } else if (cmd == "flows") {
     return flows_text(a, now_us, limit, from);
   } else if (cmd == "links") {
-    reply = links_json(a);
+    reply = links_json(a, limit, from);
   } else {
     // Printable only: the request came off the wire.
     std::string shown;

@@ -517,6 +517,53 @@ TEST(Coflows, CapsAndFlowsTheEstimateCallsDoneAreNotOverReserved) {
   EXPECT_EQ(e.floor_bps(third), 0);
 }
 
+// Endpoints' progress reports: a flowlet that turned out larger than its
+// start said loses its place in the order, and one whose estimate ran ahead
+// of what it handed over keeps being ordered.
+TEST(Coflows, ProgressReportsReorderAndCorrectTheEstimate) {
+  Engine e({10 * kGbps}, 1, tight());
+  PolicyBook book;
+  ASSERT_EQ(book.set_coflow(CoflowPolicy::kStf, 0.9), "");
+  const auto add = [&](std::uint64_t coflow, std::uint64_t bytes) {
+    const FlowSpec f = on_links({0});
+    const FlowId id = e.add_flow(f);
+    book.add(id, {kNoTenant, 1, 0, 0, bytes, coflow, f.path}, 0);
+    return id;
+  };
+  const FlowId grows = add(1, 1'000'000);   // the shim saw its first 1 MB write
+  const FlowId mid = add(2, 50'000'000);
+  book.apply(e, 0);
+  e.solve(20000);
+  EXPECT_NEAR(e.floor_bps(grows), 9 * kGbps, 1e-3 * kGbps);
+  // It has written 400 MB by now: the 50 MB coflow goes first.
+  book.progress(grows, 400'000'000, 2'000'000, 100);
+  EXPECT_TRUE(book.dirty(100));
+  book.apply(e, 100);
+  e.solve(20000);
+  EXPECT_NEAR(e.floor_bps(mid), 9 * kGbps, 1e-3 * kGbps);
+  EXPECT_EQ(e.floor_bps(grows), 0);
+  // 60 ms at 9 Gbit/s: the estimate says mid sent 67 MB, more than its 50;
+  // its endpoint says 20 MB were handed over. It stays first, with 30 MB left.
+  book.progress(mid, 50'000'000, 20'000'000, 60'100);
+  book.apply(e, 60'100);
+  e.solve(20000);
+  EXPECT_NEAR(e.floor_bps(mid), 9 * kGbps, 1e-3 * kGbps);
+  // Without the report the estimate would call it done and order the other.
+  PolicyBook no_report;
+  ASSERT_EQ(no_report.set_coflow(CoflowPolicy::kStf, 0.9), "");
+  Engine e2({10 * kGbps}, 1, tight());
+  const FlowSpec f = on_links({0});
+  const FlowId only = e2.add_flow(f);
+  no_report.add(only, {kNoTenant, 1, 0, 0, 50'000'000, 2, f.path}, 0);
+  no_report.apply(e2, 0);
+  e2.solve(20000);
+  const FlowId later = e2.add_flow(f);  // a change, so the book plans again
+  no_report.add(later, {kNoTenant, 1, 0, 0, 400'000'000, 1, f.path}, 60'100);
+  no_report.apply(e2, 60'100);
+  e2.solve(20000);
+  EXPECT_EQ(e2.floor_bps(only), 0);
+}
+
 TEST(Coflows, ABadShareIsRefusedAndNoPolicyRecordsNothing) {
   PolicyBook book;
   EXPECT_EQ(book.set_coflow(CoflowPolicy::kSebf, 1.5), "ordered share must be within (0, 1]");

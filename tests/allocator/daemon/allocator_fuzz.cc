@@ -62,7 +62,7 @@ std::vector<std::uint8_t> structured(Reader& r) {
   wire::EndpointMessage m;
   const int n = 1 + r.byte() % 4;
   for (int i = 0; i < n && !r.done(); ++i) {
-    switch (r.byte() % 6) {
+    switch (r.byte() % 7) {
       case 0:
         if (i == 0) {
           m.events.emplace_back(wire::Hello{"ep" + std::to_string(r.byte() % 4),
@@ -80,6 +80,11 @@ std::vector<std::uint8_t> structured(Reader& r) {
         break;
       }
       case 5: m.events.emplace_back(wire::RateRequest{{1 + r.byte() % 16u, 1 + r.byte() % 16u}}); break;
+      case 6: {
+        const std::uint64_t bytes = r.byte() * 4096u;
+        m.events.emplace_back(wire::Progress{{{1 + r.byte() % 16u, bytes, bytes / (1 + r.byte() % 4u)}}});
+        break;
+      }
     }
   }
   // A digest, right or wrong: a mismatch is answered, never trusted.

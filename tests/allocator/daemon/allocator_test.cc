@@ -436,6 +436,76 @@ TEST_F(AllocatorTest, TheFlowsPageIsValidJsonWhateverPeersNamed) {
   EXPECT_TRUE(last["next"].is_null());
 }
 
+// Endpoints and links page as flows do: every item exactly once across the
+// pages, "total" and "epoch" on each, "next" null on the last.
+TEST_F(AllocatorTest, EndpointsAndLinksComeInPages) {
+  for (int i = 0; i < 5; ++i) {
+    const std::string peer = "p" + std::to_string(i);
+    hello(peer, "ep" + std::to_string(i), "h" + std::to_string(i % 2));
+    send(peer, {start_of(1, i % 2, 2 + i % 2)});  // h0 -> h2, h1 -> h3
+  }
+  settle();
+  for (const std::string what : {"endpoints", "links"}) {
+    std::vector<std::string> seen;
+    std::string from;
+    for (int pages = 0; pages < 10; ++pages) {
+      const auto j = nlohmann::json::parse(
+          control_reply(*alloc_, {"x", 0}, what + " 2" + from, now_));
+      ASSERT_LE(j[what].size(), 2u) << what;
+      EXPECT_EQ(j["epoch"], alloc_->epoch());
+      for (const auto& item : j[what]) {
+        seen.push_back(item[what == "links" ? "name" : "id"].get<std::string>());
+      }
+      if (j["next"].is_null()) {
+        EXPECT_EQ(j["total"].get<std::size_t>(), seen.size()) << what;
+        break;
+      }
+      from = " " + std::to_string(j["next"].get<std::uint64_t>());
+    }
+    std::sort(seen.begin(), seen.end());
+    if (what == "endpoints") {
+      EXPECT_EQ(seen, (std::vector<std::string>{"ep0", "ep1", "ep2", "ep3", "ep4"}));
+    } else {
+      EXPECT_EQ(seen, (std::vector<std::string>{"h0.up", "h1.up", "h2.down", "h3.down"}));
+    }
+  }
+  // Without a limit: one page of up to 500, as before paging.
+  const auto all = nlohmann::json::parse(control_reply(*alloc_, {"x", 0}, "endpoints", now_));
+  EXPECT_EQ(all["endpoints"].size(), 5u);
+  EXPECT_TRUE(all["next"].is_null());
+}
+
+// Progress events: the helloAck says they are read; a report grows the
+// flow's bytes (never shrinks them) and re-plans the coflow order; a key
+// the allocator does not hold is unknownFlow, as for a rate request.
+TEST_F(AllocatorTest, ProgressGrowsAFlowAndReplansTheOrder) {
+  AllocatorConfig c = config();
+  c.coflow_policy = alloc::CoflowPolicy::kSebf;
+  make(c);
+  hello("p", "ep", "h0");
+  const auto acks = alloc_->take_outbox();
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_TRUE(acks[0].message.hello_ack);
+  EXPECT_TRUE(acks[0].message.progress_ok);
+  send("p", {start_of(1, 0, 1), start_of(2, 0, 2)});
+  settle();
+  const auto plans = alloc_->policy_totals().counters.coflow_plans;
+  send("p", {wire::Progress{{{1, 64 << 20, 2 << 20}, {2, 1000, 0}}}});
+  settle();
+  EXPECT_GT(alloc_->policy_totals().counters.coflow_plans, plans);
+  EXPECT_EQ(alloc_->counters().progress, 1u);
+  EXPECT_EQ(alloc_->counters().progress_flows, 2u);
+  std::map<std::uint64_t, std::uint64_t> bytes;
+  for (const auto& f : alloc_->flows(now_, 10)) bytes[f.flow_key] = f.bytes;
+  EXPECT_EQ(bytes[1], 64u << 20);
+  EXPECT_EQ(bytes[2], 1u << 20);  // a smaller report does not shrink it
+  send("p", {wire::Progress{{{9, 10, 0}}}});
+  const auto errs = errors_to(alloc_->take_outbox(), "p");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].code, ErrorCode::kUnknownFlow);
+  EXPECT_EQ(errs[0].flow_key, 9u);
+}
+
 TEST_F(AllocatorTest, FlowWithinOneHostIsRefused) {
   hello("p", "ep", "h0");
   send("p", {start_of(1, 0, 0)});

@@ -91,8 +91,22 @@ struct RateRequest {
   bool operator==(const RateRequest&) const = default;
 };
 
+// How far reported flowlets have got (schema: FlowProgress): each one's size
+// as now known and the bytes handed to the kernel so far. Endpoints send it
+// only to an allocator whose helloAck came with progress_ok.
+struct FlowProgress {
+  std::uint64_t flow_key = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t sent = 0;
+  bool operator==(const FlowProgress&) const = default;
+};
+struct Progress {
+  std::vector<FlowProgress> flows;
+  bool operator==(const Progress&) const = default;
+};
+
 using EndpointEvent =
-    std::variant<Hello, FlowletStart, FlowletEnd, Heartbeat, Resync, RateRequest>;
+    std::variant<Hello, FlowletStart, FlowletEnd, Heartbeat, Resync, RateRequest, Progress>;
 
 // The endpoint's live reported flows after a message's events: how many, and
 // the sum of digest_mix(key) over them (wrapping). Both sides keep it
@@ -175,6 +189,8 @@ struct AllocatorMessage {
   // whose source is its host.
   std::uint64_t host_rate = 0;
   std::uint32_t host_flows = 0;  // with host_rate: how many flows have a rate
+  // With hello_ack: the allocator reads Progress events.
+  bool progress_ok = false;
   bool operator==(const AllocatorMessage&) const = default;
 };
 

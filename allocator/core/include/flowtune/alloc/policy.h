@@ -109,6 +109,11 @@ class PolicyBook {
   void remove(FlowId id);
   // A flowlet extended by another start (coalescing) has more bytes.
   void add_bytes(FlowId id, std::uint64_t bytes);
+  // Its endpoint's report: the flowlet's size is now `bytes` (it never
+  // shrinks), and `sent` of it were handed to the kernel by now_us, which
+  // replaces the estimate from rates where that is higher (a flowlet that
+  // sends less than its rate). Re-plans coflows and deadlines.
+  void progress(FlowId id, std::uint64_t bytes, std::uint64_t sent, std::uint64_t now_us);
 
   // Whether apply() at now_us has work to do.
   bool dirty(std::uint64_t now_us) const {
@@ -144,6 +149,8 @@ class PolicyBook {
     double sent_bytes = 0;           // estimated from its rates
     double planned_bps = 0;          // its deadline floor at the last plan
     std::uint64_t progress_us = 0;   // when sent_bytes was last advanced
+    double reported_sent = -1;       // the endpoint's last report, not applied yet; < 0: none
+    std::uint64_t reported_us = 0;   // when it came
     DeadlineState state = DeadlineState::kNone;
     bool counted_infeasible = false;
     double cap_bps = 0;              // its cap as the engine holds it; 0 = none

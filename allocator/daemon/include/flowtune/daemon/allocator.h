@@ -200,7 +200,10 @@ class Allocator {
   // Link capacities as the engine sees them (after threshold and headroom).
   double scheduled_capacity_bps(alloc::LinkId l) const { return engine_->capacity_bps(l); }
 
-  std::vector<EndpointView> endpoints(std::uint64_t now_us) const;
+  // At most `limit` endpoints, from slot `from` on, in slot order; *next is
+  // where the next page starts (UINT32_MAX: none is left).
+  std::vector<EndpointView> endpoints(std::uint64_t now_us, std::size_t limit = SIZE_MAX,
+                                      std::uint32_t from = 0, std::uint32_t* next = nullptr) const;
   // At most `limit` live flows, from engine id `from` on, in id order; *next
   // is where the next page starts (UINT32_MAX: no flow is left).
   std::vector<FlowView> flows(std::uint64_t now_us, std::size_t limit, alloc::FlowId from = 0,
@@ -242,6 +245,7 @@ class Allocator {
   void on_end(Endpoint& e, std::uint64_t key, std::uint64_t now_us);
   void on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& flows, std::uint64_t now_us);
   void on_rate_request(Endpoint& e, const std::vector<std::uint64_t>& keys, std::uint64_t now_us);
+  void on_progress(Endpoint& e, const std::vector<wire::FlowProgress>& flows, std::uint64_t now_us);
   void refuse(std::string_view peer, Endpoint* e, Cause c, std::string detail,
               std::uint64_t flow_key, std::uint64_t now_us);
   bool admit_message(Endpoint* e, std::string_view peer, std::uint64_t now_us);

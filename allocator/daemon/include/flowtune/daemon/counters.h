@@ -57,6 +57,8 @@ struct Counters {
   std::uint64_t heartbeats = 0;
   std::uint64_t resyncs = 0;
   std::uint64_t rate_requests = 0;  // events asking again for rates an endpoint lacks
+  std::uint64_t progress = 0;  // progress events (each reporting one or more flowlets)
+  std::uint64_t progress_flows = 0;  // flowlets whose size or progress a report updated
   std::uint64_t messages_out = 0;
   std::uint64_t bytes_out = 0;
   std::uint64_t send_failures = 0;  // peer gone or its queue full: message dropped
@@ -82,7 +84,9 @@ struct Counters {
   // allocator's share of an endpoint's control-loop latency.
   LatencyHistogram turn_ns;
 
-  std::uint64_t events() const { return hellos + starts + ends + heartbeats + resyncs + rate_requests; }
+  std::uint64_t events() const {
+    return hellos + starts + ends + heartbeats + resyncs + rate_requests + progress;
+  }
   void count(Cause c) { ++errors[static_cast<std::size_t>(c)]; }
 };
 
