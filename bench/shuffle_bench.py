@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
 """flowtune-shuffle's data paths on loopback: throughput and the server's CPU
-per GB for io_uring read+send (`read`), io_uring splice (`splice`) and the
-plain baseline, a blocking thread per connection with sendfile (`sendfile`),
-measured interleaved in the same run; ratios are against sendfile.
+per GB for io_uring read into a registered buffer + send (`read`), the same
+with zero-copy send from two registered halves (`read-zc`), io_uring splice
+(`splice`) and the plain baseline, a blocking thread per connection with
+sendfile (`sendfile`), measured interleaved in the same run; ratios are
+against sendfile. `read-plain` is `read` with its buffer refused
+registration (the server runs without CAP_IPC_LOCK under a 128 KiB
+RLIMIT_MEMLOCK, through capsh; left out where capsh is missing): what
+registered buffers change.
 
 usage: shuffle_bench.py [BUILD_DIR] [--rounds N] [--fetches N] [--maps N]
                         [--block-mib N] [--quick]
-Prints JSON on stdout: config, every run, and summary.<path> with medians
-(gbps, cpu_s_per_gb) and gbps_vs_sendfile / cpu_vs_sendfile.
+Prints JSON on stdout: config, every run (with the server's counters: buffers
+registered or refused, zero-copy sends and how many the kernel copied), and
+summary.<path> with medians (gbps, cpu_s_per_gb) and gbps_vs_sendfile /
+cpu_vs_sendfile.
 """
 import argparse
 import json
@@ -20,7 +27,12 @@ import sys
 import tempfile
 import time
 
-PATHS = ["sendfile", "read", "splice"]
+PATHS = ["sendfile", "read", "read-plain", "read-zc", "splice"]
+# Pseudo-paths: (the server's --data-path, a command that runs it).
+REFUSED = ["capsh", "--drop=cap_ipc_lock", "--", "-c", 'ulimit -l 128 && exec "$0" "$@"']
+RUN_AS = {"read-plain": ("read", REFUSED)}
+# The server's counters each run keeps (its JSON line on exit).
+COUNTERS = ["buffers_registered", "buffers_refused", "zc_sends", "zc_copied", "zero_copy"]
 
 
 def cpu_seconds(pid):
@@ -30,8 +42,9 @@ def cpu_seconds(pid):
 
 
 def one_run(tool, data, path, fetches, maps):
-    srv = subprocess.Popen([tool, "serve", "--dir", data, "--bind", "127.0.0.1", "--no-flowtune",
-                            "--data-path", path], stdout=subprocess.PIPE, text=True)
+    data_path, prefix = RUN_AS.get(path, (path, []))
+    srv = subprocess.Popen(prefix + [tool, "serve", "--dir", data, "--bind", "127.0.0.1", "--no-flowtune",
+                                     "--data-path", data_path], stdout=subprocess.PIPE, text=True)
     try:
         line = srv.stdout.readline().split()
         if len(line) != 2 or line[0] != "listening":
@@ -49,9 +62,13 @@ def one_run(tool, data, path, fetches, maps):
         wall, cpu = time.monotonic() - t0, cpu_seconds(srv.pid) - c0
     finally:
         srv.send_signal(signal.SIGTERM)
-        srv.wait(10)
+        tail = srv.communicate(timeout=10)[0].strip().splitlines()
+    counters = json.loads(tail[-1]) if tail else {}
+    if path == "read-plain" and counters.get("buffers_registered", 1) != 0:
+        raise RuntimeError("read-plain: the kernel registered the buffer after all: %s" % counters)
     return {"path": path, "bytes": moved, "seconds": wall, "server_cpu_s": cpu,
-            "gbps": moved * 8 / wall / 1e9, "cpu_s_per_gb": cpu / (moved / 1e9)}
+            "gbps": moved * 8 / wall / 1e9, "cpu_s_per_gb": cpu / (moved / 1e9),
+            "server": {k: counters.get(k) for k in COUNTERS}}
 
 
 def main():
@@ -68,20 +85,23 @@ def main():
     tool = os.path.join(a.build, "examples", "shuffle", "flowtune-shuffle")
     if not os.access(tool, os.X_OK):
         sys.exit("shuffle_bench.py: %s not built (scripts/build.sh release flowtune-shuffle)" % tool)
+    paths = [p for p in PATHS if p not in RUN_AS or shutil.which(RUN_AS[p][1][0])]
+    if paths != PATHS:
+        print("shuffle_bench.py: no capsh: read-plain left out", file=sys.stderr)
     data = tempfile.mkdtemp(prefix="shuffle_bench_")
     try:
         subprocess.run([tool, "gen", "--dir", data, "--maps", str(a.maps), "--partitions", "1",
                         "--block-bytes", str(a.block_mib << 20)], check=True, stdout=subprocess.DEVNULL)
-        runs = [one_run(tool, data, p, a.fetches, a.maps) for _ in range(a.rounds) for p in PATHS]
+        runs = [one_run(tool, data, p, a.fetches, a.maps) for _ in range(a.rounds) for p in paths]
     finally:
         shutil.rmtree(data, ignore_errors=True)
     summary = {}
-    for p in PATHS:
+    for p in paths:
         mine = [r for r in runs if r["path"] == p]
         summary[p] = {"gbps": statistics.median(r["gbps"] for r in mine),
                       "cpu_s_per_gb": statistics.median(r["cpu_s_per_gb"] for r in mine)}
     base = summary["sendfile"]
-    for p in PATHS:
+    for p in paths:
         summary[p]["gbps_vs_sendfile"] = summary[p]["gbps"] / base["gbps"]
         summary[p]["cpu_vs_sendfile"] = (summary[p]["cpu_s_per_gb"] / base["cpu_s_per_gb"]
                                          if base["cpu_s_per_gb"] > 0 else None)

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -15,7 +16,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int connect_to(const std::string& host, std::uint16_t port, std::string* why) {
+std::string seconds(std::uint32_t ms) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", ms / 1000.0);
+  return b;
+}
+
+// A connected socket whose connect, sends and receives each fail with
+// EAGAIN (EINPROGRESS for connect) after timeout_ms without progress.
+int connect_to(const std::string& host, std::uint16_t port, std::uint32_t timeout_ms,
+               std::string* why) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -30,8 +40,14 @@ int connect_to(const std::string& host, std::uint16_t port, std::string* why) {
     fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) {
       *why = std::string("cannot open a socket: ") + std::strerror(errno);
-    } else if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-      *why = "cannot connect to " + host + ":" + std::to_string(port) + ": " + std::strerror(errno);
+      continue;
+    }
+    set_timeouts(fd, timeout_ms);
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      const int e = errno;
+      *why = "cannot connect to " + host + ":" + std::to_string(port) + ": " +
+             (e == EINPROGRESS ? "no answer in " + seconds(timeout_ms) + " s (read timeout)"
+                               : std::string(std::strerror(e)));
       ::close(fd);
       fd = -1;
     }
@@ -42,12 +58,22 @@ int connect_to(const std::string& host, std::uint16_t port, std::string* why) {
 
 // One source: every request at once, then the answers in order.
 void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t partition,
-                std::uint64_t coflow, Clock::time_point t0, std::vector<BlockResult>& out) {
+                std::uint64_t coflow, std::uint32_t read_timeout_ms, Clock::time_point t0,
+                std::vector<BlockResult>& out) {
   for (std::uint32_t m = src.first_map; m <= src.last_map; ++m) out.push_back({m, 0, 0, ""});
   std::string why;
-  const int fd = connect_to(src.host, src.port, &why);
+  const int fd = connect_to(src.host, src.port, read_timeout_ms, &why);
   const auto fail_rest = [&](std::size_t from, const std::string& e) {
     for (std::size_t k = from; k < out.size(); ++k) out[k].error = e;
+  };
+  // Why a send or receive failed, from its errno: the peer's end (0),
+  // nothing moving for the read timeout (EAGAIN), or the error.
+  const auto lost = [&](const std::string& what, int e) {
+    if (e == EAGAIN || e == EWOULDBLOCK) {
+      return "read timeout: nothing from " + src.host + ":" + std::to_string(src.port) + " for " +
+             seconds(read_timeout_ms) + " s (" + what + ")";
+    }
+    return e == 0 ? "connection closed " + what : what + ": " + std::strerror(e);
   };
   if (fd < 0) {
     fail_rest(0, why);
@@ -63,7 +89,7 @@ void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t par
   std::string first;
   for (std::size_t k = 0; k < std::min(kWindow, out.size()); ++k) first += request(k);
   if (!send_all(fd, first.data(), first.size())) {
-    fail_rest(0, std::string("cannot send requests: ") + std::strerror(errno));
+    fail_rest(0, lost("sending requests", errno));
     ::close(fd);
     return;
   }
@@ -71,12 +97,12 @@ void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t par
   for (std::size_t k = 0; k < out.size(); ++k) {
     const std::string more = k > 0 && k + kWindow - 1 < out.size() ? request(k + kWindow - 1) : "";
     if (!more.empty() && !send_all(fd, more.data(), more.size())) {
-      fail_rest(k, std::string("cannot send requests: ") + std::strerror(errno));
+      fail_rest(k, lost("sending requests", errno));
       break;
     }
     std::uint8_t raw[kHeaderBytes];
     if (!recv_all(fd, raw, sizeof raw)) {
-      fail_rest(k, "connection closed before the block's header");
+      fail_rest(k, lost("before the block's header", errno));
       break;
     }
     const auto h = decode_header(raw);
@@ -88,10 +114,12 @@ void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t par
     std::uint64_t left = h->length;
     std::string message;
     bool whole = true;
+    int lost_errno = 0;
     while (left > 0) {
       const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size()));
       if (!recv_all(fd, buf.data(), n)) {
         whole = false;
+        lost_errno = errno;
         break;
       }
       crc = crc32c(crc, buf.data(), n);
@@ -101,7 +129,7 @@ void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t par
     BlockResult& b = out[k];
     b.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     if (!whole) {
-      fail_rest(k, "connection closed mid-block");
+      fail_rest(k, lost("mid-block", lost_errno));
       break;
     }
     if (crc != h->crc) {
@@ -118,13 +146,14 @@ void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t par
 }  // namespace
 
 FetchResult fetch_partition(const std::vector<FetchSource>& sources, std::uint32_t shuffle,
-                            std::uint32_t partition, std::uint64_t coflow) {
+                            std::uint32_t partition, std::uint64_t coflow,
+                            std::uint32_t read_timeout_ms) {
   const auto t0 = Clock::now();
   std::vector<std::vector<BlockResult>> per(sources.size());
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < sources.size(); ++i) {
-    threads.emplace_back(fetch_from, std::cref(sources[i]), shuffle, partition, coflow, t0,
-                         std::ref(per[i]));
+    threads.emplace_back(fetch_from, std::cref(sources[i]), shuffle, partition, coflow,
+                         read_timeout_ms, t0, std::ref(per[i]));
   }
   for (auto& t : threads) t.join();
   FetchResult r;

@@ -1,6 +1,7 @@
 // flowtune-shuffle: a shuffle service that declares its transfers to
 // Flowtune (service.h, docs/coflows.md).
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -32,28 +33,41 @@ commands:
          default 1048576; or block p of every map B_p bytes, R = how many
          are given) with their index and checksums
   serve  --dir DIR [--bind ADDR] [--port P] [--chunk BYTES] [--no-flowtune]
-         [--data-path read|splice|sendfile] [--cc ALGORITHM]
-         serve DIR's map outputs until SIGINT or SIGTERM (data path: io_uring
-         reads and sends; io_uring splices through a pipe, the default; or a
-         blocking thread per connection with sendfile, the plain baseline;
-         bench/shuffle_bench.py compares them; --cc: the connections' TCP
-         congestion control, e.g. cubic, default the system's); prints
-         'listening PORT', then its counters as JSON on exit. The allocator
-         comes from $FLOWTUNE_ALLOCATOR and $FLOWTUNE_HOST (libflowtune);
-         without one, blocks go out unpaced and arrive all the same
+         [--data-path splice|read|read-zc|sendfile] [--cc ALGORITHM]
+         [--idle-timeout-s S]
+         serve DIR's map outputs until SIGINT or SIGTERM. Data paths:
+           splice    io_uring splices file -> pipe -> socket (the default)
+           read      io_uring reads into a per-connection buffer of --chunk
+                     bytes (256 KiB), registered with the kernel, and sends it
+           read-zc   as read, with two registered halves, sent zero-copy
+                     (send_zc, kernel 6.0+); a half is read into again once
+                     the kernel says it let go of its pages
+           sendfile  a blocking thread per connection with sendfile(2), the
+                     plain baseline (bench/shuffle_bench.py compares them)
+         A buffer the kernel will not register (RLIMIT_MEMLOCK) is read into
+         plainly, and a kernel that refuses zero-copy send gets plain sends:
+         either is said once on stderr, nothing else changes. A connection
+         on which nothing moves for --idle-timeout-s (default 60) is closed.
+         --cc: the connections' TCP congestion control, e.g. cubic (default
+         the system's). Prints 'listening PORT', then its counters as JSON on
+         exit. The allocator comes from $FLOWTUNE_ALLOCATOR and
+         $FLOWTUNE_HOST (libflowtune); without one, blocks go out unpaced and
+         arrive all the same
   fetch  --source HOST:PORT:FIRST-LAST [--source ...] --partition R
-         [--shuffle S] [--coflow ID]
+         [--shuffle S] [--coflow ID] [--read-timeout-s S]
          fetch reduce partition R from maps FIRST..LAST of each source, all
          sources at once; prints JSON (stage time, bytes, per-block times and
-         errors); exit status 1 if a block failed its checksum or did not come
-  stages --plan FILE [--start-at UNIX_S]
+         errors); exit status 1 if a block failed its checksum or did not
+         come. A source from which nothing arrives for --read-timeout-s
+         (default 30; connecting included) fails its outstanding blocks
+  stages --plan FILE [--start-at UNIX_S] [--read-timeout-s S]
          run a sequence of fetches as a reducer host does over a trace: each
          line of FILE, "START_MS SHUFFLE PARTITION COFLOW SOURCE...", fetches
          one partition from its sources START_MS after the start (--start-at,
          seconds since the epoch: hosts agree on it; default now), each on
          its own thread; prints a JSON line per fetch as it ends (start,
          finish, bytes, failed blocks), then one with the totals; exit
-         status 1 if any block failed
+         status 1 if any block failed; --read-timeout-s as for fetch
 
 options:
   -h, --help   this text
@@ -65,6 +79,11 @@ void on_signal(int) {
 }
 
 constexpr std::uint64_t kMaxBlock = 1ull << 34;
+
+// --idle-timeout-s and --read-timeout-s: 1 ms to a day, in milliseconds.
+std::uint32_t timeout_ms(Args& args) {
+  return static_cast<std::uint32_t>(std::lround(args.number(0.001, 86400) * 1000));
+}
 
 std::vector<std::uint64_t> parse_sizes(Args& args, const std::string& v) {
   std::vector<std::uint64_t> out;
@@ -138,9 +157,11 @@ int cmd_serve(int argc, char** argv) {
     else if (args.is("--chunk")) c.chunk_bytes = static_cast<std::uint32_t>(args.count(64u << 20));
     else if (args.is("--no-flowtune")) c.flowtune = false;
     else if (args.is("--cc")) c.congestion = args.value();
+    else if (args.is("--idle-timeout-s")) c.idle_timeout_ms = timeout_ms(args);
     else if (args.is("--data-path")) {
-      c.data_path = args.choice<sh::DataPath>({{"read", sh::DataPath::kRead},
-                                                {"splice", sh::DataPath::kSplice},
+      c.data_path = args.choice<sh::DataPath>({{"splice", sh::DataPath::kSplice},
+                                                {"read", sh::DataPath::kRead},
+                                                {"read-zc", sh::DataPath::kReadZc},
                                                 {"sendfile", sh::DataPath::kSendfile}});
     }
     else args.unknown("serve");
@@ -158,6 +179,11 @@ int cmd_serve(int argc, char** argv) {
   std::cout << json{{"connections", s.connections.load()}, {"blocks", s.blocks.load()},
                     {"bytes", s.bytes.load()},           {"bad_requests", s.bad_requests.load()},
                     {"not_found", s.not_found.load()},   {"aborted", s.aborted.load()},
+                    {"idle_closed", s.idle_closed.load()},
+                    {"buffers_registered", s.buffers_registered.load()},
+                    {"buffers_refused", s.buffers_refused.load()},
+                    {"zc_sends", s.zc_sends.load()},     {"zc_copied", s.zc_copied.load()},
+                    {"zero_copy", server.zero_copy()},
                     {"flowtune", server.flowtune_active()},
                     {"data_path", sh::to_string(c.data_path)}}
                    .dump()
@@ -190,9 +216,11 @@ int cmd_fetch(int argc, char** argv) {
   std::uint32_t shuffle = 0;
   std::int64_t partition = -1;
   std::uint64_t coflow = 0;
+  std::uint32_t read_timeout_ms = sh::kDefaultReadTimeoutMs;
   Args args("flowtune-shuffle", kUsage, argc, argv, 2);
   while (args.next()) {
     if (args.is("--source")) sources.push_back(parse_source(args, args.value()));
+    else if (args.is("--read-timeout-s")) read_timeout_ms = timeout_ms(args);
     else if (args.is("--shuffle")) shuffle = static_cast<std::uint32_t>(args.count(UINT32_MAX));
     else if (args.is("--partition")) partition = static_cast<std::int64_t>(args.count(UINT32_MAX));
     else if (args.is("--coflow")) coflow = args.count();
@@ -201,7 +229,8 @@ int cmd_fetch(int argc, char** argv) {
   if (sources.empty() || partition < 0) {
     Args::usage_error("flowtune-shuffle", "fetch needs --source and --partition");
   }
-  const auto r = sh::fetch_partition(sources, shuffle, static_cast<std::uint32_t>(partition), coflow);
+  const auto r = sh::fetch_partition(sources, shuffle, static_cast<std::uint32_t>(partition),
+                                     coflow, read_timeout_ms);
   std::cout << dump({{"stage_s", r.seconds}, {"bytes", r.bytes}, {"blocks", r.blocks.size()},
                      {"failed", r.failed}, {"coflow", coflow}, {"per_block", blocks_json(r)}})
             << '\n';
@@ -211,9 +240,11 @@ int cmd_fetch(int argc, char** argv) {
 int cmd_stages(int argc, char** argv) {
   std::string plan_path;
   double start_at = 0;
+  std::uint32_t read_timeout_ms = sh::kDefaultReadTimeoutMs;
   Args args("flowtune-shuffle", kUsage, argc, argv, 2);
   while (args.next()) {
     if (args.is("--plan")) plan_path = args.value();
+    else if (args.is("--read-timeout-s")) read_timeout_ms = timeout_ms(args);
     else if (args.is("--start-at")) {
       start_at = args.number();
       // Below 2^32 s: the clock's nanoseconds stay within 64 bits.
@@ -246,7 +277,7 @@ int cmd_stages(int argc, char** argv) {
     bytes += o.result.bytes;
     failed += o.result.failed;
     std::cout << dump(line) << std::endl;
-  });
+  }, read_timeout_ms);
   std::cout << json{{"fetches", plan->size()}, {"bytes", bytes}, {"failed", failed}}.dump() << '\n';
   return failed == 0 ? 0 : 1;
 }

@@ -93,10 +93,11 @@ namespace {
 // One fetch; an exception (out of memory, no thread for a source) fails
 // its blocks with the reason instead of ending the process.
 template <typename Since>
-void run_one(const PlannedFetch& f, const Since& since_t0, PlannedOutcome& o) {
+void run_one(const PlannedFetch& f, const Since& since_t0, std::uint32_t read_timeout_ms,
+             PlannedOutcome& o) {
   o.start_s = since_t0();
   try {
-    o.result = fetch_partition(f.sources, f.shuffle, f.partition, f.coflow);
+    o.result = fetch_partition(f.sources, f.shuffle, f.partition, f.coflow, read_timeout_ms);
   } catch (const std::exception& e) {
     o.result = {};
     o.result.failed = 1;
@@ -109,7 +110,7 @@ void run_one(const PlannedFetch& f, const Since& since_t0, PlannedOutcome& o) {
 
 std::vector<PlannedOutcome> run_plan(const std::vector<PlannedFetch>& plan,
                                      std::chrono::system_clock::time_point t0,
-                                     const PlannedDone& done) {
+                                     const PlannedDone& done, std::uint32_t read_timeout_ms) {
   using std::chrono::duration;
   using std::chrono::system_clock;
   std::vector<PlannedOutcome> out(plan.size());
@@ -135,7 +136,7 @@ std::vector<PlannedOutcome> run_plan(const std::vector<PlannedFetch>& plan,
     });
     auto finished = std::make_shared<std::atomic<bool>>(false);
     const auto work = [&, i, finished] {
-      run_one(plan[i], since_t0, out[i]);
+      run_one(plan[i], since_t0, read_timeout_ms, out[i]);
       if (done) done(i, out[i]);
       finished->store(true, std::memory_order_release);
     };

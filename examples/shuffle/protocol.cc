@@ -1,6 +1,7 @@
 #include "protocol.h"
 
 #include <sys/socket.h>
+#include <sys/time.h>
 
 #include <array>
 #include <cerrno>
@@ -126,6 +127,7 @@ bool recv_all(int fd, void* data, std::size_t n) {
   while (n > 0) {
     const ssize_t r = ::recv(fd, b, n, 0);
     if (r < 0 && errno == EINTR) continue;
+    if (r == 0) errno = 0;
     if (r <= 0) return false;
     b += r;
     n -= static_cast<std::size_t>(r);
@@ -138,11 +140,19 @@ bool send_all(int fd, const void* data, std::size_t n) {
   while (n > 0) {
     const ssize_t w = ::send(fd, b, n, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
+    if (w == 0) errno = 0;
     if (w <= 0) return false;
     b += w;
     n -= static_cast<std::size_t>(w);
   }
   return true;
+}
+
+void set_timeouts(int fd, std::uint32_t timeout_ms) {
+  const timeval tv{static_cast<time_t>(timeout_ms / 1000),
+                   static_cast<suseconds_t>(timeout_ms % 1000) * 1000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
 
 std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t n) {

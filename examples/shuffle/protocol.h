@@ -56,10 +56,15 @@ void encode_header(const BlockHeader& h, std::uint8_t out[kHeaderBytes]);
 std::optional<BlockHeader> decode_header(const std::uint8_t in[kHeaderBytes]);
 
 // Sends all n bytes on a connected socket (no SIGPIPE, retries EINTR);
-// false when the connection failed.
+// false when the connection failed (errno says why; EAGAIN: the socket's
+// SO_SNDTIMEO passed with nothing sent).
 bool send_all(int fd, const void* data, std::size_t n);
-// Receives exactly n bytes (retries EINTR); false at the peer's end or an error.
+// Receives exactly n bytes (retries EINTR); false at the peer's end (errno
+// 0) or an error (errno; EAGAIN: SO_RCVTIMEO passed with nothing received).
 bool recv_all(int fd, void* data, std::size_t n);
+// A blocking socket's connect, send and receive calls each fail (EAGAIN,
+// EINPROGRESS for connect) once timeout_ms passes with nothing moved.
+void set_timeouts(int fd, std::uint32_t timeout_ms);
 
 // CRC32C (Castagnoli), continued from `crc` (0 to start).
 std::uint32_t crc32c(std::uint32_t crc, const void* data, std::size_t n);

@@ -10,8 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -27,6 +30,7 @@ namespace flowtune::shuffle {
 const char* to_string(DataPath p) {
   switch (p) {
     case DataPath::kRead: return "read";
+    case DataPath::kReadZc: return "read-zc";
     case DataPath::kSplice: return "splice";
     case DataPath::kSendfile: return "sendfile";
   }
@@ -35,7 +39,29 @@ const char* to_string(DataPath p) {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 std::string errno_text(int e) { return std::strerror(e); }
+
+// The paths that read blocks into a per-connection buffer.
+bool buffered(DataPath p) { return p == DataPath::kRead || p == DataPath::kReadZc; }
+
+// Zero-copy send (IORING_OP_SEND_ZC, kernel 6.0). Its result CQE carries
+// IORING_CQE_F_MORE when a notification CQE (IORING_CQE_F_NOTIF, same
+// user_data) follows: only then may the kernel's pages of the buffer be
+// written again. liburing 2.3's header predates the usage report (kernel
+// 6.2), which says in the notification whether the kernel copied after all.
+constexpr unsigned kZcReportUsage = 1U << 3;        // IORING_SEND_ZC_REPORT_USAGE
+constexpr std::uint32_t kZcUsageCopied = 1U << 31;  // IORING_NOTIF_USAGE_ZC_COPIED
+
+// Registered-buffer slots (a sparse table, filled as connections need
+// buffers); a connection past them reads into a plain buffer.
+constexpr unsigned kBufferSlots = 1024;
+constexpr std::size_t kPageBytes = 4096;
+
+struct FreeDeleter {
+  void operator()(char* p) const { std::free(p); }
+};
 
 // A map output, opened on first use.
 struct MapFile {
@@ -43,11 +69,14 @@ struct MapFile {
   MapIndex index;
 };
 
-enum class OpType : std::uint8_t { kAccept, kAcceptRetry, kWake, kRecv, kSend, kRead };
+enum class OpType : std::uint8_t {
+  kAccept, kAcceptRetry, kWake, kSweep, kIgnore, kRecv, kSend, kSendZc, kRead
+};
 struct Conn;
 struct Op {
   OpType type;
   Conn* conn = nullptr;
+  std::uint8_t half = 0;  // kSendZc: which half of the connection's buffer it sends from
 };
 
 // One answer: a header, then an error message or a block read from a file.
@@ -64,7 +93,11 @@ struct Conn {
   Op recv_op{OpType::kRecv, nullptr};
   Op send_op{OpType::kSend, nullptr};
   Op read_op{OpType::kRead, nullptr};
+  Op zc_op[2] = {{OpType::kSendZc, nullptr, 0}, {OpType::kSendZc, nullptr, 1}};
+  // Submissions whose completion has not come, and zero-copy sends whose
+  // notification has not: the connection is freed only when both are 0.
   int inflight = 0;
+  Clock::time_point last_active;  // the last completion on it, or its accept
   bool recv_posted = false;
   bool eof = false;   // the peer closed
   // A request could not be read (too long): answer what came before it and
@@ -81,7 +114,16 @@ struct Conn {
   std::uint8_t header[kHeaderBytes];
   std::uint64_t done = 0;  // bytes of the phase sent
   std::uint64_t left = 0;  // block bytes not yet read
-  std::vector<char> buf;
+  // kRead: one chunk; kReadZc: two halves of a chunk each, so a read fills
+  // one while the other waits for its zero-copy notification. Page-aligned,
+  // registered as slot buf_slot when the kernel took it (-1: plain reads).
+  std::unique_ptr<char, FreeDeleter> buf;
+  int buf_slot = -1;
+  unsigned half = 0;          // the half holding the latest chunk (kRead: always 0)
+  int zc_pending[2] = {0, 0};  // zero-copy sends from each half not yet notified
+  bool read_waits = false;    // the next read waits for its half's notification
+  bool zc_with_report = false;  // the last zero-copy send asked for the usage report
+  bool plain_sends = false;     // kReadZc: zero-copy refused on this connection (ENOMEM)
   // Data bytes read (or spliced into the pipe) and not yet sent.
   std::size_t buf_len = 0, buf_sent = 0;
   int pipe_r = -1, pipe_w = -1;  // DataPath::kSplice
@@ -106,6 +148,28 @@ struct Server::Impl {
   bool stopping = false;
   Op wake_op{OpType::kWake, nullptr};
   std::uint64_t wake_value = 0;
+  // The idle sweep: every sweep_every, connections idle for idle_timeout go.
+  Op sweep_op{OpType::kSweep, nullptr};
+  Op ignore_op{OpType::kIgnore, nullptr};
+  __kernel_timespec sweep_every{};
+  Clock::duration idle_timeout{};
+  bool sweep_pending = false;
+  Clock::time_point now;  // stamped once per batch of completions
+  // Registered buffers (kRead, kReadZc): free slots of the sparse table,
+  // none when the kernel refused the table (no_slot_why says which).
+  std::vector<unsigned> free_slots;
+  std::string no_slot_why = "all " + std::to_string(kBufferSlots) + " slots in use";
+  bool buffers_warned = false;
+  // Zero-copy send, one state per server. Legal transitions:
+  //   kUntested -> kWorks  a send_zc moved bytes
+  //   kUntested -> kOff    the kernel has no IORING_OP_SEND_ZC, or refused the
+  //                        first sends (EINVAL/EOPNOTSUPP) with and without the
+  //                        usage report: plain sends from then on, said once
+  // zc_report goes true -> false once, when a send asking for the report is
+  // refused while untested (kernels 6.0 and 6.1).
+  enum class ZeroCopy : std::uint8_t { kUntested, kWorks, kOff } zero_copy = ZeroCopy::kUntested;
+  bool zc_report = true;
+  bool zc_warned = false;
   std::unordered_map<std::uint64_t, MapFile> maps;
   std::vector<Conn*> conns;
 
@@ -125,16 +189,25 @@ struct Server::Impl {
     io_uring_sqe_set_data(s, &accept_op);
     accept_pending = true;
   }
-  void post_accept_retry() {
+  // `op` completes after `after` (the kernel copies it on submission).
+  void post_timeout(__kernel_timespec& after, Op& op, bool& pending) {
     io_uring_sqe* s = sqe();
-    io_uring_prep_timeout(s, &retry_after, 0, 0);
-    io_uring_sqe_set_data(s, &retry_op);
-    accept_pending = true;
+    io_uring_prep_timeout(s, &after, 0, 0);
+    io_uring_sqe_set_data(s, &op);
+    pending = true;
   }
+  void post_accept_retry() { post_timeout(retry_after, retry_op, accept_pending); }
+  void post_sweep() { post_timeout(sweep_every, sweep_op, sweep_pending); }
   void post_wake() {
     io_uring_sqe* s = sqe();
     io_uring_prep_read(s, wake_fd, &wake_value, sizeof wake_value, 0);
     io_uring_sqe_set_data(s, &wake_op);
+  }
+  void cancel_sweep() {
+    if (!sweep_pending) return;
+    io_uring_sqe* s = sqe();
+    io_uring_prep_timeout_remove(s, reinterpret_cast<__u64>(&sweep_op), 0);
+    io_uring_sqe_set_data(s, &ignore_op);
   }
   void post_recv(Conn& c) {
     if (c.recv_posted || c.eof || c.dead || (!c.discard && c.jobs.size() >= cfg.max_pipelined)) return;
@@ -150,31 +223,120 @@ struct Server::Impl {
     io_uring_sqe_set_data(s, &c.send_op);
     ++c.inflight;
   }
-  // The next chunk of the block: read into the buffer, or spliced into the
-  // connection's pipe.
+  char* chunk(Conn& c, unsigned half) const {
+    return c.buf.get() + std::size_t{half} * cfg.chunk_bytes;
+  }
+
+  // The next chunk of the block: read into the buffer (kReadZc: into the
+  // other half, once its zero-copy sends are notified), or spliced into
+  // the connection's pipe.
   void post_read(Conn& c) {
     const Job& j = c.jobs.front();
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(c.left, cfg.chunk_bytes));
     const std::uint64_t at = j.offset + (j.header.length - c.left);
+    if (cfg.data_path == DataPath::kReadZc) {
+      const unsigned next = c.half ^ 1U;
+      c.read_waits = c.zc_pending[next] > 0;
+      if (c.read_waits) return;  // on_notif() posts it
+      c.half = next;
+    }
     io_uring_sqe* s = sqe();
     if (cfg.data_path == DataPath::kSplice) {
       io_uring_prep_splice(s, j.file, static_cast<std::int64_t>(at), c.pipe_w, -1,
                            static_cast<unsigned>(n), 0);
+    } else if (c.buf_slot >= 0) {
+      io_uring_prep_read_fixed(s, j.file, chunk(c, c.half), static_cast<unsigned>(n), at,
+                               c.buf_slot);
     } else {
-      io_uring_prep_read(s, j.file, c.buf.data(), static_cast<unsigned>(n), at);
+      io_uring_prep_read(s, j.file, chunk(c, c.half), static_cast<unsigned>(n), at);
     }
     io_uring_sqe_set_data(s, &c.read_op);
     ++c.inflight;
   }
   void post_data_send(Conn& c) {
-    if (cfg.data_path != DataPath::kSplice) {
-      post_send(c, c.buf.data() + c.buf_sent, c.buf_len - c.buf_sent);
+    const std::size_t n = c.buf_len - c.buf_sent;
+    if (cfg.data_path == DataPath::kSplice) {
+      io_uring_sqe* s = sqe();
+      io_uring_prep_splice(s, c.pipe_r, -1, c.fd, -1, static_cast<unsigned>(n), 0);
+      io_uring_sqe_set_data(s, &c.send_op);
+      ++c.inflight;
+      return;
+    }
+    const char* p = chunk(c, c.half) + c.buf_sent;
+    if (cfg.data_path != DataPath::kReadZc || zero_copy == ZeroCopy::kOff || c.plain_sends) {
+      post_send(c, p, n);
       return;
     }
     io_uring_sqe* s = sqe();
-    io_uring_prep_splice(s, c.pipe_r, -1, c.fd, -1, static_cast<unsigned>(c.buf_len - c.buf_sent), 0);
-    io_uring_sqe_set_data(s, &c.send_op);
+    const unsigned flags = zc_report ? kZcReportUsage : 0;
+    if (c.buf_slot >= 0) {
+      io_uring_prep_send_zc_fixed(s, c.fd, p, n, MSG_NOSIGNAL, flags,
+                                  static_cast<unsigned>(c.buf_slot));
+    } else {
+      io_uring_prep_send_zc(s, c.fd, p, n, MSG_NOSIGNAL, flags);
+    }
+    io_uring_sqe_set_data(s, &c.zc_op[c.half]);
+    c.zc_with_report = zc_report;
+    ++c.zc_pending[c.half];
     ++c.inflight;
+  }
+
+  // ---- Registered buffers (kRead, kReadZc) ----
+
+  // Says once per server why a buffer is not registered; the connection
+  // reads into it plainly, nothing else changes.
+  void buffers_refused(const std::string& why) {
+    ++stats.buffers_refused;
+    if (buffers_warned) return;
+    buffers_warned = true;
+    std::fprintf(stderr,
+                 "flowtune-shuffle: warning: registered buffers refused (%s): plain reads where "
+                 "refused\n",
+                 why.c_str());
+  }
+  // Says once per server why zero-copy send is not used (`where`: on every
+  // connection, or where refused).
+  void zero_copy_refused(const std::string& why, const char* where) {
+    if (zc_warned) return;
+    zc_warned = true;
+    std::fprintf(stderr, "flowtune-shuffle: warning: zero-copy send refused (%s): plain sends%s\n",
+                 why.c_str(), where);
+  }
+  static std::string register_error(int e) {
+    return errno_text(e) + (e == ENOMEM ? ", RLIMIT_MEMLOCK: ulimit -l" : "");
+  }
+  // The connection's buffer, page-aligned, registered in a free slot when
+  // the kernel takes it.
+  void attach_buffer(Conn& c) {
+    const unsigned halves = cfg.data_path == DataPath::kReadZc ? 2 : 1;
+    const std::size_t bytes =
+        (std::size_t{cfg.chunk_bytes} * halves + kPageBytes - 1) / kPageBytes * kPageBytes;
+    c.buf.reset(static_cast<char*>(std::aligned_alloc(kPageBytes, bytes)));
+    if (c.buf == nullptr) throw std::bad_alloc();
+    if (free_slots.empty()) {
+      buffers_refused(no_slot_why);
+      return;
+    }
+    const iovec iov{c.buf.get(), bytes};
+    const __u64 tag = 0;
+    const int r = io_uring_register_buffers_update_tag(&ring, free_slots.back(), &iov, &tag, 1);
+    if (r != 1) {
+      buffers_refused(register_error(r < 0 ? -r : EINVAL));
+      return;
+    }
+    c.buf_slot = static_cast<int>(free_slots.back());
+    free_slots.pop_back();
+    ++stats.buffers_registered;
+  }
+  // Only once nothing in flight can touch the buffer (inflight == 0).
+  void detach_buffer(Conn& c) {
+    if (c.buf_slot < 0) return;
+    const iovec none{nullptr, 0};
+    const __u64 tag = 0;
+    (void)io_uring_register_buffers_update_tag(&ring, static_cast<unsigned>(c.buf_slot), &none,
+                                               &tag, 1);
+    free_slots.push_back(static_cast<unsigned>(c.buf_slot));
+    c.buf_slot = -1;
   }
 
   // The block a request names, or why not.
@@ -280,7 +442,7 @@ struct Server::Impl {
     if (j.header.status == Status::kOk) {
       c.left = j.header.length;
       c.buf_len = c.buf_sent = 0;
-      if (cfg.data_path == DataPath::kRead && c.buf.empty()) c.buf.resize(cfg.chunk_bytes);
+      if (buffered(cfg.data_path) && c.buf == nullptr) attach_buffer(c);
       if (c.registered) declare(c.fd, j);
     }
     post_send(c, c.header, kHeaderBytes);
@@ -339,6 +501,49 @@ struct Server::Impl {
     advance(c);
   }
 
+  // A zero-copy send's result. When its notification follows (F_MORE), the
+  // half stays pending until on_notif(); otherwise it is free now.
+  void on_send_zc(Conn& c, unsigned half, int res, bool more) {
+    if (!more) {
+      --c.zc_pending[half];
+      --c.inflight;
+    }
+    if (c.dead) return;
+    // A failed send sent nothing (TCP returns what it sent before an error).
+    if ((res == -EINVAL || res == -EOPNOTSUPP) && zero_copy == ZeroCopy::kUntested) {
+      if (c.zc_with_report && zc_report) {
+        zc_report = false;  // a kernel before 6.2: zero-copy without the report
+      } else if (!c.zc_with_report) {
+        zero_copy = ZeroCopy::kOff;
+        zero_copy_refused(errno_text(-res), "");
+      }
+      advance(c);  // the same bytes again, as the state now says
+      return;
+    }
+    if (res == -ENOMEM) {
+      // Pages of a buffer that is not registered count against
+      // RLIMIT_MEMLOCK while the kernel holds them: this connection sends
+      // plainly from now on.
+      c.plain_sends = true;
+      zero_copy_refused(register_error(-res), " where refused");
+      advance(c);
+      return;
+    }
+    if (res > 0) {
+      if (zero_copy == ZeroCopy::kUntested) zero_copy = ZeroCopy::kWorks;
+      ++stats.zc_sends;
+    }
+    on_send(c, res);
+  }
+  // The kernel let go of a zero-copy send's pages: a read waiting for this
+  // half goes now.
+  void on_notif(Conn& c, unsigned half, int res) {
+    --c.zc_pending[half];
+    --c.inflight;
+    if ((static_cast<std::uint32_t>(res) & kZcUsageCopied) != 0) ++stats.zc_copied;
+    if (c.read_waits && !c.dead && c.zc_pending[half] == 0 && half != c.half) post_read(c);
+  }
+
   void on_read(Conn& c, int res) {
     if (res <= 0) {  // the file shrank or failed after the header went out
       kill(c);
@@ -362,19 +567,48 @@ struct Server::Impl {
     start_job(c);
   }
 
-  // A send failed: no more submissions; the pending ones end soon.
+  // A send failed, the peer stalled or the server stops: no more
+  // submissions; the pending ones end soon. Zero-copy sends not yet
+  // notified hold pages that the kernel lets go only once their segments
+  // are acknowledged, which a stalled peer never does: the socket is reset
+  // (SO_LINGER 0) and closed now, which drops its queue and so notifies
+  // them. Its file lives on until the submissions still holding it end.
   void kill(Conn& c) {
     if (c.active && !c.dead) ++stats.aborted;
     c.dead = true;
+    if (c.fd < 0) return;
     ::shutdown(c.fd, SHUT_RDWR);
+    if (c.zc_pending[0] + c.zc_pending[1] == 0) return;
+    // What is prepared for this descriptor goes first: a number closed
+    // before its submission could name the next accepted connection.
+    io_uring_submit(&ring);
+    const linger reset{1, 0};
+    ::setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    if (c.registered) (void)ft_socket_unregister(ft, c.fd);
+    c.registered = false;
+    ::close(c.fd);
+    c.fd = -1;
   }
 
-  // A connection's descriptors and registration go, then the record.
+  // Connections on which nothing moved for idle_timeout: a peer that says
+  // nothing, or stopped reading its answers.
+  void sweep() {
+    for (std::size_t i = conns.size(); i-- > 0;) {  // maybe_close() swaps in the back
+      Conn* c = conns[i];
+      if (c->fd < 0 || now - c->last_active < idle_timeout) continue;
+      if (!c->dead) ++stats.idle_closed;
+      kill(*c);
+      maybe_close(c);
+    }
+  }
+
+  // A connection's descriptors and registrations go, then the record.
   void release(Conn* c) {
     if (c->registered) (void)ft_socket_unregister(ft, c->fd);
-    ::close(c->fd);
+    if (c->fd >= 0) ::close(c->fd);
     if (c->pipe_r >= 0) ::close(c->pipe_r);
     if (c->pipe_w >= 0) ::close(c->pipe_w);
+    detach_buffer(*c);
     delete c;
   }
 
@@ -398,12 +632,18 @@ struct Server::Impl {
 
   void serve_blocking(int fd) {
     const bool registered = ft != nullptr && ft_socket_register(ft, fd) == FT_OK;
+    // The idle timeout: a recv, send or sendfile that moves nothing for it
+    // fails with EAGAIN and the connection is closed.
+    set_timeouts(fd, cfg.idle_timeout_ms);
+    const auto timed_out = [] { return errno == EAGAIN || errno == EWOULDBLOCK; };
     std::string in;
     char rbuf[2048];
     bool open = true;
     std::vector<Job> jobs;
     while (open) {
       const ssize_t r = ::recv(fd, rbuf, sizeof rbuf, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && timed_out()) ++stats.idle_closed;
       if (r <= 0) break;
       in.append(rbuf, static_cast<std::size_t>(r));
       jobs.clear();
@@ -416,6 +656,7 @@ struct Server::Impl {
         encode_header(j.header, h);
         if (registered) declare(fd, j);
         if (!send_all(fd, h, sizeof h) || !send_all(fd, j.message.data(), j.message.size())) {
+          if (timed_out()) ++stats.idle_closed;
           open = false;
           break;
         }
@@ -425,6 +666,7 @@ struct Server::Impl {
         while (left > 0) {
           const ssize_t w = ::sendfile(fd, j.file, &off, static_cast<std::size_t>(std::min<std::uint64_t>(left, 1u << 30)));
           if (w < 0 && errno == EINTR) continue;
+          if (w < 0 && timed_out()) ++stats.idle_closed;
           if (w <= 0) break;
           left -= static_cast<std::uint64_t>(w);
           stats.bytes += static_cast<std::uint64_t>(w);
@@ -484,7 +726,8 @@ struct Server::Impl {
     }
     auto* c = new Conn;
     c->fd = res;
-    c->recv_op.conn = c->send_op.conn = c->read_op.conn = c;
+    c->recv_op.conn = c->send_op.conn = c->read_op.conn = c->zc_op[0].conn = c->zc_op[1].conn = c;
+    c->last_active = now;
     if (cfg.data_path == DataPath::kSplice) {
       int p[2];
       if (::pipe2(p, O_CLOEXEC) != 0) {
@@ -512,6 +755,7 @@ Server::Server(ServerConfig c) : impl_(std::make_unique<Impl>()) {
   if (s.cfg.chunk_bytes < 4096 || s.cfg.chunk_bytes > (64u << 20)) {
     throw std::runtime_error("chunk must be 4 KiB to 64 MiB");
   }
+  if (s.cfg.idle_timeout_ms == 0) throw std::runtime_error("idle timeout must be positive");
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(s.cfg.port);
@@ -546,6 +790,28 @@ Server::Server(ServerConfig c) : impl_(std::make_unique<Impl>()) {
     throw std::runtime_error("io_uring: " + errno_text(-r));
   }
   s.ring_ready = true;
+  s.idle_timeout = std::chrono::milliseconds(s.cfg.idle_timeout_ms);
+  // A quarter of the timeout, 10 ms to 1 s: a connection goes within 1.25x
+  // its timeout (at most 1 s late), and 60 s of timeout costs a sweep a second.
+  const std::uint32_t every_ms = std::clamp<std::uint32_t>(s.cfg.idle_timeout_ms / 4, 10, 1000);
+  s.sweep_every = {every_ms / 1000, static_cast<long long>(every_ms % 1000) * 1'000'000};
+  if (buffered(s.cfg.data_path)) {
+    // A sparse table pins nothing: each connection's buffer is registered
+    // (and counted against RLIMIT_MEMLOCK) when it first needs it.
+    if (const int r = io_uring_register_buffers_sparse(&s.ring, kBufferSlots); r < 0) {
+      s.no_slot_why = Impl::register_error(-r);
+    } else {
+      for (unsigned k = kBufferSlots; k-- > 0;) s.free_slots.push_back(k);
+    }
+  }
+  if (s.cfg.data_path == DataPath::kReadZc) {
+    io_uring_probe* probe = io_uring_get_probe_ring(&s.ring);
+    if (probe == nullptr || !io_uring_opcode_supported(probe, IORING_OP_SEND_ZC)) {
+      s.zero_copy = Impl::ZeroCopy::kOff;
+      s.zero_copy_refused("no IORING_OP_SEND_ZC before kernel 6.0", "");
+    }
+    if (probe != nullptr) io_uring_free_probe(probe);
+  }
   if (s.cfg.flowtune) {
     ft_config fc;
     ft_config_init(&fc);
@@ -569,6 +835,9 @@ Server::~Server() {
 std::uint16_t Server::port() const { return impl_->port; }
 const ServerStats& Server::stats() const { return impl_->stats; }
 bool Server::flowtune_active() const { return impl_->ft != nullptr; }
+bool Server::zero_copy() const {
+  return impl_->cfg.data_path == DataPath::kReadZc && impl_->zero_copy != Impl::ZeroCopy::kOff;
+}
 bool Server::flowtune_stats(ft_stats* out) const {
   return impl_->ft != nullptr && ft_client_stats(impl_->ft, out) == FT_OK;
 }
@@ -584,25 +853,29 @@ void Server::run() {
     s.run_sendfile();
     return;
   }
+  s.now = Clock::now();
   s.post_accept();
   s.post_wake();
+  s.post_sweep();
   // On stop: shut every connection and the listener down, then reap until
   // nothing the kernel could still write into is in flight.
   const auto begin_stop = [&] {
     s.stopping = true;
     ::shutdown(s.listen_fd, SHUT_RDWR);
+    s.cancel_sweep();
     for (Conn* c : std::vector<Conn*>(s.conns)) {
       s.kill(*c);
       s.maybe_close(c);
     }
   };
   for (;;) {
-    if (s.stopping && s.conns.empty() && !s.accept_pending) return;
+    if (s.stopping && s.conns.empty() && !s.accept_pending && !s.sweep_pending) return;
     const int r = io_uring_submit_and_wait(&s.ring, 1);
     // EBUSY/EAGAIN: completions must be reaped first; below.
     if (r < 0 && r != -EINTR && r != -EBUSY && r != -EAGAIN) {
       throw std::runtime_error("io_uring: " + errno_text(-r));
     }
+    s.now = Clock::now();
     io_uring_cqe* cqe = nullptr;
     unsigned head = 0, seen = 0;
     bool stop_now = false;
@@ -617,15 +890,36 @@ void Server::run() {
           if (!s.stopping) s.post_accept();
           break;
         case OpType::kWake: stop_now = true; break;
+        case OpType::kSweep:
+          s.sweep_pending = false;
+          if (!s.stopping) {
+            s.sweep();
+            s.post_sweep();
+          }
+          break;
+        case OpType::kIgnore: break;
         case OpType::kRecv:
           --op->conn->inflight;
+          if (res > 0) op->conn->last_active = s.now;
           s.on_recv(*op->conn, res);
           s.maybe_close(op->conn);
           break;
+        case OpType::kSendZc: {
+          Conn& c = *op->conn;
+          c.last_active = s.now;
+          if ((cqe->flags & IORING_CQE_F_NOTIF) != 0) {
+            s.on_notif(c, op->half, res);
+          } else {
+            s.on_send_zc(c, op->half, res, (cqe->flags & IORING_CQE_F_MORE) != 0);
+          }
+          s.maybe_close(&c);
+          break;
+        }
         case OpType::kSend:
         case OpType::kRead: {
           Conn& c = *op->conn;
           --c.inflight;
+          c.last_active = s.now;
           // A connection being closed only waits for what is in flight.
           if (!c.dead) op->type == OpType::kSend ? s.on_send(c, res) : s.on_read(c, res);
           s.maybe_close(&c);

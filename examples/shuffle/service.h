@@ -9,7 +9,10 @@
 // --no-flowtune, blocks go out as plain TCP and arrive all the same.
 // The client fetches one reduce partition from many servers at once, one
 // connection per server with its requests pipelined, and checks every
-// block's CRC32C.
+// block's CRC32C. Neither side lets a stalled peer hold it: the server
+// closes a connection on which nothing moved for its idle timeout, the
+// client fails a source's outstanding blocks when no byte came from it for
+// its read timeout.
 #pragma once
 
 #include <atomic>
@@ -29,11 +32,15 @@ namespace flowtune::shuffle {
 
 // How block bytes go from the file to the socket.
 enum class DataPath : std::uint8_t {
-  kRead,      // io_uring: read into a buffer, send it
+  kRead,      // io_uring: read into a (registered) buffer, send it
+  kReadZc,    // io_uring: read into a registered buffer, send it zero-copy (IORING_OP_SEND_ZC)
   kSplice,    // io_uring: splice file -> pipe -> socket (no user-space copy)
   kSendfile,  // a blocking thread per connection with sendfile(2): the plain baseline
 };
 const char* to_string(DataPath p);
+
+inline constexpr std::uint32_t kDefaultIdleTimeoutMs = 60'000;  // server: --idle-timeout-s
+inline constexpr std::uint32_t kDefaultReadTimeoutMs = 30'000;  // client: --read-timeout-s
 
 struct ServerConfig {
   std::string dir;               // map outputs (generate())
@@ -43,6 +50,9 @@ struct ServerConfig {
   std::uint32_t chunk_bytes = 256 * 1024;  // file read and send size
   std::uint32_t max_pipelined = 1024;      // requests queued per connection
   std::string congestion;                  // TCP congestion control; empty: the system's
+  // A connection on which nothing moved (no request bytes in, no answer
+  // bytes out, no file read or send completed) for this long is closed.
+  std::uint32_t idle_timeout_ms = kDefaultIdleTimeoutMs;
   // splice measured the least CPU per GB of the io_uring paths at the same
   // throughput (bench/shuffle_bench.py, docs/coflows.md).
   DataPath data_path = DataPath::kSplice;
@@ -55,6 +65,16 @@ struct ServerStats {
   std::atomic<std::uint64_t> bad_requests{0};  // answered with an error
   std::atomic<std::uint64_t> not_found{0};
   std::atomic<std::uint64_t> aborted{0};       // connections lost mid-block
+  std::atomic<std::uint64_t> idle_closed{0};   // closed after idle_timeout_ms with nothing moving
+  // DataPath::kRead and kReadZc: connections whose buffer the kernel took
+  // as a registered buffer, and those left with plain reads (refused, e.g.
+  // by RLIMIT_MEMLOCK, or every slot taken).
+  std::atomic<std::uint64_t> buffers_registered{0};
+  std::atomic<std::uint64_t> buffers_refused{0};
+  // DataPath::kReadZc: sends done zero-copy, and of those the kernel
+  // reported it copied after all (loopback always does).
+  std::atomic<std::uint64_t> zc_sends{0};
+  std::atomic<std::uint64_t> zc_copied{0};
 };
 
 class Server {
@@ -72,6 +92,8 @@ class Server {
   void stop();
   const ServerStats& stats() const;
   bool flowtune_active() const;  // a libflowtune client is open
+  // DataPath::kReadZc and the kernel has not refused zero-copy send.
+  bool zero_copy() const;
   // The libflowtune client's counters; false when none is open.
   bool flowtune_stats(ft_stats* out) const;
 
@@ -103,9 +125,12 @@ struct FetchResult {
 
 // Fetches partition `partition` of shuffle `shuffle` from every source's
 // maps, one connection per source, all at once. Never throws for network
-// errors: they are reported per block.
+// errors: they are reported per block. A source from which no byte came for
+// read_timeout_ms (connecting, or with answers outstanding) fails its
+// outstanding blocks with an error naming it.
 FetchResult fetch_partition(const std::vector<FetchSource>& sources, std::uint32_t shuffle,
-                            std::uint32_t partition, std::uint64_t coflow);
+                            std::uint32_t partition, std::uint64_t coflow,
+                            std::uint32_t read_timeout_ms = kDefaultReadTimeoutMs);
 
 // "HOST:PORT:FIRST-LAST" (maps FIRST..LAST of the server at HOST:PORT).
 std::optional<FetchSource> parse_source(std::string_view text);
@@ -134,10 +159,11 @@ struct PlannedOutcome {
 // never delays the next one's start), from t0 on CLOCK_REALTIME, which
 // every host and namespace shares; outcomes in plan order. `done`, when
 // given, hears of each fetch (its index in `plan`) on the fetch's thread
-// as it ends.
+// as it ends. Each fetch has fetch_partition's read_timeout_ms.
 using PlannedDone = std::function<void(std::size_t, const PlannedOutcome&)>;
 std::vector<PlannedOutcome> run_plan(const std::vector<PlannedFetch>& plan,
                                      std::chrono::system_clock::time_point t0,
-                                     const PlannedDone& done = {});
+                                     const PlannedDone& done = {},
+                                     std::uint32_t read_timeout_ms = kDefaultReadTimeoutMs);
 
 }  // namespace flowtune::shuffle

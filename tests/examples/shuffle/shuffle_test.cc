@@ -1,17 +1,26 @@
 // flowtune-shuffle: the request parser (with random input), headers, CRC32C
 // and the index format; then the io_uring server against the fetch client
-// on loopback: every block arrives with its checksum, bad requests get an
-// error and the server keeps serving, with and without an allocator.
+// on loopback: every block arrives with its checksum on every data path,
+// registered buffers and zero-copy send fall back when refused, bad
+// requests get an error and the server keeps serving, with and without an
+// allocator; neither side lets a silent or stalled peer hold it.
 #include <arpa/inet.h>
+#include <linux/capability.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <chrono>
 #include <mutex>
 #include <random>
@@ -99,15 +108,25 @@ class ShuffleService : public ::testing::Test {
     stop();
     std::filesystem::remove_all(dir_);
   }
-  void start(bool flowtune, DataPath path = DataPath::kRead) {
+  static ServerConfig config(bool flowtune, DataPath path) {
     ServerConfig c;
     c.data_path = path;
-    c.dir = dir_;
     c.bind = "127.0.0.1";
     c.flowtune = flowtune;
     c.chunk_bytes = 64 * 1024;  // several reads per block
+    return c;
+  }
+  void start(bool flowtune, DataPath path = DataPath::kRead,
+             std::uint32_t idle_timeout_ms = kDefaultIdleTimeoutMs) {
+    ServerConfig c = config(flowtune, path);
+    c.dir = dir_;
+    c.idle_timeout_ms = idle_timeout_ms;
     server_ = std::make_unique<Server>(c);
-    thread_ = std::thread([this] { server_->run(); });
+    ran_out_ = false;
+    thread_ = std::thread([this] {
+      server_->run();
+      ran_out_ = true;
+    });
   }
   // Stops the loop; the server's counters stay readable until stop().
   void halt() {
@@ -133,9 +152,46 @@ class ShuffleService : public ::testing::Test {
   std::string dir_;
   std::unique_ptr<Server> server_;
   std::thread thread_;
+  std::atomic<bool> ran_out_{false};  // run() returned
 };
 
-constexpr DataPath kPaths[] = {DataPath::kRead, DataPath::kSplice, DataPath::kSendfile};
+constexpr DataPath kPaths[] = {DataPath::kRead, DataPath::kReadZc, DataPath::kSplice,
+                               DataPath::kSendfile};
+
+bool buffered(DataPath p) { return p == DataPath::kRead || p == DataPath::kReadZc; }
+
+// A socket connected to 127.0.0.1:port.
+int dial(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
+
+// A listener on 127.0.0.1 that never accepts: the kernel completes
+// connections into its backlog, and nothing is ever answered.
+struct MuteServer {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  std::uint16_t port = 0;
+  MuteServer() {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd, 8), 0);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~MuteServer() { ::close(fd); }
+};
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 TEST_F(ShuffleService, EveryBlockOfAPartitionArrivesWithItsChecksum) {
  for (DataPath path : kPaths) {
@@ -158,9 +214,146 @@ TEST_F(ShuffleService, EveryBlockOfAPartitionArrivesWithItsChecksum) {
   EXPECT_EQ(empty.bytes, 0u);
   EXPECT_EQ(empty.blocks.size(), 2u);
   halt();  // the last block is counted once its last send completes
-  EXPECT_EQ(server_->stats().blocks.load(), 14u);
+  const ServerStats& st = server_->stats();
+  EXPECT_EQ(st.blocks.load(), 14u);
+  // Each connection's buffer was registered or refused, nothing else.
+  EXPECT_EQ(st.connections.load(), 9u);
+  EXPECT_EQ(st.buffers_registered + st.buffers_refused, buffered(path) ? 9u : 0u);
+  // Zero-copy sends moved the bytes unless the kernel refused them.
+  if (path == DataPath::kReadZc && server_->zero_copy()) {
+    EXPECT_GT(st.zc_sends.load(), 0u);
+  } else {
+    EXPECT_EQ(st.zc_sends.load(), 0u);
+  }
   stop();
  }
+}
+
+// Drops CAP_IPC_LOCK from this process: registered buffers and zero-copy
+// pages then count against RLIMIT_MEMLOCK. False when it could not.
+bool drop_ipc_lock() {
+  __user_cap_header_struct h{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct d[2]{};
+  if (::syscall(SYS_capget, &h, d) != 0) return false;
+  d[CAP_IPC_LOCK / 32].effective &= ~(1U << (CAP_IPC_LOCK % 32));
+  return ::syscall(SYS_capset, &h, d) == 0;
+}
+
+TEST_F(ShuffleService, RefusedRegisteredBuffersAndZeroCopyFallBackWithOneWarningAndNothingLost) {
+  for (DataPath path : {DataPath::kRead, DataPath::kReadZc}) {
+    SCOPED_TRACE(to_string(path));
+    // In a child, so that the capability and the limit stay there; its
+    // stderr comes back through a pipe.
+    int err[2];
+    ASSERT_EQ(::pipe(err), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::dup2(err[1], 2);
+      ::close(err[0]);
+      if (!drop_ipc_lock()) ::_exit(10);
+      ServerConfig c = config(false, path);
+      c.dir = dir_;
+      std::unique_ptr<Server> server;
+      try {
+        server = std::make_unique<Server>(c);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        ::_exit(11);
+      }
+      // Once the ring exists, nothing more may be locked: every
+      // registration is refused, as under a small `ulimit -l`.
+      const rlimit none{0, 0};
+      if (::setrlimit(RLIMIT_MEMLOCK, &none) != 0) ::_exit(12);
+      std::thread t([&] { server->run(); });
+      int code = 0;
+      for (std::uint32_t p = 0; p < 4 && code == 0; ++p) {
+        const auto r = fetch_partition({{"127.0.0.1", server->port(), 0, 2}}, 7, p, 0);
+        if (r.failed != 0 || r.bytes != partition_bytes(p)) code = 13;
+      }
+      server->stop();
+      t.join();
+      const ServerStats& st = server->stats();
+      if (st.buffers_registered != 0 || st.buffers_refused != 4) code = 14;
+      if (path == DataPath::kReadZc && st.zc_sends != 0) code = 15;  // every one refused
+      std::fflush(stderr);
+      ::_exit(code);
+    }
+    ::close(err[1]);
+    std::string text;
+    char b[512];
+    ssize_t n;
+    while ((n = ::read(err[0], b, sizeof b)) > 0) text.append(b, static_cast<std::size_t>(n));
+    ::close(err[0]);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << text;
+    // One line per refusal kind for the server's life, not one per connection.
+    const std::string buffers =
+        "flowtune-shuffle: warning: registered buffers refused (Cannot allocate memory, "
+        "RLIMIT_MEMLOCK: ulimit -l): plain reads where refused\n";
+    const std::string zc =
+        "flowtune-shuffle: warning: zero-copy send refused (Cannot allocate memory, "
+        "RLIMIT_MEMLOCK: ulimit -l): plain sends where refused\n";
+    EXPECT_EQ(text, path == DataPath::kRead ? buffers : buffers + zc);
+  }
+}
+
+TEST_F(ShuffleService, SilentAndStalledConnectionsCloseAfterTheIdleTimeoutAndOthersAreServed) {
+  // One 24 MB block: more than loopback's socket buffers hold, so a reader
+  // that stops leaves the server with bytes it cannot send.
+  constexpr std::uint64_t kBig = 24'000'000;
+  generate(dir_, 20, 1, 1, kBig, kBig, 3);
+  constexpr std::uint32_t kIdleMs = 150;
+  for (DataPath path : kPaths) {
+    SCOPED_TRACE(to_string(path));
+    start(false, path, kIdleMs);
+    const auto t0 = std::chrono::steady_clock::now();
+    const int silent = dial(server_->port());   // says nothing
+    const int stalled = dial(server_->port());  // asks, then reads nothing
+    const std::string ask = format_fetch({20, 0, 0, 0});
+    ASSERT_TRUE(send_all(stalled, ask.data(), ask.size()));
+    // Others are served meanwhile.
+    EXPECT_EQ(fetch_partition({{"127.0.0.1", server_->port(), 0, 2}}, 7, 1, 0).failed, 0u);
+    // The silent one sees its end after the timeout, not before, and within
+    // the sweep's lateness (a quarter of the timeout) plus slack.
+    pollfd pf{silent, POLLIN, 0};
+    ASSERT_EQ(::poll(&pf, 1, 2000), 1);
+    const double closed_s = since(t0);
+    char c;
+    EXPECT_EQ(::recv(silent, &c, 1, 0), 0);
+    EXPECT_GE(closed_s, kIdleMs / 1000.0);
+    EXPECT_LT(closed_s, 1.0);
+    // The stalled one is closed too (the counter says when), and what it
+    // then reads ends short of the block.
+    for (int i = 0; i < 200 && server_->stats().idle_closed < 2; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(server_->stats().idle_closed.load(), 2u);
+    EXPECT_EQ(server_->stats().aborted.load(), 1u);
+    EXPECT_EQ(fetch_partition({{"127.0.0.1", server_->port(), 0, 2}}, 7, 2, 0).failed, 0u);
+    // Nothing is left waiting on the stalled peer, which still reads
+    // nothing: the server stops at once (read-zc's pages held for it are
+    // let go by a reset).
+    server_->stop();
+    for (int i = 0; i < 100 && !ran_out_; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(ran_out_) << "the server waits on a stalled peer";
+    const timeval bound{2, 0};  // a server that never closes fails the test, not hangs it
+    ::setsockopt(stalled, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+    std::vector<char> buf(1 << 20);
+    std::uint64_t got = 0;
+    ssize_t n;
+    while ((n = ::recv(stalled, buf.data(), buf.size(), 0)) > 0) {
+      got += static_cast<std::uint64_t>(n);
+    }
+    EXPECT_LT(got, kHeaderBytes + kBig);
+    ::close(silent);
+    ::close(stalled);
+    stop();
+  }
 }
 
 TEST_F(ShuffleService, ManyBlocksPerSourcePassThroughTheServersRequestQueue) {
@@ -329,6 +522,98 @@ TEST(ShufflePlan, BadLinesAreRefusedWithTheirNumberAndSourcesParse) {
     EXPECT_FALSE(parse_plan(text, &why).has_value()) << text;
     EXPECT_EQ(why, want);
   }
+}
+
+TEST(ShuffleFetch, ASourceThatAcceptsAndNeverAnswersFailsItsBlocksAfterTheReadTimeout) {
+  MuteServer mute;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto pending = std::async(std::launch::async, [&] {
+    return fetch_partition({{"127.0.0.1", mute.port, 0, 2}}, 0, 0, 0, 200);
+  });
+  if (pending.wait_for(std::chrono::seconds(2)) != std::future_status::ready) {
+    ADD_FAILURE() << "the fetch waits on a mute server";
+    ::shutdown(mute.fd, SHUT_RDWR);  // resets its backlog: the fetch ends
+  }
+  const auto r = pending.get();
+  const double took_s = since(t0);
+  EXPECT_GE(took_s, 0.2);
+  EXPECT_LT(took_s, 1.0);
+  ASSERT_EQ(r.blocks.size(), 3u);
+  EXPECT_EQ(r.failed, 3u);
+  const std::string want = "read timeout: nothing from 127.0.0.1:" + std::to_string(mute.port) +
+                           " for 0.2 s (before the block's header)";
+  for (const auto& b : r.blocks) EXPECT_EQ(b.error, want);
+}
+
+TEST(ShuffleFetch, ASourceThatStallsMidBlockFailsWhatIsOutstandingAfterTheReadTimeout) {
+  // A server that answers one block whole, then half of the next, then
+  // nothing: the first arrives, the rest fail.
+  MuteServer mute;
+  std::thread peer([&] {
+    const int fd = ::accept(mute.fd, nullptr, nullptr);
+    const timeval bound{3, 0};  // a client that never gives up fails the test, not hangs it
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+    const std::string body = "0123456789";
+    std::uint8_t h[kHeaderBytes];
+    encode_header({Status::kOk, body.size(), crc32c(0, body.data(), body.size())}, h);
+    send_all(fd, h, sizeof h);
+    send_all(fd, body.data(), body.size());
+    encode_header({Status::kOk, 1000, 0}, h);
+    send_all(fd, h, sizeof h);
+    send_all(fd, body.data(), body.size());
+    char b[256];
+    while (::recv(fd, b, sizeof b, 0) > 0) {
+    }  // the requests, until the client gives up
+    ::close(fd);
+  });
+  const auto r = fetch_partition({{"127.0.0.1", mute.port, 0, 2}}, 0, 0, 0, 200);
+  peer.join();
+  ASSERT_EQ(r.blocks.size(), 3u);
+  EXPECT_EQ(r.blocks[0].error, "");
+  EXPECT_EQ(r.blocks[0].bytes, 10u);
+  const std::string src = "127.0.0.1:" + std::to_string(mute.port);
+  EXPECT_EQ(r.blocks[1].error, "read timeout: nothing from " + src + " for 0.2 s (mid-block)");
+  EXPECT_EQ(r.blocks[2].error, r.blocks[1].error);
+}
+
+// The binary: a fetch that times out exits 1 and names the source; bad
+// timeouts are refused with exit 2, as other bad flags are.
+struct Cli {
+  int status = -1;
+  std::string out;
+};
+Cli shuffle_cli(const std::string& args) {
+  Cli r;
+  // timeout(1): a binary that never gives up exits 124 and fails the test.
+  const std::string cmd = std::string("timeout 5 '") + FT_SHUFFLE_BINARY + "' " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char b[4096];
+  while (std::size_t n = std::fread(b, 1, sizeof b, p)) r.out.append(b, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+TEST(ShuffleCli, AFetchThatTimesOutExitsOneAndBadTimeoutsAreRefused) {
+  MuteServer mute;
+  const std::string src = "127.0.0.1:" + std::to_string(mute.port);
+  const Cli r = shuffle_cli("fetch --source " + src + ":0-1 --partition 0 --read-timeout-s 0.1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("read timeout: nothing from " + src + " for 0.1 s"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("\"failed\":2"), std::string::npos) << r.out;
+  for (const char* bad : {"0", "-1", "abc", "nan", "1e9", ""}) {
+    const std::string quoted = std::string(" '") + bad + "'";
+    const Cli f = shuffle_cli("fetch --source " + src + ":0-1 --partition 0 --read-timeout-s" + quoted);
+    EXPECT_EQ(f.status, 2) << bad << ": " << f.out;
+    EXPECT_NE(f.out.find("--read-timeout-s expects a number"), std::string::npos) << f.out;
+    const Cli s = shuffle_cli("serve --dir /nonexistent --idle-timeout-s" + quoted);
+    EXPECT_EQ(s.status, 2) << bad << ": " << s.out;
+    EXPECT_NE(s.out.find("--idle-timeout-s expects a number"), std::string::npos) << s.out;
+  }
+  const Cli p = shuffle_cli("serve --dir /nonexistent --data-path zero");
+  EXPECT_EQ(p.status, 2);
+  EXPECT_NE(p.out.find("expects splice, read, read-zc or sendfile"), std::string::npos) << p.out;
 }
 
 TEST(ShuffleFetch, AnUnreachableSourceFailsEachOfItsBlocksWithAReason) {
