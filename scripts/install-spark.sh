@@ -11,7 +11,11 @@ venv=${FLOWTUNE_SPARK_VENV:-/opt/flowtune-spark}
 req=${FLOWTUNE_PYSPARK:-pyspark==4.3.0}
 
 need=()
-command -v java > /dev/null || need+=(openjdk-17-jre-headless)
+# Spark 4 needs Java 17 or later.
+java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1; }
+if ! command -v java > /dev/null || [ "$(java_major)" -lt 17 ] 2> /dev/null; then
+  need+=(openjdk-17-jre-headless)
+fi
 python3 -c "import venv, ensurepip" 2> /dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -327,6 +327,11 @@ json ask_pages(zmq::context_t& ctx, const Options& o, const std::string& what) {
     if (!page.contains("next") || page["next"].is_null()) break;
     from = page["next"].get<std::uint64_t>();
   }
+  // An allocator that does not page answers whole: keep --limit.
+  auto& items = all[what];
+  if (items.size() > o.limit) {
+    items.erase(items.begin() + static_cast<std::ptrdiff_t>(o.limit), items.end());
+  }
   return all;
 }
 

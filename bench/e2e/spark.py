@@ -232,12 +232,14 @@ class Cluster:
             argv += ["--conf", "%s=%s" % (k, v)]
         argv += [JOB, "--out", answer] + list(args)
         with open(os.path.join(self.work, "driver-%s.log" % name), "w") as out:
+            # Its own process group: spark-submit's JVM runs the Python
+            # driver as a child, which a timeout must take down too.
             p = self.tb.popen("h%d" % self.master, argv, env=self.env(self.master),
-                              stdout=out, stderr=subprocess.STDOUT)
+                              stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 rc = p.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                p.kill()
+                os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
                 rc = None
         result = None

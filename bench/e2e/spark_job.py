@@ -23,7 +23,8 @@ MASK32 = 0xFFFFFFFF
 
 
 def rows_of(spark, rows, payload_bytes, partitions):
-    """The map side's rows: id, key, payload (16 hex digits per xxhash64)."""
+    """The map side's rows: id, key, payload (up to 16 hex digits per
+    xxhash64: hex drops leading zeros)."""
     df = spark.range(0, rows, numPartitions=partitions)
     words = max(1, payload_bytes // 16)
     payload = F.concat(*[F.hex(F.xxhash64("id", F.lit(i))) for i in range(words)])
@@ -31,7 +32,7 @@ def rows_of(spark, rows, payload_bytes, partitions):
                      payload.alias("payload"))
 
 
-def digest(df):
+def digest():
     """count, id sum and 32-bit payload-hash sum: long-safe for 2^31 rows."""
     return [F.count("*").alias("n"), F.sum("id").alias("ids"),
             F.sum(F.xxhash64("payload").bitwiseAND(MASK32)).alias("h")]
@@ -52,10 +53,10 @@ def main():
     started = time.time()
     # repartition by key is the shuffle; the groupBy after it is local (the
     # rows are already partitioned by key), so the job has one shuffle.
-    answer = sorted(df.repartition(a.partitions, "key").groupBy("key").agg(*digest(df)).collect())
+    answer = sorted(df.repartition(a.partitions, "key").groupBy("key").agg(*digest()).collect())
     shuffle_job_s = time.time() - started
     # The same totals with no shuffle of rows (one partial row per map task).
-    whole = df.agg(*digest(df)).collect()[0]
+    whole = df.agg(*digest()).collect()[0]
     totals = [sum(r[k] for r in answer) for k in ("n", "ids", "h")]
     ok = (totals == [whole["n"], whole["ids"], whole["h"]] and whole["n"] == a.rows
           and whole["ids"] == a.rows * (a.rows - 1) // 2)

@@ -58,6 +58,9 @@ constexpr std::uint32_t kZcUsageCopied = 1U << 31;  // IORING_NOTIF_USAGE_ZC_COP
 // buffers); a connection past them reads into a plain buffer.
 constexpr unsigned kBufferSlots = 1024;
 constexpr std::size_t kPageBytes = 4096;
+// Registered buffers are pinned (with CAP_IPC_LOCK nothing else bounds
+// them): past this many bytes a connection reads into a plain buffer.
+constexpr std::size_t kMaxPinnedBytes = std::size_t{256} << 20;
 
 struct FreeDeleter {
   void operator()(char* p) const { std::free(p); }
@@ -119,6 +122,7 @@ struct Conn {
   // registered as slot buf_slot when the kernel took it (-1: plain reads).
   std::unique_ptr<char, FreeDeleter> buf;
   int buf_slot = -1;
+  std::size_t buf_pinned = 0;  // bytes registered with buf_slot
   unsigned half = 0;          // the half holding the latest chunk (kRead: always 0)
   int zc_pending[2] = {0, 0};  // zero-copy sends from each half not yet notified
   bool read_waits = false;    // the next read waits for its half's notification
@@ -159,6 +163,7 @@ struct Server::Impl {
   // none when the kernel refused the table (no_slot_why says which).
   std::vector<unsigned> free_slots;
   std::string no_slot_why = "all " + std::to_string(kBufferSlots) + " slots in use";
+  std::size_t pinned_bytes = 0;  // registered buffers, all connections
   bool buffers_warned = false;
   // Zero-copy send, one state per server. Legal transitions:
   //   kUntested -> kWorks  a send_zc moved bytes
@@ -317,6 +322,10 @@ struct Server::Impl {
       buffers_refused(no_slot_why);
       return;
     }
+    if (pinned_bytes + bytes > kMaxPinnedBytes) {
+      buffers_refused("more than " + std::to_string(kMaxPinnedBytes >> 20) + " MiB registered");
+      return;
+    }
     const iovec iov{c.buf.get(), bytes};
     const __u64 tag = 0;
     const int r = io_uring_register_buffers_update_tag(&ring, free_slots.back(), &iov, &tag, 1);
@@ -325,6 +334,8 @@ struct Server::Impl {
       return;
     }
     c.buf_slot = static_cast<int>(free_slots.back());
+    c.buf_pinned = bytes;
+    pinned_bytes += bytes;
     free_slots.pop_back();
     ++stats.buffers_registered;
   }
@@ -337,6 +348,8 @@ struct Server::Impl {
                                                &tag, 1);
     free_slots.push_back(static_cast<unsigned>(c.buf_slot));
     c.buf_slot = -1;
+    pinned_bytes -= c.buf_pinned;
+    c.buf_pinned = 0;
   }
 
   // The block a request names, or why not.
@@ -824,10 +837,20 @@ Server::Server(ServerConfig c) : impl_(std::make_unique<Impl>()) {
 
 Server::~Server() {
   Impl& s = *impl_;
-  for (Conn* c : s.conns) s.release(c);
+  // run() drains every submission before it returns; if it threw instead,
+  // operations may still be in flight on these connections' buffers. The
+  // ring goes first (its exit cancels them), and a buffer an operation may
+  // still hold is left allocated rather than handed back to the heap
+  // while the kernel could write into it.
+  if (s.ring_ready) io_uring_queue_exit(&s.ring);
+  s.ring_ready = false;
+  for (Conn* c : s.conns) {
+    if (c->inflight > 0) (void)c->buf.release();
+    c->buf_slot = -1;  // the ring and its table are gone
+    s.release(c);
+  }
   for (auto& [k, m] : s.maps) ::close(m.fd);
   if (s.ft != nullptr) ft_client_close(s.ft);
-  if (s.ring_ready) io_uring_queue_exit(&s.ring);
   ::close(s.listen_fd);
   ::close(s.wake_fd);
 }

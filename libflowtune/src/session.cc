@@ -213,6 +213,20 @@ void Session::extend_flowlet(SocketRef ref, Sock& k, std::uint64_t bytes, std::u
   }
 }
 
+// Flowlets that grew while the hello was on its way (their starts carried
+// the size of that moment): one report for all of them.
+void Session::report_growth() {
+  wire::Progress p;
+  for (auto& [packed, k] : sockets_) {
+    if (!k.in_progress() || k.key == 0 || k.declared <= k.told_bytes) continue;
+    k.told_bytes = k.declared;
+    const std::uint64_t size = std::min(k.declared, wire::kMaxFlowletBytes);
+    p.flows.push_back({k.key, size, std::min(k.handed, size)});
+    if (p.flows.size() == wire::kMaxResyncFlows) break;
+  }
+  if (!p.flows.empty()) queue_event(std::move(p));
+}
+
 void Session::look_now(SocketRef ref, Sock& k) {
   k.due_us = 0;
   if (k.looking) return;  // the look on its way answers this too
@@ -428,6 +442,7 @@ void Session::on_message(const wire::AllocatorMessage& m, std::uint64_t now_us) 
     if (m.hello_ack) {
       link_ = LinkState::kRegistered;
       progress_ok_ = m.progress_ok;
+      if (progress_ok_) report_growth();
       backoff_us_ = 0;
       if (refusal_told_) notices_.push_back({2, "the allocator accepted this endpoint"});
       refusal_told_ = false;

@@ -236,6 +236,7 @@ class Session {
   void on_look(SocketRef ref, Sock& k, std::uint64_t unsent, bool writing, std::uint64_t now_us);
   void begin_flowlet(SocketRef ref, Sock& k, const In& in, std::uint64_t now_us);
   void extend_flowlet(SocketRef ref, Sock& k, std::uint64_t bytes, std::uint64_t now_us);
+  void report_growth();
   void look_now(SocketRef ref, Sock& k);
   void end_flowlet(SocketRef ref, Sock& k, std::uint64_t now_us);
 

@@ -343,6 +343,38 @@ TEST_F(SessionTest, AGrowingFlowletIsReportedEachTimeItGrowsByHalf) {
   EXPECT_TRUE(of<wire::FlowletStart>(said()).empty());
 }
 
+// Growth while the hello was unanswered is told once the helloAck says
+// progress is read; an ack without progressOk (an older allocator) hears none.
+TEST_F(SessionTest, GrowthBeforeTheHelloAckIsToldWithTheAck) {
+  for (bool ok : {true, false}) {
+    SessionConfig c;
+    c.endpoint_id = "ep";
+    c.min_flowlet_bytes = 1000;
+    c.initial_rtt_us = 500;
+    s_ = std::make_unique<Session>(c);
+    s_->on_register(kSock, tuple(1), 1448, now_);
+    said();  // the hello goes out
+    s_->on_wrote(kSock, 30'000, now_);
+    s_->on_wrote(kSock, 10'000, now_);
+    auto ev = said();
+    ASSERT_EQ(of<wire::FlowletStart>(ev).size(), 1u);
+    EXPECT_EQ(of<wire::FlowletStart>(ev)[0].bytes, 30'000u);
+    EXPECT_TRUE(of<wire::Progress>(ev).empty());
+    auto ack = rates({});
+    ack.progress_ok = ok;
+    s_->on_message(ack, now_);
+    const auto got = of<wire::Progress>(said());
+    if (!ok) {
+      EXPECT_TRUE(got.empty());
+      continue;
+    }
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(got[0].flows.size(), 1u);
+    EXPECT_EQ(got[0].flows[0].bytes, 40'000u);
+    EXPECT_EQ(got[0].flows[0].sent, 40'000u);
+  }
+}
+
 TEST_F(SessionTest, NewEpochOrNotRegisteredMakesItResendState) {
   s_->on_begin(kSock, 5000, {}, now_);
   s_->on_begin(kOther, 5000, {}, now_);

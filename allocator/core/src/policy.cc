@@ -170,8 +170,9 @@ void PolicyBook::progress(FlowId id, std::uint64_t bytes, std::uint64_t sent, st
   if (!e.in_deadlines && !e.in_coflows) return;
   e.p.bytes = std::max(e.p.bytes, bytes);
   // Applied by the next advance(), which has the rates to bring the
-  // estimate up to the report's time.
-  e.reported_sent = static_cast<double>(sent);
+  // estimate up to the report's time; what was handed over only grows, so
+  // an older report never lowers a newer one.
+  e.reported_sent = std::max(e.reported_sent, static_cast<double>(sent));
   e.reported_us = std::max(now_us, e.progress_us);
   replan_ = true;
 }

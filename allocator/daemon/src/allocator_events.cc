@@ -237,6 +237,10 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
           const std::string tenant = f.tenant;  // decided at its start (rules)
           f.take_report(s, now_us);
           f.tenant = tenant;
+          // The endpoint counts its size as told by this resync: the policy
+          // plans with it too (a progress report may have been lost with
+          // the message the resync repairs).
+          if (!f.was_shared) policy_.progress(id, s.bytes, s.bytes, now_us);
         }
         set_sent(id, 0);
         flows_changed_ = true;
@@ -278,10 +282,10 @@ void Allocator::on_rate_request(Endpoint& e, const std::vector<std::uint64_t>& k
 
 // A flowlet's size as its endpoint now knows it (the shim learns sizes as
 // they are written) and the bytes it has handed over, which correct the
-// policy's estimate where that ran ahead. A flow several holders share is
-// left alone: its bytes are their sum, and one holder's report does not say
-// how much of it is its own. A key we do not hold is answered as a rate
-// request's is (unknownFlow: the endpoint resyncs).
+// policy's estimate where that ran ahead. A flow several holders share, or
+// did, is left alone: its bytes are their sum, and one holder's report does
+// not say how much of it is its own. A key we do not hold is answered as a
+// rate request's is (unknownFlow: the endpoint resyncs).
 void Allocator::on_progress(Endpoint& e, const std::vector<wire::FlowProgress>& flows,
                             std::uint64_t now_us) {
   for (const wire::FlowProgress& p : flows) {
@@ -292,7 +296,7 @@ void Allocator::on_progress(Endpoint& e, const std::vector<wire::FlowProgress>& 
       continue;
     }
     Flow& f = flows_[it->second];
-    if (f.co_holders != 0) continue;
+    if (f.was_shared) continue;
     f.bytes = std::max(f.bytes, p.bytes);
     policy_.progress(it->second, p.bytes, p.sent, now_us);
     ++counters_.progress_flows;
@@ -329,6 +333,7 @@ void Allocator::hold(Endpoint& e, const wire::FlowletStart& s, const alloc::Flow
   Flow& f = flows_[id];
   co_holders_[id].push_back({e.idx, s.flow_key});
   ++f.co_holders;
+  f.was_shared = true;
   f.bytes += s.bytes;
   policy_.add_bytes(id, s.bytes);
   e.flows[s.flow_key] = id;
@@ -354,6 +359,7 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
   f.endpoint = e.idx;
   f.key = s.flow_key;
   f.co_holders = 0;
+  f.was_shared = false;
   f.has_socket = false;  // hold() indexes socket flows
   f.src = src;
   f.dst = dst;

@@ -55,6 +55,9 @@ struct Allocator::Flow {
   EndpointIdx endpoint = kNone;  // first holder; kNone: the engine id is free
   std::uint64_t key = 0;         // the first holder's key
   std::uint32_t co_holders = 0;  // holders beyond the first (Allocator::co_holders_)
+  // Ever held by more than one endpoint: its bytes and progress are the
+  // holders' together, so one holder's progress report does not describe it.
+  bool was_shared = false;
   bool has_socket = false;       // started with a FiveTuple: shareable, indexed by socket
   SocketId socket;
   alloc::HostId src = 0;

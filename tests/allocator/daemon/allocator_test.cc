@@ -469,7 +469,8 @@ TEST_F(AllocatorTest, EndpointsAndLinksComeInPages) {
       EXPECT_EQ(seen, (std::vector<std::string>{"h0.up", "h1.up", "h2.down", "h3.down"}));
     }
   }
-  // Without a limit: one page of up to 500, as before paging.
+  // Without a limit: one page of up to 500 (an older flowtune-ctl, which
+  // asks without one, shows the first 500).
   const auto all = nlohmann::json::parse(control_reply(*alloc_, {"x", 0}, "endpoints", now_));
   EXPECT_EQ(all["endpoints"].size(), 5u);
   EXPECT_TRUE(all["next"].is_null());
@@ -487,18 +488,36 @@ TEST_F(AllocatorTest, ProgressGrowsAFlowAndReplansTheOrder) {
   ASSERT_EQ(acks.size(), 1u);
   EXPECT_TRUE(acks[0].message.hello_ack);
   EXPECT_TRUE(acks[0].message.progress_ok);
-  send("p", {start_of(1, 0, 1), start_of(2, 0, 2)});
+  // Two coflows on one path: 1 MB goes before 8 MB.
+  wire::FlowletStart small = start_of(1, 0, 1), big = start_of(2, 0, 1);
+  small.coflow_id = 1;
+  big.coflow_id = 2;
+  big.bytes = 8 << 20;
+  send("p", {small, big});
   settle();
-  const auto plans = alloc_->policy_totals().counters.coflow_plans;
+  const auto floors = [&] {
+    std::map<std::uint64_t, double> f;
+    for (const auto& v : alloc_->flows(now_, 10)) f[v.flow_key] = v.floor_bps;
+    return f;
+  };
+  EXPECT_GT(floors()[1], floors()[2]);
+  // The small one turns out to be 64 MB: the 8 MB coflow goes first.
   send("p", {wire::Progress{{{1, 64 << 20, 2 << 20}, {2, 1000, 0}}}});
   settle();
-  EXPECT_GT(alloc_->policy_totals().counters.coflow_plans, plans);
+  EXPECT_GT(floors()[2], floors()[1]);
   EXPECT_EQ(alloc_->counters().progress, 1u);
   EXPECT_EQ(alloc_->counters().progress_flows, 2u);
   std::map<std::uint64_t, std::uint64_t> bytes;
   for (const auto& f : alloc_->flows(now_, 10)) bytes[f.flow_key] = f.bytes;
   EXPECT_EQ(bytes[1], 64u << 20);
-  EXPECT_EQ(bytes[2], 1u << 20);  // a smaller report does not shrink it
+  EXPECT_EQ(bytes[2], 8u << 20);  // a smaller report does not shrink it
+  // A resync of the same flows (same epoch) carries sizes the policy takes
+  // too: flow 2 grew to 1 GB while a progress report was lost.
+  big.bytes = 1 << 30;
+  small.bytes = 64 << 20;
+  send("p", {wire::Resync{{small, big}}});
+  settle();
+  EXPECT_GT(floors()[1], floors()[2]);
   send("p", {wire::Progress{{{9, 10, 0}}}});
   const auto errs = errors_to(alloc_->take_outbox(), "p");
   ASSERT_EQ(errs.size(), 1u);
