@@ -70,9 +70,10 @@ policy (docs/policy.md):
   --deadline-margin F        a deadline's floor is remaining / time left times
                              1 + F (default 0.05)
   --coflow-policy P          none (default: every flowlet its fair share), stf
-                             (smallest remaining coflow first) or sebf
+                             (smallest remaining coflow first), sebf
                              (smallest effective bottleneck first, flows of a
-                             coflow paced to finish together): flowlets
+                             coflow paced to finish together) or bssi
+                             (Sincronia's order, each coflow's flows max-min): flowlets
                              carrying one coflow id are served as one, in that
                              order, after guarantees and deadlines
   --coflow-share F           share of a link the coflow order may hand out; the
@@ -150,7 +151,7 @@ Options parse(int argc, char** argv) {
     else if (args.is("--coflow-policy")) {
       const std::string v = args.value();
       if (!flowtune::alloc::parse_coflow_policy(v, o.alloc.coflow_policy)) {
-        args.usage_error("flowtune-allocator", "--coflow-policy must be none, stf or sebf, got '" + v + "'");
+        args.usage_error("flowtune-allocator", "--coflow-policy must be none, stf, sebf or bssi, got '" + v + "'");
       }
     }
     else if (args.is("--coflow-share")) o.alloc.coflow_share = args.number();

@@ -121,8 +121,9 @@ CoflowTrace load_coflow_trace(const std::string& name_or_path) {
 }
 
 std::string check(const CoflowSimConfig& c) {
-  if (c.policy != "pf" && c.policy != "stf" && c.policy != "sebf" && c.policy != "offline") {
-    return "policy must be pf, stf, sebf or offline";
+  if (c.policy != "pf" && c.policy != "stf" && c.policy != "sebf" && c.policy != "bssi" &&
+      c.policy != "offline") {
+    return "policy must be pf, stf, sebf, bssi or offline";
   }
   if (!(c.port_gbps > 0 && c.port_gbps <= 1e4)) return "port rate must be within (0, 10000] Gbit/s";
   if (!(c.time_scale > 0 && c.time_scale <= 1e6)) return "time scale must be positive";
@@ -203,6 +204,7 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
   alloc::CoflowConfig pc;
   pc.policy = c.policy == "stf"    ? alloc::CoflowPolicy::kStf
               : c.policy == "sebf" ? alloc::CoflowPolicy::kSebf
+              : c.policy == "bssi" ? alloc::CoflowPolicy::kBssi
                                    : alloc::CoflowPolicy::kNone;
   pc.ordered_share = c.ordered_share;
   const std::vector<double> cap(2 * static_cast<std::size_t>(trace.ports), port_bps);

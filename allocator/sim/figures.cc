@@ -492,7 +492,7 @@ struct FigureRunner::Impl {
     const CoflowTrace trace = load_coflow_trace("fb");
     const std::vector<double> scales = opt.quick ? std::vector<double>{1.0}
                                                  : std::vector<double>{1.5, 1.0, 0.75};
-    const std::vector<std::string> policies{"pf", "stf", "sebf", "offline"};
+    const std::vector<std::string> policies{"pf", "stf", "sebf", "bssi", "offline"};
     std::vector<CoflowSimConfig> cs;
     for (double scale : scales) {
       for (const auto& p : policies) {

@@ -94,9 +94,10 @@ run options (defaults: the paper's §5.3 network and web workload):
 
 coflows options (docs/coflows.md):
   --trace fb|FILE            Coflow-Benchmark trace (fb: 526 coflows, 150 racks)
-  --policy pf|stf|sebf|offline  per-flow fair; smallest coflow first; smallest
-                             effective bottleneck first with MADD; each coflow
-                             alone (a bound) (sebf)
+  --policy pf|stf|sebf|bssi|offline  per-flow fair; smallest coflow first;
+                             smallest effective bottleneck first with MADD;
+                             Sincronia's bottleneck-select-scale-iterate order;
+                             each coflow alone (a bound) (sebf)
   --port-gbps G              each rack's up- and downlink (1)
   --time-scale S             multiply arrival times by S: < 1 is more load (1)
   --ordered-share F          share of each link handed out in coflow order;

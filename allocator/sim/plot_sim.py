@@ -160,7 +160,8 @@ def coflow_trace(d, base):
     # Left: mean CCT per policy at each load; right: by Varys's bins at the
     # native load (time scale 1).
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    policies = ["pf", "stf", "sebf", "offline"]
+    policies = [p for p in ["pf", "stf", "sebf", "bssi", "offline"]
+                if any(q["policy"] == p for q in d["points"])]
     loads = sorted({p["summary"]["offered_load"] for p in d["points"]})
     width = 0.8 / len(policies)
     for k, pol in enumerate(policies):

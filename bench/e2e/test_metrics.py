@@ -265,6 +265,29 @@ class SparkEventLog(unittest.TestCase):
         self.assertIsNone(run.allocator_seen(None, after))
 
 
+_cb_loader = importlib.machinery.SourceFileLoader(
+    "coflow_bound", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                 "coflow_bound.py"))
+coflow_bound = importlib.util.module_from_spec(importlib.util.spec_from_loader("coflow_bound", _cb_loader))
+_cb_loader.exec_module(coflow_bound)
+
+
+class CoflowBound(unittest.TestCase):
+    def test_srpt_preempts_for_the_shorter_job(self):
+        # a runs 0-1, b (1 s) preempts it at 1 and ends at 2, a ends at 4.
+        self.assertEqual(coflow_bound.srpt([(0, 3, "a"), (1, 1, "b")]), {"a": 4, "b": 2})
+
+    def test_two_coflows_on_one_port_bound_above_isolation(self):
+        # Two 1 MB coflows from rack 0 to rack 1 at once: alone each takes
+        # 2^20 B / 125 MB/s; on their shared ports one must wait for the other.
+        one = 2**20 / 1.25e8
+        cs = coflow_bound.parse("2 2\n1 0 1 0 1 1:1.0\n2 0 1 0 1 1:1.0\n3 5 1 1 1 1:4.0\n")
+        self.assertEqual(len(cs), 2)  # coflow 3 is rack-local: left out
+        b = coflow_bound.bounds(cs)
+        self.assertAlmostEqual(b["isolated_mean_s"], one)
+        self.assertAlmostEqual(b["port_srpt_mean_s"], 1.5 * one)
+
+
 class SenderArgv(unittest.TestCase):
     class Args:
         wait_rate_ms = 0

@@ -12,12 +12,13 @@ const char* to_string(CoflowPolicy p) {
     case CoflowPolicy::kNone: return "none";
     case CoflowPolicy::kStf: return "stf";
     case CoflowPolicy::kSebf: return "sebf";
+    case CoflowPolicy::kBssi: return "bssi";
   }
   return "?";
 }
 
 bool parse_coflow_policy(std::string_view s, CoflowPolicy& out) {
-  for (auto p : {CoflowPolicy::kNone, CoflowPolicy::kStf, CoflowPolicy::kSebf}) {
+  for (auto p : {CoflowPolicy::kNone, CoflowPolicy::kStf, CoflowPolicy::kSebf, CoflowPolicy::kBssi}) {
     if (s == to_string(p)) {
       out = p;
       return true;
@@ -100,7 +101,9 @@ void CoflowPlanner::plan(const CoflowConfig& c, std::span<const double> avail_bp
     return std::span<const std::uint32_t>(all_);
   };
 
+  if (c.policy == CoflowPolicy::kBssi) order_bssi(flows);
   for (Group& g : groups_) {
+    if (c.policy == CoflowPolicy::kBssi) continue;  // keyed by order_bssi
     if (c.policy == CoflowPolicy::kStf) {
       g.key = kInf;
       for (std::uint32_t k = g.begin; k < g.end; ++k) {
@@ -119,7 +122,7 @@ void CoflowPlanner::plan(const CoflowConfig& c, std::span<const double> avail_bp
   for (const Group& g : groups_) {
     if (!(g.key < kInf)) break;  // no sized flow, or nothing left to give: shared part only
     order_ids_.push_back(g.id);
-    if (c.policy == CoflowPolicy::kStf) {
+    if (c.policy != CoflowPolicy::kSebf) {
       fill(flows, sized_members(g), cap_, ordered);
       continue;
     }
@@ -140,6 +143,100 @@ void CoflowPlanner::plan(const CoflowConfig& c, std::span<const double> avail_bp
   for (const Group& g : groups_) {
     if (!(g.key < kInf)) break;
     fill(flows, sized_members(g), cap_, ordered);
+  }
+}
+
+void CoflowPlanner::order_bssi(std::span<const CoflowFlow> flows) {
+  // Each sized coflow's seconds of work per link on the order's capacity
+  // (cap_); a link with nothing left to give counts as very slow, not as
+  // infinitely so, so it still ranks its coflows.
+  work_.clear();
+  work_begin_.assign(groups_.size() + 1, 0);
+  for (std::uint32_t gi = 0; gi < groups_.size(); ++gi) {
+    const Group& g = groups_[gi];
+    touched_.clear();
+    for (std::uint32_t k = g.begin; k < g.end; ++k) {
+      const CoflowFlow& f = flows[by_coflow_[k]];
+      if (!(f.remaining_bytes < kInf)) continue;
+      for (LinkId l : f.path) {
+        if (load_[l] == 0) touched_.push_back(l);
+        load_[l] += f.remaining_bytes;
+      }
+    }
+    for (LinkId l : touched_) {
+      work_.push_back({gi, l, 8 * load_[l] / std::max(cap_[l], 1.0)});
+      load_[l] = 0;
+    }
+    work_begin_[gi + 1] = static_cast<std::uint32_t>(work_.size());
+  }
+  // The same work by link, and each link's total.
+  link_work_begin_.assign(cap_.size() + 1, 0);
+  for (const Work& w : work_) ++link_work_begin_[w.link + 1];
+  for (std::size_t l = 0; l < cap_.size(); ++l) link_work_begin_[l + 1] += link_work_begin_[l];
+  work_by_link_.resize(work_.size());
+  link_left_.assign(cap_.size(), 0.0);
+  busy_links_.clear();
+  {
+    std::vector<std::uint32_t>& at = members_;  // scratch: next slot per link
+    at.assign(link_work_begin_.begin(), link_work_begin_.end() - 1);
+    for (const Work& w : work_) {
+      if (link_left_[w.link] == 0) busy_links_.push_back(w.link);
+      link_left_[w.link] += w.seconds;
+      work_by_link_[at[w.link]++] = w;
+    }
+  }
+  weight_.assign(groups_.size(), 1.0);
+  placed_.assign(groups_.size(), 0);
+  std::size_t unplaced = 0;
+  for (std::uint32_t gi = 0; gi < groups_.size(); ++gi) {
+    const bool sized = work_begin_[gi + 1] > work_begin_[gi];
+    groups_[gi].key = kInf;  // unsized coflows are never ordered
+    placed_[gi] = !sized;
+    unplaced += sized;
+  }
+  // From the back: the last place goes to the coflow with the most work
+  // per weight on the most loaded link.
+  for (std::size_t place = unplaced; place-- > 0;) {
+    LinkId b = busy_links_.front();
+    for (LinkId l : busy_links_) {
+      if (link_left_[l] > link_left_[b]) b = l;
+    }
+    std::uint32_t last = ~0u;
+    double best = -1;
+    for (std::uint32_t p = link_work_begin_[b]; p < link_work_begin_[b + 1]; ++p) {
+      const Work& w = work_by_link_[p];
+      if (placed_[w.group]) continue;
+      const double per_weight = weight_[w.group] > 0 ? w.seconds / weight_[w.group] : kInf;
+      // Ties: the larger id goes later, so the order does not depend on
+      // the flows' order.
+      if (per_weight > best ||
+          (per_weight == best && groups_[w.group].id > groups_[last].id)) {
+        best = per_weight;
+        last = w.group;
+      }
+    }
+    if (last == ~0u) {  // every coflow on the busiest link is placed: numerical dust
+      for (std::uint32_t gi = 0; gi < groups_.size(); ++gi) {
+        if (!placed_[gi] && (last == ~0u || groups_[gi].id > groups_[last].id)) last = gi;
+      }
+    }
+    double d_last = 0;
+    for (std::uint32_t p = link_work_begin_[b]; p < link_work_begin_[b + 1]; ++p) {
+      if (work_by_link_[p].group == last) d_last = work_by_link_[p].seconds;
+    }
+    // Scale: the others on b give up weight in proportion to their work there.
+    if (d_last > 0) {
+      for (std::uint32_t p = link_work_begin_[b]; p < link_work_begin_[b + 1]; ++p) {
+        const Work& w = work_by_link_[p];
+        if (placed_[w.group] || w.group == last) continue;
+        weight_[w.group] = std::max(0.0, weight_[w.group] - weight_[last] * w.seconds / d_last);
+      }
+    }
+    placed_[last] = 1;
+    groups_[last].key = static_cast<double>(place);
+    for (std::uint32_t k = work_begin_[last]; k < work_begin_[last + 1]; ++k) {
+      link_left_[work_[k].link] = std::max(0.0, link_left_[work_[k].link] - work_[k].seconds);
+    }
   }
 }
 

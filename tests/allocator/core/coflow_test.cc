@@ -178,7 +178,8 @@ TEST(CoflowPlanner, RandomInstancesNeverOverfillALinkAndLeaveNoFlowUnderserved) 
       if (b != a) f.path.push(b);
       flows.push_back(f);
     }
-    for (auto pol : {CoflowPolicy::kNone, CoflowPolicy::kStf, CoflowPolicy::kSebf}) {
+    for (auto pol : {CoflowPolicy::kNone, CoflowPolicy::kStf, CoflowPolicy::kSebf,
+                     CoflowPolicy::kBssi}) {
       CoflowPlanner p;
       std::vector<double> r;
       const double share = trial % 2 ? 1.0 : 0.8;
@@ -220,12 +221,44 @@ TEST(CoflowPlanner, RandomInstancesNeverOverfillALinkAndLeaveNoFlowUnderserved) 
   }
 }
 
+// BSSI builds the order from the back. One link: the largest coflow goes
+// last, weights shrink, and the result is smallest first. Two links (8
+// Mbit/s, 1 MB/s): X has 1 MB on each, Y 1.5 MB on link 0, Z 1.4 MB on
+// link 1. Link 0 is the busiest (2.5 s): Y has the most work there per
+// weight (1.5 > 1) and goes last; X's weight shrinks to 1 - 1/1.5 = 1/3.
+// Then link 1 (2.4 s): X has 1 s / (1/3) = 3 against Z's 1.4, so X goes
+// last of the two: Z, X, Y. (SEBF serves X first: its bottleneck is 1 s.)
+TEST(CoflowPlanner, BssiPlacesTheHeaviestLastOnTheBusiestLinkAndScalesWeights) {
+  CoflowPlanner p;
+  std::vector<double> r;
+  const std::vector<double> one{8e6};
+  p.plan(config(CoflowPolicy::kBssi), one,
+         std::vector<CoflowFlow>{flow(1, 3 * kMB, {0}), flow(2, 1 * kMB, {0}), flow(3, 2 * kMB, {0})},
+         r);
+  EXPECT_EQ(p.order(), (std::vector<std::uint64_t>{2, 3, 1}));
+  EXPECT_DOUBLE_EQ(r[1], 8e6);  // the first coflow's flows fill what they can
+  const std::vector<double> two{8e6, 8e6};
+  const std::vector<CoflowFlow> flows{flow(10, kMB, {0}), flow(10, kMB, {1}),
+                                      flow(20, 1.5 * kMB, {0}), flow(30, 1.4 * kMB, {1})};
+  p.plan(config(CoflowPolicy::kBssi), two, flows, r);
+  EXPECT_EQ(p.order(), (std::vector<std::uint64_t>{30, 10, 20}));
+  // Z fills link 1; X's flow on link 0 takes it (Y is after X); nothing is left.
+  EXPECT_DOUBLE_EQ(r[3], 8e6);
+  EXPECT_DOUBLE_EQ(r[0], 8e6);
+  EXPECT_DOUBLE_EQ(r[1], 0);
+  EXPECT_DOUBLE_EQ(r[2], 0);
+  p.plan(config(CoflowPolicy::kSebf), two, flows, r);
+  EXPECT_EQ(p.order().front(), 10u);
+}
+
 TEST(CoflowPlanner, PoliciesParseByNameAndBadSharesAreRefused) {
   CoflowPolicy p = CoflowPolicy::kNone;
   EXPECT_TRUE(parse_coflow_policy("sebf", p));
   EXPECT_EQ(p, CoflowPolicy::kSebf);
   EXPECT_TRUE(parse_coflow_policy("stf", p));
   EXPECT_EQ(p, CoflowPolicy::kStf);
+  EXPECT_TRUE(parse_coflow_policy("bssi", p));
+  EXPECT_EQ(p, CoflowPolicy::kBssi);
   EXPECT_FALSE(parse_coflow_policy("fifo", p));
   EXPECT_EQ(check(config(CoflowPolicy::kStf, 0)), "ordered share must be within (0, 1]");
   EXPECT_EQ(check(config(CoflowPolicy::kStf, 0.5)), "");

@@ -182,7 +182,7 @@ TEST(CoflowCli, ReplaysATraceFileAndRefusesBadArguments) {
     std::string args;
     const char* needle;
   } cases[] = {
-      {"coflows --policy fifo", "policy must be pf, stf, sebf or offline"},
+      {"coflows --policy fifo", "policy must be pf, stf, sebf, bssi or offline"},
       {"coflows --ordered-share 0", "ordered share must be within"},
       {"coflows --trace /no/such/trace", "cannot open"},
       {"coflows --trace '" + bad + "'", ":2: mapper port"},
