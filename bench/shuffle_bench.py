@@ -6,7 +6,7 @@ with zero-copy send from two registered halves (`read-zc`), io_uring splice
 sendfile (`sendfile`), measured interleaved in the same run; ratios are
 against sendfile. `read-plain` is `read` with its buffer refused
 registration (the server runs without CAP_IPC_LOCK under a 128 KiB
-RLIMIT_MEMLOCK, through capsh; left out where capsh is missing): what
+RLIMIT_MEMLOCK, through capsh; left out unless root with capsh): what
 registered buffers change.
 
 usage: shuffle_bench.py [BUILD_DIR] [--rounds N] [--fetches N] [--maps N]

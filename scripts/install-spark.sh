@@ -13,7 +13,8 @@ req=${FLOWTUNE_PYSPARK:-pyspark==4.3.0}
 need=()
 # Spark 4 needs Java 17 or later.
 java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1; }
-if ! command -v java > /dev/null || [ "$(java_major)" -lt 17 ] 2> /dev/null; then
+major=$(command -v java > /dev/null && java_major || true)
+if [ -z "$major" ] || [ "$major" -lt 17 ]; then
   need+=(openjdk-17-jre-headless)
 fi
 python3 -c "import venv, ensurepip" 2> /dev/null || need+=(python3-venv)
@@ -25,6 +26,12 @@ if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" > /dev/null
+fi
+major=$(java_major)
+if [ -z "$major" ] || [ "$major" -lt 17 ]; then
+  echo "install-spark: 'java' is version ${major:-unknown}; Spark 4 needs 17 or later" \
+    "(set it with update-alternatives --config java)" >&2
+  exit 1
 fi
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"

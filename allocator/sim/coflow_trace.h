@@ -12,6 +12,7 @@
 //   pf       per-flow fair sharing (max-min, the planner's backfill alone)
 //   stf      smallest remaining coflow first, then the backfill
 //   sebf     smallest effective bottleneck first with MADD, then the backfill
+//   bssi     Sincronia's order (bottleneck-select-scale-iterate), then the backfill
 //   offline  each coflow alone on the fabric: its bottleneck time, a bound no
 //            schedule beats (not a schedule)
 #pragma once
@@ -46,7 +47,7 @@ CoflowTrace parse_coflow_trace(std::istream& in, const std::string& name);
 CoflowTrace load_coflow_trace(const std::string& name_or_path);
 
 struct CoflowSimConfig {
-  std::string policy = "sebf";  // pf | stf | sebf | offline
+  std::string policy = "sebf";  // pf | stf | sebf | bssi | offline
   double port_gbps = 1.0;
   // Arrival times are multiplied by this: below 1 the same coflows come
   // faster (a higher load).

@@ -176,7 +176,7 @@ class Cluster:
         self.procs.append((host, p, out))
         return p
 
-    def start(self, memory="1500m", timeout=60):
+    def start(self, memory="1500m", cores=1, timeout=60):
         cls = os.path.join(self.home, "bin", "spark-class")
         self._start(self.master, [cls, "org.apache.spark.deploy.master.Master",
                                   "--host", self.addr(self.master), "--port", str(MASTER_PORT),
@@ -185,7 +185,7 @@ class Cluster:
         for h in self.workers:
             self._start(h, self.worker_prefix(h) + [
                 cls, "org.apache.spark.deploy.worker.Worker", "--host", self.addr(h),
-                "--cores", "1", "--memory", memory, "--webui-port", "0",
+                "--cores", str(cores), "--memory", memory, "--webui-port", "0",
                 "--work-dir", os.path.join(self.work, "worker-h%d" % h), self.url()],
                 self.env(h), "worker-h%d" % h)
         deadline = time.time() + timeout
@@ -236,16 +236,24 @@ class Cluster:
             # driver as a child, which a timeout must take down too.
             p = self.tb.popen("h%d" % self.master, argv, env=self.env(self.master),
                               stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            rc = None
             try:
                 rc = p.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-                rc = None
+                pass
+            finally:
+                if rc is None:  # timed out, or interrupted: nothing of it stays
+                    try:
+                        os.killpg(p.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    p.wait()
         result = None
-        if os.path.exists(answer):
+        try:
             with open(answer) as f:
                 result = json.load(f)
+        except (OSError, ValueError):
+            pass  # no answer, or one cut short: the job failed
         logs = [x for x in glob.glob(os.path.join(events, "*")) if not x.endswith(".inprogress")]
         logs += glob.glob(os.path.join(events, "*.inprogress"))
         return rc, result, (logs[0] if logs else None)

@@ -264,6 +264,29 @@ class SparkEventLog(unittest.TestCase):
                          {"hellos": 3, "starts": 100, "ends": 100, "coflow_plans": 5})
         self.assertIsNone(run.allocator_seen(None, after))
 
+    def test_two_jobs_make_one_round(self):
+        small = {"exit": 0, "rows": 10, "answer": {"fingerprint": "aa", "totals_match": True},
+                 "shuffle_stage_s": 2.0, "map_stage_s": 1.0, "job_s": 3.0, "fetch_wait_s": 1.5,
+                 "remote_bytes": 100, "failed_tasks": 0}
+        large = dict(small, rows=40, answer={"fingerprint": "bb", "totals_match": True},
+                     shuffle_stage_s=6.0, remote_bytes=400, failed_tasks=1)
+        m = run.spark_merge([small, large], 30.0, 12, None)
+        self.assertEqual(m["exit"], 0)
+        self.assertAlmostEqual(m["shuffle_stage_s"], 4.0)
+        self.assertEqual(m["remote_bytes"], 500)
+        self.assertEqual(m["failed_tasks"], 1)
+        self.assertEqual(m["answer"], {"fingerprint": "10:aa,40:bb", "totals_match": True})
+        # A job that timed out (no exit status, no answer, no figures).
+        lost = {"exit": None, "rows": 40, "answer": None}
+        m = run.spark_merge([small, lost], 600.0, 12, None)
+        self.assertIsNone(m["exit"])
+        self.assertIsNone(m["shuffle_stage_s"])  # a mean of one job would pass for the round's
+        self.assertEqual(m["answer"]["fingerprint"], "10:aa")
+        self.assertFalse(m["answer"]["totals_match"])
+        s = run.spark_summary([run.spark_merge([small, large], 30.0, 12, None)] * 2)
+        self.assertEqual(s["shuffle_stage_by_job_s"], [2.0, 6.0])
+        self.assertEqual(s["failed_jobs"], 0)
+
 
 _cb_loader = importlib.machinery.SourceFileLoader(
     "coflow_bound", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

@@ -838,15 +838,20 @@ Server::Server(ServerConfig c) : impl_(std::make_unique<Impl>()) {
 Server::~Server() {
   Impl& s = *impl_;
   // run() drains every submission before it returns; if it threw instead,
-  // operations may still be in flight on these connections' buffers. The
-  // ring goes first (its exit cancels them), and a buffer an operation may
-  // still hold is left allocated rather than handed back to the heap
-  // while the kernel could write into it.
+  // operations may still be in flight on these connections' memory. The
+  // ring goes first (its exit cancels them, asynchronously), and a
+  // connection with operations in flight is left allocated rather than
+  // handed back to the heap while the kernel could write into it.
   if (s.ring_ready) io_uring_queue_exit(&s.ring);
   s.ring_ready = false;
   for (Conn* c : s.conns) {
-    if (c->inflight > 0) (void)c->buf.release();
     c->buf_slot = -1;  // the ring and its table are gone
+    if (c->inflight > 0) {
+      // Its receive buffer, headers and buffer may still be written by the
+      // kernel's cancellation: the whole record is left allocated.
+      if (c->fd >= 0) ::close(c->fd);
+      continue;
+    }
     s.release(c);
   }
   for (auto& [k, m] : s.maps) ::close(m.fd);

@@ -1,6 +1,7 @@
 #include "session.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "flowtune/common/ipv4.h"
 
@@ -222,7 +223,7 @@ void Session::report_growth() {
     k.told_bytes = k.declared;
     const std::uint64_t size = std::min(k.declared, wire::kMaxFlowletBytes);
     p.flows.push_back({k.key, size, std::min(k.handed, size)});
-    if (p.flows.size() == wire::kMaxResyncFlows) break;
+    if (p.flows.size() == wire::kMaxResyncFlows) queue_event(std::exchange(p, {}));  // a message's worth
   }
   if (!p.flows.empty()) queue_event(std::move(p));
 }

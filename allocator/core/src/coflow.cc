@@ -101,9 +101,9 @@ void CoflowPlanner::plan(const CoflowConfig& c, std::span<const double> avail_bp
     return std::span<const std::uint32_t>(all_);
   };
 
-  if (c.policy == CoflowPolicy::kBssi) order_bssi(flows);
+  const bool bssi = c.policy == CoflowPolicy::kBssi && order_bssi(flows);
   for (Group& g : groups_) {
-    if (c.policy == CoflowPolicy::kBssi) continue;  // keyed by order_bssi
+    if (bssi) break;  // keyed by order_bssi
     if (c.policy == CoflowPolicy::kStf) {
       g.key = kInf;
       for (std::uint32_t k = g.begin; k < g.end; ++k) {
@@ -146,18 +146,19 @@ void CoflowPlanner::plan(const CoflowConfig& c, std::span<const double> avail_bp
   }
 }
 
-void CoflowPlanner::order_bssi(std::span<const CoflowFlow> flows) {
+bool CoflowPlanner::order_bssi(std::span<const CoflowFlow> flows) {
   // Each sized coflow's seconds of work per link on the order's capacity
   // (cap_); a link with nothing left to give counts as very slow, not as
   // infinitely so, so it still ranks its coflows.
   work_.clear();
   work_begin_.assign(groups_.size() + 1, 0);
+  std::size_t sized_groups = 0;
   for (std::uint32_t gi = 0; gi < groups_.size(); ++gi) {
     const Group& g = groups_[gi];
     touched_.clear();
     for (std::uint32_t k = g.begin; k < g.end; ++k) {
       const CoflowFlow& f = flows[by_coflow_[k]];
-      if (!(f.remaining_bytes < kInf)) continue;
+      if (!(f.remaining_bytes < kInf) || !(f.remaining_bytes > 0)) continue;
       for (LinkId l : f.path) {
         if (load_[l] == 0) touched_.push_back(l);
         load_[l] += f.remaining_bytes;
@@ -168,76 +169,85 @@ void CoflowPlanner::order_bssi(std::span<const CoflowFlow> flows) {
       load_[l] = 0;
     }
     work_begin_[gi + 1] = static_cast<std::uint32_t>(work_.size());
+    sized_groups += !touched_.empty();
   }
-  // The same work by link, and each link's total.
+  // Each placement scans the busiest link's coflows: quadratic in the
+  // coflows sharing a link. Past kMaxBssiCoflows the caller orders by SEBF.
+  if (sized_groups > kMaxBssiCoflows) return false;
+  // The work by link (indices into work_, each link's live ones first), and
+  // each link's total over coflows not yet placed.
   link_work_begin_.assign(cap_.size() + 1, 0);
   for (const Work& w : work_) ++link_work_begin_[w.link + 1];
   for (std::size_t l = 0; l < cap_.size(); ++l) link_work_begin_[l + 1] += link_work_begin_[l];
+  link_work_end_.assign(link_work_begin_.begin(), link_work_begin_.end() - 1);
   work_by_link_.resize(work_.size());
+  work_pos_.resize(work_.size());
   link_left_.assign(cap_.size(), 0.0);
   busy_links_.clear();
-  {
-    std::vector<std::uint32_t>& at = members_;  // scratch: next slot per link
-    at.assign(link_work_begin_.begin(), link_work_begin_.end() - 1);
-    for (const Work& w : work_) {
-      if (link_left_[w.link] == 0) busy_links_.push_back(w.link);
-      link_left_[w.link] += w.seconds;
-      work_by_link_[at[w.link]++] = w;
+  busy_pos_.assign(cap_.size(), 0);
+  for (std::uint32_t wi = 0; wi < work_.size(); ++wi) {
+    const Work& w = work_[wi];
+    if (link_work_end_[w.link] == link_work_begin_[w.link]) {
+      busy_pos_[w.link] = static_cast<std::uint32_t>(busy_links_.size());
+      busy_links_.push_back(w.link);
     }
+    link_left_[w.link] += w.seconds;
+    work_pos_[wi] = link_work_end_[w.link];
+    work_by_link_[link_work_end_[w.link]++] = wi;
   }
   weight_.assign(groups_.size(), 1.0);
-  placed_.assign(groups_.size(), 0);
   std::size_t unplaced = 0;
   for (std::uint32_t gi = 0; gi < groups_.size(); ++gi) {
-    const bool sized = work_begin_[gi + 1] > work_begin_[gi];
     groups_[gi].key = kInf;  // unsized coflows are never ordered
-    placed_[gi] = !sized;
-    unplaced += sized;
+    unplaced += work_begin_[gi + 1] > work_begin_[gi];
   }
   // From the back: the last place goes to the coflow with the most work
-  // per weight on the most loaded link.
+  // per weight on the most loaded link (ties: the lower link, the larger
+  // coflow id, so the order does not depend on the flows' order).
   for (std::size_t place = unplaced; place-- > 0;) {
     LinkId b = busy_links_.front();
     for (LinkId l : busy_links_) {
-      if (link_left_[l] > link_left_[b]) b = l;
+      if (link_left_[l] > link_left_[b] || (link_left_[l] == link_left_[b] && l < b)) b = l;
     }
     std::uint32_t last = ~0u;
-    double best = -1;
-    for (std::uint32_t p = link_work_begin_[b]; p < link_work_begin_[b + 1]; ++p) {
-      const Work& w = work_by_link_[p];
-      if (placed_[w.group]) continue;
+    double best = -1, d_last = 0;
+    for (std::uint32_t p = link_work_begin_[b]; p < link_work_end_[b]; ++p) {
+      const Work& w = work_[work_by_link_[p]];
       const double per_weight = weight_[w.group] > 0 ? w.seconds / weight_[w.group] : kInf;
-      // Ties: the larger id goes later, so the order does not depend on
-      // the flows' order.
       if (per_weight > best ||
           (per_weight == best && groups_[w.group].id > groups_[last].id)) {
         best = per_weight;
         last = w.group;
+        d_last = w.seconds;
       }
-    }
-    if (last == ~0u) {  // every coflow on the busiest link is placed: numerical dust
-      for (std::uint32_t gi = 0; gi < groups_.size(); ++gi) {
-        if (!placed_[gi] && (last == ~0u || groups_[gi].id > groups_[last].id)) last = gi;
-      }
-    }
-    double d_last = 0;
-    for (std::uint32_t p = link_work_begin_[b]; p < link_work_begin_[b + 1]; ++p) {
-      if (work_by_link_[p].group == last) d_last = work_by_link_[p].seconds;
     }
     // Scale: the others on b give up weight in proportion to their work there.
     if (d_last > 0) {
-      for (std::uint32_t p = link_work_begin_[b]; p < link_work_begin_[b + 1]; ++p) {
-        const Work& w = work_by_link_[p];
-        if (placed_[w.group] || w.group == last) continue;
+      for (std::uint32_t p = link_work_begin_[b]; p < link_work_end_[b]; ++p) {
+        const Work& w = work_[work_by_link_[p]];
+        if (w.group == last) continue;
         weight_[w.group] = std::max(0.0, weight_[w.group] - weight_[last] * w.seconds / d_last);
       }
     }
-    placed_[last] = 1;
     groups_[last].key = static_cast<double>(place);
-    for (std::uint32_t k = work_begin_[last]; k < work_begin_[last + 1]; ++k) {
-      link_left_[work_[k].link] = std::max(0.0, link_left_[work_[k].link] - work_[k].seconds);
+    // Its work leaves every link it was on; a link left with no coflow
+    // leaves the busy list, whatever rounding left of its total.
+    for (std::uint32_t wi = work_begin_[last]; wi < work_begin_[last + 1]; ++wi) {
+      const LinkId l = work_[wi].link;
+      link_left_[l] = std::max(0.0, link_left_[l] - work_[wi].seconds);
+      const std::uint32_t at = work_pos_[wi], tail = --link_work_end_[l];
+      work_by_link_[at] = work_by_link_[tail];
+      work_pos_[work_by_link_[at]] = at;
+      if (tail == link_work_begin_[l]) {
+        link_left_[l] = 0;
+        const std::uint32_t bp = busy_pos_[l];
+        busy_links_[bp] = busy_links_.back();
+        busy_pos_[busy_links_[bp]] = bp;
+        busy_links_.pop_back();
+      }
     }
   }
+  return true;
 }
 
 void CoflowPlanner::backfill(std::span<const double> capacity_bps,

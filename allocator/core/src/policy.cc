@@ -177,6 +177,14 @@ void PolicyBook::progress(FlowId id, std::uint64_t bytes, std::uint64_t sent, st
   replan_ = true;
 }
 
+void PolicyBook::grow(FlowId id, std::uint64_t bytes) {
+  if (id >= entries_.size() || !entries_[id].live) return;
+  Entry& e = entries_[id];
+  if ((!e.in_deadlines && !e.in_coflows) || bytes <= e.p.bytes) return;
+  e.p.bytes = bytes;
+  replan_ = true;
+}
+
 DeadlineState PolicyBook::deadline_state(FlowId id) const {
   if (id >= entries_.size() || !entries_[id].live) return DeadlineState::kNone;
   return entries_[id].state;

@@ -240,7 +240,7 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
           // The endpoint counts its size as told by this resync: the policy
           // plans with it too (a progress report may have been lost with
           // the message the resync repairs).
-          if (!f.was_shared) policy_.progress(id, s.bytes, s.bytes, now_us);
+          if (!f.was_shared) policy_.grow(id, s.bytes);
         }
         set_sent(id, 0);
         flows_changed_ = true;

@@ -251,6 +251,45 @@ TEST(CoflowPlanner, BssiPlacesTheHeaviestLastOnTheBusiestLinkAndScalesWeights) {
   EXPECT_EQ(p.order().front(), 10u);
 }
 
+// A link with nothing left to give (guarantees filled it) still ranks its
+// coflows, and once they are placed it no longer counts as the busiest:
+// the coflows elsewhere are ordered by their own work, smallest first.
+// The order does not depend on the order of the flows.
+TEST(CoflowPlanner, BssiIgnoresADeadLinkOnceItsCoflowsArePlacedAndFlowOrder) {
+  const std::vector<double> cap{0, 8e6};
+  std::vector<CoflowFlow> flows{flow(1, 500 * kMB, {0}), flow(2, 900 * kMB, {0})};
+  for (std::uint64_t id = 10; id < 15; ++id) flows.push_back(flow(id, static_cast<double>(25 - id) * kMB, {1}));
+  CoflowPlanner p;
+  std::vector<double> r;
+  p.plan(config(CoflowPolicy::kBssi), cap, flows, r);
+  EXPECT_EQ(p.order(), (std::vector<std::uint64_t>{14, 13, 12, 11, 10, 1, 2}));
+  // X spans links 0 and 1 with equal work, Y and Z one each: a tie between
+  // the links, broken by link, not by which of X's flows comes first.
+  const std::vector<double> two{8e6, 8e6};
+  std::vector<CoflowFlow> tie{flow(1, kMB, {0}), flow(1, kMB, {1}), flow(2, kMB, {0}),
+                              flow(3, kMB, {1})};
+  p.plan(config(CoflowPolicy::kBssi), two, tie, r);
+  const auto order = p.order();
+  std::swap(tie[0], tie[1]);
+  p.plan(config(CoflowPolicy::kBssi), two, tie, r);
+  EXPECT_EQ(p.order(), order);
+}
+
+// Past kMaxBssiCoflows sized coflows a plan orders by SEBF's key: the same
+// order sebf gives.
+TEST(CoflowPlanner, BssiPastItsLimitOrdersAsSebf) {
+  const std::vector<double> cap{8e6, 8e6};
+  std::vector<CoflowFlow> flows;
+  for (std::uint64_t id = 1; id <= kMaxBssiCoflows + 1; ++id) {
+    flows.push_back(flow(id, static_cast<double>((id * 7919) % 1000 + 1) * 1e3, {id % 2 == 0 ? 0u : 1u}));
+  }
+  CoflowPlanner p, q;
+  std::vector<double> r, s2;
+  p.plan(config(CoflowPolicy::kBssi), cap, flows, r);
+  q.plan(config(CoflowPolicy::kSebf), cap, flows, s2);
+  EXPECT_EQ(p.order(), q.order());
+}
+
 TEST(CoflowPlanner, PoliciesParseByNameAndBadSharesAreRefused) {
   CoflowPolicy p = CoflowPolicy::kNone;
   EXPECT_TRUE(parse_coflow_policy("sebf", p));

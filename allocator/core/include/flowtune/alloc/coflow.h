@@ -18,8 +18,12 @@
 //   the coflows not yet placed), the coflow with the most work there per
 //   unit of its weight goes last, the others' weights shrink by what it
 //   took, repeat; each coflow's flows then split what earlier ones left, as
-//   with kStf. An order within 4x of the optimal average CCT whatever rates
-//   follow it, where kSebf's has no such bound.
+//   with kStf. Sincronia bounds this order within 4x of the optimal average
+//   CCT for coflows all present at once, served strictly in order on a
+//   non-blocking switch; re-planned at every arrival, with a share left to
+//   every flow, no bound carries over. Past kMaxBssiCoflows sized coflows
+//   (each placement scans the busiest link's coflows) a plan orders by
+//   SEBF's key instead.
 // The order only hands out `ordered_share` of every link; what it leaves
 // (that share's unused part, and the rest of the link) is shared by every
 // flow, so the planner is work-conserving and no coflow starves: a large
@@ -43,6 +47,8 @@ enum class CoflowPolicy : std::uint8_t { kNone, kStf, kSebf, kBssi };
 const char* to_string(CoflowPolicy p);
 // "none", "stf", "sebf", "bssi"; false for anything else.
 bool parse_coflow_policy(std::string_view s, CoflowPolicy& out);
+
+inline constexpr std::size_t kMaxBssiCoflows = 2048;
 
 struct CoflowFlow {
   std::uint64_t coflow = 0;  // flows with equal ids form one coflow
@@ -95,8 +101,9 @@ class CoflowPlanner {
     std::uint32_t begin, end;  // in by_coflow_
   };
   void group(std::span<const CoflowFlow> flows);
-  // kBssi: sets each sized group's key to its place in the order.
-  void order_bssi(std::span<const CoflowFlow> flows);
+  // kBssi: sets each sized group's key to its place in the order; false
+  // (keys untouched) past kMaxBssiCoflows.
+  bool order_bssi(std::span<const CoflowFlow> flows);
   // Water-fills `members` (flow indices) on cap (bits/s, consumed), adding
   // to rates.
   void fill(std::span<const CoflowFlow> flows, std::span<const std::uint32_t> members,
@@ -128,11 +135,11 @@ class CoflowPlanner {
     LinkId link;
     double seconds;
   };
-  std::vector<Work> work_, work_by_link_;
-  std::vector<std::uint32_t> work_begin_, link_work_begin_;
+  std::vector<Work> work_;
+  std::vector<std::uint32_t> work_begin_, link_work_begin_, link_work_end_, work_by_link_,
+      work_pos_, busy_pos_;
   std::vector<double> link_left_, weight_;
   std::vector<LinkId> busy_links_;
-  std::vector<std::uint8_t> placed_;
   std::vector<std::uint8_t> frozen_;
   Fill fill_way_ = Fill::kAuto;
 };

@@ -114,6 +114,9 @@ class PolicyBook {
   // replaces the estimate from rates where that is higher (a flowlet that
   // sends less than its rate). Re-plans coflows and deadlines.
   void progress(FlowId id, std::uint64_t bytes, std::uint64_t sent, std::uint64_t now_us);
+  // The flowlet's size is now `bytes` if that is larger (a resync's start),
+  // with nothing said of its progress.
+  void grow(FlowId id, std::uint64_t bytes);
 
   // Whether apply() at now_us has work to do.
   bool dirty(std::uint64_t now_us) const {

@@ -82,7 +82,7 @@ struct AllocatorConfig {
   // them, not reported.
   double deadline_margin = 0.05;
   // Coflow order (docs/coflows.md): kNone leaves every flowlet to the
-  // engine's fair share; stf / sebf add each flowlet's rate in coflow order
+  // engine's fair share; stf / sebf / bssi add each flowlet's rate in coflow order
   // to its floor, within coflow_share of every link (and --max-reserved).
   alloc::CoflowPolicy coflow_policy = alloc::CoflowPolicy::kNone;
   // 0.7, not the simulator's 0.9: on the testbed's trace replay 0.9 left
