@@ -208,10 +208,15 @@ void Session::extend_flowlet(SocketRef ref, Sock& k, std::uint64_t bytes, std::u
     // The allocator orders coflows and plans deadlines by what is left: a
     // flowlet grown by half since it last heard is told, so a flowlet written
     // piecewise costs O(log size) reports, not one per write.
-    k.told_bytes = k.declared;
-    const std::uint64_t size = std::min(k.declared, wire::kMaxFlowletBytes);
-    queue_event(wire::Progress{{{k.key, size, std::min(k.handed, size)}}});
+    queue_event(wire::Progress{{told_progress(k)}});
   }
+}
+
+// The flowlet's progress as the allocator is about to hear it.
+wire::FlowProgress Session::told_progress(Sock& k) {
+  k.told_bytes = k.declared;
+  const std::uint64_t size = std::min(k.declared, wire::kMaxFlowletBytes);
+  return {k.key, size, std::min(k.handed, size)};
 }
 
 // Flowlets that grew while the hello was on its way (their starts carried
@@ -220,9 +225,7 @@ void Session::report_growth() {
   wire::Progress p;
   for (auto& [packed, k] : sockets_) {
     if (!k.in_progress() || k.key == 0 || k.declared <= k.told_bytes) continue;
-    k.told_bytes = k.declared;
-    const std::uint64_t size = std::min(k.declared, wire::kMaxFlowletBytes);
-    p.flows.push_back({k.key, size, std::min(k.handed, size)});
+    p.flows.push_back(told_progress(k));
     if (p.flows.size() == wire::kMaxResyncFlows) queue_event(std::exchange(p, {}));  // a message's worth
   }
   if (!p.flows.empty()) queue_event(std::move(p));

@@ -237,6 +237,7 @@ class Session {
   void begin_flowlet(SocketRef ref, Sock& k, const In& in, std::uint64_t now_us);
   void extend_flowlet(SocketRef ref, Sock& k, std::uint64_t bytes, std::uint64_t now_us);
   void report_growth();
+  static wire::FlowProgress told_progress(Sock& k);
   void look_now(SocketRef ref, Sock& k);
   void end_flowlet(SocketRef ref, Sock& k, std::uint64_t now_us);
 
