@@ -20,9 +20,24 @@
 //   against the same figures without it (the control plane must not stall
 //   the data plane).
 //
+// flood (--flood): legitimate endpoints and a probe from one address, then
+//   a flood from another (many endpoints: random, repeated and absurd
+//   starts, ends without starts, 10^6 starts in all) into hosts whose links
+//   theirs do not share, with the per-source quotas on and off, interleaved:
+//   the probe's start -> rate p99 and refusals under the flood against the
+//   same before it, the largest move of a legitimate flow's rate, what the
+//   flood got, and the daemon's memory idle, under the flood and once the
+//   flood's endpoints have timed out.
+// curve (--curve): the throughput run (10,000 flows) and the latency run
+//   (1,000 flows, probes 0.5 and 5 ms apart) with the daemon and every
+//   client speaking CURVE against the same runs without it, interleaved:
+//   what authentication costs the control loop.
+//
 // Prints one JSON object (bench/daemon_table.py makes a table of it).
 // Machine caveat: generator and daemon share the machine's cores.
 #include <spawn.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,10 +47,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <random>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,6 +62,7 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "flowtune/common/curve.h"
 #include "flowtune/wire/codec.h"
 
 extern char** environ;
@@ -58,19 +78,57 @@ constexpr int kEndpoints = 8;
 // The daemon under test (--allocator-binary: A/B against another build).
 std::string g_allocator_binary = FT_ALLOCATOR_BINARY;
 
+// CURVE for the runs that set it: the daemon's flags and the one key every
+// client (endpoints and control) holds, allowed as an endpoint for any host
+// and as a ctl reader.
+struct Curve {
+  std::vector<std::string> daemon_args;
+  flowtune::curve::ClientKeys keys;
+};
+const Curve* g_curve = nullptr;
+
+void secure(zmq::socket_t& s) {
+  if (g_curve != nullptr && flowtune::curve::apply_client(s.handle(), g_curve->keys) != 0) {
+    throw std::runtime_error("cannot set CURVE keys");
+  }
+}
+
+// Keys in a scratch directory (removed by the caller).
+Curve make_curve(const std::string& dir) {
+  namespace curve = flowtune::curve;
+  const curve::KeyPair server = curve::generate();
+  const curve::KeyPair client = curve::generate();
+  if (server.public_key.empty()) throw std::runtime_error("libzmq has no CURVE");
+  for (const char* d : {"", "/clients", "/ctl"}) ::mkdir((dir + d).c_str(), 0700);
+  std::ofstream(dir + "/server.key") << "public-key = \"" << server.public_key
+                                     << "\"\nsecret-key = \"" << server.secret_key << "\"\n";
+  ::chmod((dir + "/server.key").c_str(), 0600);
+  for (const char* d : {"/clients", "/ctl"}) {
+    std::ofstream(dir + d + "/bench.pub") << "public-key = \"" << client.public_key
+                                          << "\"\nhosts = [\"*\"]\n";
+  }
+  return {{"--curve-secret", dir + "/server.key", "--curve-clients", dir + "/clients",
+           "--curve-ctl", dir + "/ctl"},
+          {server.public_key, client}};
+}
+
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
 class Daemon {
  public:
-  Daemon(const std::string& listen, unsigned threads, std::uint64_t busy_poll_us = 0)
+  Daemon(const std::string& listen, unsigned threads, std::uint64_t busy_poll_us = 0,
+         const std::vector<std::string>& extra = {})
       : listen_(listen) {
     std::vector<std::string> args = {g_allocator_binary, "--listen", listen, "--hosts",
                                      std::to_string(kHosts), "--host-gbps", "10", "--threads",
                                      std::to_string(threads), "--log-level", "warn",
-                                     "--max-msg-rate", "0", "--endpoint-timeout-ms", "60000",
+                                     "--max-msg-rate", "0", "--max-source-bytes-per-sec", "0",
+                                     "--endpoint-timeout-ms", "60000",
                                      "--busy-poll-us", std::to_string(busy_poll_us)};
+    if (g_curve != nullptr) args.insert(args.end(), g_curve->daemon_args.begin(), g_curve->daemon_args.end());
+    args.insert(args.end(), extra.begin(), extra.end());  // later flags win
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -88,6 +146,7 @@ class Daemon {
   std::optional<json> ask(const std::string& request, int timeout_ms = 2000) {
     zmq::socket_t s(ctx_, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 0);
+    secure(s);
     s.connect(listen_);
     s.send(zmq::str_buffer("flowtune-ctl"), zmq::send_flags::sndmore);
     s.send(zmq::buffer(request), zmq::send_flags::none);
@@ -107,6 +166,15 @@ class Daemon {
       if (i == 14 || i == 15) t += std::stod(tok);
     }
     return t / static_cast<double>(sysconf(_SC_CLK_TCK));
+  }
+  // Resident memory, MB.
+  double rss_mb() const {
+    std::ifstream f("/proc/" + std::to_string(pid_) + "/status");
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024;
+    }
+    return 0;
   }
   // Waits until the daemon holds `flows` flows and has stopped iterating.
   void wait_idle(std::size_t flows, const std::function<void()>& drain) {
@@ -144,6 +212,7 @@ struct Endpoint {
     socket.set(zmq::sockopt::linger, 0);
     socket.set(zmq::sockopt::sndhwm, 1000);
     socket.set(zmq::sockopt::rcvhwm, 0);
+    secure(socket);
     socket.connect(ep);
   }
   void send(const std::vector<std::uint8_t>& bytes) {
@@ -467,6 +536,283 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
            flood.replies() > 0 ? static_cast<double>(flood.bytes()) / static_cast<double>(flood.replies()) : 0.0}};
 }
 
+
+// ---- flood (--flood) ----
+
+// An endpoint that keeps the rates it is told.
+struct Tracked {
+  zmq::socket_t socket;
+  std::map<std::uint64_t, std::uint64_t> rates;
+  std::set<std::uint64_t> refused;
+  Tracked(zmq::context_t& ctx, const std::string& ep) : socket(ctx, zmq::socket_type::dealer) {
+    socket.set(zmq::sockopt::linger, 0);
+    socket.set(zmq::sockopt::rcvhwm, 0);
+    socket.connect(ep);
+  }
+  void send(const wire::EndpointMessage& m) { socket.send(zmq::buffer(wire::encode(m)), zmq::send_flags::none); }
+  void pump(int timeout_ms = 0) {
+    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+    if (timeout_ms > 0) zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
+    zmq::message_t msg;
+    while (socket.recv(msg, zmq::recv_flags::dontwait)) {
+      wire::AllocatorMessage a;
+      if (!wire::decode({msg.data<std::uint8_t>(), msg.size()}, &a).ok()) continue;
+      for (const auto& r : a.rates) rates[r.flow_key] = r.bytes_per_sec;
+      for (const auto& e : a.errors) {
+        if (e.flow_key != 0) refused.insert(e.flow_key);
+      }
+    }
+  }
+};
+
+// Peers flooding from one address (127.0.0.9): `endpoints` endpoints, each
+// on a host of its own among h256..h511, sending messages of 128 events as
+// fast as the allocator takes them: starts with random keys (most), repeats
+// of a start, ends of flows never started, and starts of absurd sizes, to
+// `total_starts` starts in all.
+class Flooder {
+ public:
+  Flooder(const std::string& port, int endpoints, std::uint64_t total_starts) {
+    thread_ = std::thread([this, port, endpoints, total_starts] {
+      // On a real network the flood comes from another machine; here it
+      // shares the cores with the daemon and the probe, so it runs at the
+      // lowest priority and takes what they leave (its libzmq I/O thread,
+      // started below, inherits the priority).
+      (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+      zmq::context_t ctx(1);
+      std::vector<std::unique_ptr<zmq::socket_t>> socks;
+      for (int i = 0; i < endpoints; ++i) {
+        auto s = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
+        s->set(zmq::sockopt::linger, 0);
+        s->set(zmq::sockopt::sndhwm, 100);
+        // A full queue holds the flood back up to 100 ms a message: it runs
+        // as fast as the daemon takes it, and a short flood still arrives.
+        s->set(zmq::sockopt::sndtimeo, 100);
+        s->connect("tcp://127.0.0.9:0;127.0.0.1:" + port);
+        wire::EndpointMessage hello;
+        hello.events.emplace_back(wire::Hello{"flood-" + std::to_string(i),
+                                              "h" + std::to_string(256 + i % 256)});
+        s->send(zmq::buffer(wire::encode(hello)), zmq::send_flags::none);
+        socks.push_back(std::move(s));
+      }
+      std::mt19937_64 rng(7);
+      std::uint64_t seq = 0;
+      zmq::message_t junk;
+      while (!stop_.load() && starts_.load() < total_starts) {
+        for (std::size_t i = 0; i < socks.size(); ++i) {
+          const auto host = static_cast<std::uint32_t>(256 + i % 256);
+          wire::EndpointMessage m;
+          m.seq = ++seq;
+          std::uint64_t last = 0;
+          // One message in ten carries absurd sizes: the codec refuses
+          // such a message whole, so the others are left valid.
+          const bool absurd = seq % 10 == 0;
+          for (int e = 0; e < 128; ++e) {
+            const std::uint64_t r = rng();
+            // 2: absurd size; 3: an end never started; 4: a repeated start.
+            const int kind = absurd ? 2 : 3 + static_cast<int>(r % 9);
+            if (kind == 3) {
+              m.events.emplace_back(wire::FlowletEnd{(r >> 8) | 1});  // never started
+              continue;
+            }
+            wire::FlowletStart f = flow(kind == 4 && last != 0 ? last - 1 : r >> 16, host,
+                                        256 + static_cast<std::uint32_t>((r >> 40) % 256));
+            if (kind == 2) f.bytes = std::uint64_t{1} << 62;  // absurd
+            last = f.flow_key;
+            m.events.emplace_back(f);
+            starts_.fetch_add(1);
+          }
+          // Past the send timeout the message is dropped, as a flooder
+          // that does not care would.
+          (void)socks[i]->send(zmq::buffer(wire::encode(m)), zmq::send_flags::none);
+          while (socks[i]->recv(junk, zmq::recv_flags::dontwait)) {
+          }
+        }
+      }
+      done_.store(true);
+      while (!stop_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    });
+  }
+  ~Flooder() { stop(); }
+  void stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  bool done() const { return done_.load(); }
+  std::uint64_t starts() const { return starts_.load(); }
+
+ private:
+  std::thread thread_;
+  std::atomic<bool> stop_{false}, done_{false};
+  std::atomic<std::uint64_t> starts_{0};
+};
+
+// Starts `n` probe flowlets 5 ms apart from h1 and times each start -> rate;
+// *refused counts those the allocator refused.
+std::vector<double> probe_run(Tracked& probe, int n, std::uint64_t first_key, int* refused,
+                              const std::function<void()>& tick,
+                              const std::function<bool()>& until = {}) {
+  std::vector<double> rtt;
+  // With `until`, probes run while it is false (the flood), else n of them.
+  for (int i = 0; until ? !until() : i < n; ++i) {
+    const std::uint64_t key = first_key + static_cast<std::uint64_t>(i);
+    wire::EndpointMessage m;
+    m.events.emplace_back(flow(key, 1, 8 + static_cast<std::uint32_t>(key % 248)));
+    const auto t0 = Clock::now();
+    probe.send(m);
+    bool got = false;
+    while (!got && seconds_since(t0) < 2) {
+      probe.pump(10);
+      got = probe.rates.contains(key + 1);
+      if (probe.refused.contains(key + 1)) break;
+    }
+    if (got) rtt.push_back(seconds_since(t0) * 1e6);
+    else ++*refused;
+    wire::EndpointMessage end;
+    end.events.emplace_back(wire::FlowletEnd{key + 1});
+    probe.send(end);
+    const auto gap = Clock::now();
+    while (seconds_since(gap) < 0.005) probe.pump(2);
+    tick();
+  }
+  return rtt;
+}
+
+// Legitimate endpoints (from 127.0.0.2, on h0..h7, 125 flows each into
+// h8..h255) and a probe; then a flood from 127.0.0.9 into h256..h511, whose
+// flows share no link with theirs: whatever the flood does, their rates
+// should not move, and the probe's flowlets should be taken and rated as
+// fast as before. quotas: the default per-source quotas, or none.
+json flood_run(const std::string& port, bool quotas, bool quick) {
+  const std::string listen = "tcp://127.0.0.1:" + port;
+  const std::string legit = "tcp://127.0.0.2:0;127.0.0.1:" + port;
+  std::vector<std::string> extra = {"--max-msg-rate", "100000", "--endpoint-timeout-ms", "3000",
+                                    "--lease-refresh-ms", "300"};
+  if (!quotas) {
+    extra.insert(extra.end(), {"--max-flows-per-source", "0", "--max-endpoints-per-source", "0",
+                               "--max-source-bytes-per-sec", "0"});
+  } else {
+    extra.insert(extra.end(), {"--max-source-bytes-per-sec", "1000000"});  // the default
+  }
+  if (const char* more = std::getenv("FT_FLOOD_QUOTAS"); quotas && more != nullptr) {
+    // Other quotas to try, e.g. "--max-flows-per-source 16384".
+    std::istringstream words(more);
+    for (std::string w; words >> w;) extra.push_back(w);
+  }
+  Daemon d(listen, 1, 0, extra);
+  zmq::context_t ctx(1);
+  std::vector<std::unique_ptr<Tracked>> eps;
+  for (std::uint32_t h = 0; h < 8; ++h) {
+    eps.push_back(std::make_unique<Tracked>(ctx, legit));
+    wire::EndpointMessage m;
+    m.events.emplace_back(wire::Hello{"legit-" + std::to_string(h), "h" + std::to_string(h)});
+    for (std::uint64_t k = 0; k < 125; ++k) m.events.emplace_back(flow(k, h, 8 + static_cast<std::uint32_t>((h * 31 + k) % 248)));
+    eps.back()->send(m);
+  }
+  auto pump_all = [&] {
+    for (auto& e : eps) e->pump();
+  };
+  // The endpoints say they are alive twice a second (the timeout is 3 s).
+  Tracked* probe_ptr = nullptr;
+  auto last_beat = Clock::now();
+  auto tick = [&] {
+    pump_all();
+    if (seconds_since(last_beat) < 0.5) return;
+    last_beat = Clock::now();
+    wire::EndpointMessage beat;
+    beat.events.emplace_back(wire::Heartbeat{});
+    for (auto& e : eps) e->send(beat);
+    if (probe_ptr != nullptr) probe_ptr->send(beat);
+  };
+  d.wait_idle(1000, pump_all);
+  pump_all();
+  std::map<std::pair<std::size_t, std::uint64_t>, std::uint64_t> before;
+  for (std::size_t i = 0; i < eps.size(); ++i) {
+    for (const auto& [k, r] : eps[i]->rates) before[{i, k}] = r;
+  }
+  Tracked probe(ctx, legit);
+  probe_ptr = &probe;
+  {
+    wire::EndpointMessage hello;
+    hello.events.emplace_back(wire::Hello{"probe", "h1"});
+    probe.send(hello);
+  }
+  const int n = quick ? 100 : 300;
+  int refused_idle = 0, refused_flood = 0;
+  const double rss_idle = d.rss_mb();
+  const Quantiles idle = quantiles(probe_run(probe, n, 1'000'000, &refused_idle, tick));
+  const std::uint64_t total = 1'000'000;  // quick too: a shorter flood is queued before it is read
+  const int flooders = quick ? 64 : 300;
+  const json s_before = d.status();
+  Flooder flood(port, flooders, total);
+  const auto t_flood = Clock::now();
+  const std::vector<double> under = probe_run(probe, n, 2'000'000, &refused_flood, tick,
+                                              [&] { return flood.done(); });
+  const double flood_s = seconds_since(t_flood);
+  pump_all();
+  const json s_flood = d.status();
+  const double rss_flood = d.rss_mb();
+  double worst = 0;
+  std::size_t missing = 0;
+  for (std::size_t i = 0; i < eps.size(); ++i) {
+    for (const auto& [k, r] : eps[i]->rates) {
+      const auto it = before.find({i, k});
+      if (it == before.end()) continue;
+      worst = std::max(worst, std::abs(static_cast<double>(r) / static_cast<double>(it->second) - 1));
+    }
+    missing += 125 - std::min<std::size_t>(125, eps[i]->rates.size());
+  }
+  flood.stop();  // its sockets close: its endpoints time out
+  const auto t_gone = Clock::now();
+  double rss_after = 0;
+  while (seconds_since(t_gone) < 15) {
+    tick();
+    probe.pump();
+    const json s = d.status();
+    if (s["endpoints"] == 9) {
+      rss_after = d.rss_mb();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const Quantiles q = quantiles(under.empty() ? std::vector<double>{0} : under);
+  const json& errs = s_flood["counters"]["errors"];
+  std::cerr << "flood quotas=" << quotas << ": " << flood.starts() << " starts in " << flood_s
+            << " s; flows " << s_flood["flows"] << "; probe p99 " << idle.p99 << " -> " << q.p99
+            << " us, refused " << refused_idle << " -> " << refused_flood << "; worst legit rate move "
+            << worst << "; rss " << rss_idle << " -> " << rss_flood << " -> " << rss_after << " MB\n";
+  auto grew = [&](const char* k) {
+    return s_flood["counters"][k].get<double>() - s_before["counters"][k].get<double>();
+  };
+  return {{"quotas", quotas},
+          {"flood_endpoints", flooders},
+          {"flood_starts", flood.starts()},
+          {"daemon_messages_in", grew("messages_in")},
+          {"daemon_bytes_in", grew("bytes_in")},
+          {"daemon_starts", grew("starts")},
+          {"flood_seconds", flood_s},
+          {"flows_during_flood", s_flood["flows"]},
+          {"endpoints_during_flood", s_flood["endpoints"]},
+          {"refused_too_many_flows", errs.value("too_many_flows", 0)},
+          {"refused_too_many_endpoints", errs.value("too_many_endpoints", 0)},
+          {"refused_rate_limited", errs.value("rate_limited", 0)},
+          {"refused_bad_value", errs.value("bad_value", 0)},
+          {"refused_unknown_flow", errs.value("unknown_flow", 0)},
+          {"probes_idle", n},
+          {"probes_under_flood", under.size() + static_cast<std::size_t>(refused_flood)},
+          {"probe_refused_idle", refused_idle},
+          {"probe_refused_under_flood", refused_flood},
+          {"probe_p50_us_idle", idle.p50},
+          {"probe_p99_us_idle", idle.p99},
+          {"probe_p50_us_flood", q.p50},
+          {"probe_p99_us_flood", q.p99},
+          {"probe_p99_vs_idle", idle.p99 > 0 ? q.p99 / idle.p99 : 0.0},
+          {"legit_flows_without_rate", missing},
+          {"legit_worst_rate_change", worst},
+          {"rss_mb_idle", rss_idle},
+          {"rss_mb_flood", rss_flood},
+          {"rss_mb_after", rss_after}};
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -476,6 +822,8 @@ int main(int argc, char** argv) {
   bool latency_only = false;
   bool throughput_only = false;
   bool ctl_flood = false;
+  bool curve = false;
+  bool flood = false;
   std::string transport = "tcp";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -484,10 +832,12 @@ int main(int argc, char** argv) {
     else if (a == "--latency-only") latency_only = true;
     else if (a == "--throughput-only") throughput_only = true;
     else if (a == "--ctl-flood") ctl_flood = true;
+    else if (a == "--curve") curve = true;
+    else if (a == "--flood") flood = true;
     else if (a == "--allocator-binary" && i + 1 < argc) g_allocator_binary = argv[++i];
     else if (a == "-h" || a == "--help") {
       std::cout << "usage: daemon_bench [--quick] [--ipc] [--latency-only | --throughput-only |\n"
-                   "                    --ctl-flood]\n"
+                   "                    --ctl-flood | --curve | --flood]\n"
                    "                    [--allocator-binary PATH]   (prints JSON; see the file's header)\n";
       return 0;
     } else {
@@ -514,6 +864,42 @@ int main(int argc, char** argv) {
           out["ctl_flood"].push_back(latency_run(listen, 1, active, n, 0.01, 0, per_s));
         }
       }
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
+    if (flood) {
+      // Interleaved: quotas on, off (quick: on only, the CI check).
+      const std::string port = std::to_string(20000 + getpid() % 20000);
+      for (int round = 0; round < (quick ? 1 : 2); ++round) {
+        for (bool quotas : {true, false}) {
+          if (quick && !quotas) continue;
+          out["flood"].push_back(flood_run(port, quotas, quick));
+        }
+      }
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
+    if (curve) {
+      // Interleaved: without, with, twice (quick: once); each with its own
+      // keys, removed after.
+      const std::string dir = "/tmp/ft-bench-curve-" + std::to_string(getpid());
+      const Curve keys = make_curve(dir);
+      const int n = quick ? 200 : 2000;
+      for (int round = 0; round < (quick ? 1 : 2); ++round) {
+        for (bool on : {false, true}) {
+          g_curve = on ? &keys : nullptr;
+          json t = throughput_run(listen, 1, 10000, 128, quick ? 1.0 : 3.0);
+          t["curve"] = on;
+          out["curve"]["throughput"].push_back(t);
+          for (double gap : {0.0005, 0.005}) {
+            json l = latency_run(listen, 1, 1000, n, gap, 0);
+            l["curve"] = on;
+            out["curve"]["latency"].push_back(l);
+          }
+        }
+      }
+      g_curve = nullptr;
+      std::filesystem::remove_all(dir);
       std::cout << out.dump(2) << "\n";
       return 0;
     }

@@ -23,6 +23,7 @@
 #include <zmq.h>
 
 #include "flowtune/common/cli.h"
+#include "flowtune/common/curve.h"
 #include "flowtune/common/endpoint.h"
 #include "flowtune/pacer/pacer.h"
 #include "flowtune/wire/codec.h"
@@ -49,6 +50,10 @@ options:
   --host HOST            the host's name or address in the allocator's
                          topology (required; default $FLOWTUNE_HOST)
   --allocator ENDPOINT   default $FLOWTUNE_ALLOCATOR or tcp://127.0.0.1:5555
+  --curve-server KEY     the allocator's public key (Z85, or its .pub file):
+                         speak CURVE (default $FLOWTUNE_CURVE_SERVER)
+  --curve-key FILE       this host's key pair (default $FLOWTUNE_CURVE_KEY,
+                         or $FLOWTUNE_CURVE_SECRET); docs/security.md
   --link-rate RATE       the host's link, e.g. 1gbit, 100mbit (default 1gbit)
   --margin F             shape to the sum times (1 + F) (default 0.01)
   --overhead F           wire bytes per payload byte (default 1514/1448)
@@ -136,6 +141,9 @@ double parse_rate(cli::Args& args) {
 struct Options {
   pacer::PacerConfig config;
   std::string dev, host, allocator;
+  std::string curve_server, curve_key;
+  flowtune::curve::ClientKeys keys;
+  bool curve = false;
   pacer::Qdisc qdisc = pacer::Qdisc::kTbf;
   int while_pid = 0;
   bool verbose = false;
@@ -152,6 +160,8 @@ Options parse(int argc, char** argv) {
     if (args.is("--dev")) o.dev = args.value();
     else if (args.is("--host")) o.host = args.value();
     else if (args.is("--allocator")) o.allocator = args.value();
+    else if (args.is("--curve-server")) o.curve_server = args.value();
+    else if (args.is("--curve-key")) o.curve_key = args.value();
     else if (args.is("--link-rate")) o.config.link_bps = parse_rate(args);
     else if (args.is("--margin")) o.config.margin = args.number();
     else if (args.is("--overhead")) o.config.overhead = args.number();
@@ -176,6 +186,10 @@ Options parse(int argc, char** argv) {
   if (const std::string why = endpoint_port_error(o.allocator); !why.empty()) {
     args.usage_error("flowtune-pacer", "allocator endpoint " + why);
   }
+  if (const std::string why = flowtune::curve::client_keys(o.curve_server, o.curve_key, &o.keys, &o.curve);
+      !why.empty()) {
+    args.usage_error("flowtune-pacer", "CURVE: " + why);
+  }
   try {
     pacer::validate(o.config);
   } catch (const std::invalid_argument& e) {
@@ -187,11 +201,13 @@ Options parse(int argc, char** argv) {
 class Link {
  public:
   // `endpoint` passed endpoint_port_error in parse().
-  explicit Link(const std::string& endpoint) {
+  // keys: null, or CURVE's (parse() loaded them).
+  Link(const std::string& endpoint, const flowtune::curve::ClientKeys* keys) {
     ctx_ = zmq_ctx_new();
     sock_ = ctx_ != nullptr ? zmq_socket(ctx_, ZMQ_DEALER) : nullptr;
     const int linger = 0;
     if (sock_ == nullptr || zmq_setsockopt(sock_, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+        (keys != nullptr && flowtune::curve::apply_client(sock_, *keys) != 0) ||
         zmq_connect(sock_, endpoint.c_str()) != 0) {
       throw std::runtime_error("cannot connect to " + endpoint + ": " + zmq_strerror(zmq_errno()));
     }
@@ -408,7 +424,7 @@ int run(const Options& o) {
                               state.bucket_bytes(o.config.link_bps, /*allocated=*/true)};
   pacer::Shaper shaper(o.dev, o.qdisc, o.config.link_bps, o.config.burst_bytes, unshaped,
                        control_ip, control_port);
-  Link link(o.allocator);
+  Link link(o.allocator, o.curve ? &o.keys : nullptr);
   std::mt19937_64 rng(std::random_device{}());
   const std::string id = "pacer-" + o.host + "-" + std::to_string(getpid()) + "-" +
                          std::to_string(rng() % 1000000);

@@ -7,9 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "flowtune/common/curve.h"
 #include "src/socket_policy.h"
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -37,6 +39,12 @@ options:
   --min-flowlet-bytes N      flowlets smaller than N bytes are not scheduled
                              (FLOWTUNE_MIN_FLOWLET_BYTES; default 65536)
   --log LEVEL                0 quiet .. 4 debug (FLOWTUNE_LOG; default 2)
+  --curve-server KEY         the allocator's public key (Z85, or its .pub
+                             file): speak CURVE (FLOWTUNE_CURVE_SERVER;
+                             docs/security.md)
+  --curve-key FILE           this host's key pair, from flowtune-ctl keygen
+                             (FLOWTUNE_CURVE_KEY); keys that do not load stop
+                             flowtune-run here
 
 policy (docs/policy.md; the allocator may lower a class its operator does
 not allow):
@@ -70,6 +78,14 @@ not allow):
 
 exit status: COMMAND's (same process); 2 bad usage; 126/127 COMMAND not executable / not found.
 )";
+
+// Key files are read by the shim in every process COMMAND starts, from
+// wherever it has moved to: a relative path is made absolute here.
+std::string absolute_if_file(const char* v) {
+  char buf[PATH_MAX];
+  if (v[0] == '/' || ::access(v, F_OK) != 0 || ::realpath(v, buf) == nullptr) return v;
+  return buf;
+}
 
 [[noreturn]] void usage_error(const std::string& msg) {
   std::fprintf(stderr, "flowtune-run: %s\n(run 'flowtune-run --help' for usage)\n", msg.c_str());
@@ -197,7 +213,18 @@ int main(int argc, char** argv) {
     else if (a == "--deadline-ms") setenv("FLOWTUNE_DEADLINE_MS", v, 1);
     else if (a == "--coflow") setenv("FLOWTUNE_COFLOW", v, 1);
     else if (a == "--rule") rules += (rules.empty() ? "" : ";") + std::string(v);
+    else if (a == "--curve-server") setenv("FLOWTUNE_CURVE_SERVER", absolute_if_file(v).c_str(), 1);
+    else if (a == "--curve-key") setenv("FLOWTUNE_CURVE_KEY", absolute_if_file(v).c_str(), 1);
     else usage_error("unknown option: " + std::string(a));
+  }
+  // Checked here, where a mistake can stop the start: the shim cannot
+  // refuse to run the command, it can only leave it unpaced.
+  {
+    flowtune::curve::ClientKeys keys;
+    bool on = false;
+    if (const std::string why = flowtune::curve::client_keys({}, {}, &keys, &on); !why.empty()) {
+      usage_error("CURVE: " + why);
+    }
   }
   if (!rules.empty()) setenv("FLOWTUNE_RULES", rules.c_str(), 1);
   // The shim parses the same way; a mistake stops here, not silently there.

@@ -26,6 +26,9 @@ packages=(
   # The end-to-end testbed (bench/testbed, bench/e2e): namespaces and tc,
   # ping for RTT under load.
   iproute2 iputils-ping
+  # The chaos suite (bench/chaos): nftables drops the control path, libfaketime
+  # steps the allocator's clocks.
+  nftables faketime
 )
 
 missing=()

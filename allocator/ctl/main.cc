@@ -1,11 +1,14 @@
 // flowtune-ctl: asks a running flowtune-allocator for its state over the same
 // ZeroMQ endpoint the endpoints use, and prints it as tables or JSON.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -18,6 +21,7 @@
 #include <zmq.hpp>
 
 #include "flowtune/common/cli.h"
+#include "flowtune/common/curve.h"
 #include "flowtune/common/endpoint.h"
 
 namespace {
@@ -38,6 +42,11 @@ commands:
   flows       active flows: endpoints, path, weight, current and sent rate
   links       links that carry flows: capacity, allocation, utilization, price
   all         every section above
+  reload      the allocator re-reads its --policy file and key lists (as
+              SIGHUP; needs an admin key, or a loopback listener without CURVE)
+  keygen NAME writes a new CURVE key pair: NAME.key (secret, mode 600) and
+              NAME.pub (public; for an allocator's allow-list); with
+              --hosts, the hosts an endpoint key may speak for
 
 options:
   --allocator ENDPOINT   the allocator's --listen endpoint (default
@@ -47,9 +56,18 @@ options:
                          asked a page of 500 at a time)
   --timeout-ms MS        wait this long for a reply (default 1000)
   --watch SECONDS        repeat every SECONDS until interrupted
+  --curve-server KEY     the allocator's public key (Z85, or its .pub file):
+                         speak CURVE (default $FLOWTUNE_CURVE_SERVER)
+  --curve-key FILE       this tool's key pair, from keygen (default
+                         $FLOWTUNE_CURVE_KEY, or $FLOWTUNE_CURVE_SECRET)
+keygen:
+  --out DIR              where keygen writes (default .)
+  --hosts H1,H2,...      the hosts the key's endpoints may speak for (names
+                         or addresses; * for any), written to NAME.pub
   -h, --help             show this help
 
-exit status: 0 ok, 1 no reply from the allocator, 2 bad usage.
+exit status: 0 ok, 1 no reply from the allocator, 2 bad usage, 3 keygen could
+not write its files.
 )";
 
 struct Options {
@@ -59,6 +77,14 @@ struct Options {
   std::size_t limit = 1000;
   long timeout_ms = 1000;
   double watch_s = 0;
+  std::string curve_server;
+  std::string curve_key;
+  flowtune::curve::ClientKeys keys;
+  bool curve = false;
+  // keygen
+  std::string key_name;
+  std::string key_dir = ".";
+  std::string key_hosts;
 };
 
 Options parse(int argc, char** argv) {
@@ -78,22 +104,122 @@ Options parse(int argc, char** argv) {
       o.timeout_ms = static_cast<long>(std::min<std::uint64_t>(args.count(), 3'600'000));
     } else if (args.is("--watch")) {
       o.watch_s = args.number(1e-3, 86400);
+    } else if (args.is("--curve-server")) {
+      o.curve_server = args.value();
+    } else if (args.is("--curve-key")) {
+      o.curve_key = args.value();
+    } else if (args.is("--out")) {
+      o.key_dir = args.value();
+    } else if (args.is("--hosts")) {
+      o.key_hosts = args.value();
     } else if (!args.arg().empty() && args.arg()[0] != '-' && !have_command) {
       const std::string_view a = args.arg();
-      if (a != "status" && a != "endpoints" && a != "flows" && a != "links" && a != "all") {
+      if (a != "status" && a != "endpoints" && a != "flows" && a != "links" && a != "all" &&
+          a != "reload" && a != "keygen") {
         args.fail("unknown command: " + std::string(a));
       }
       o.command = a;
       have_command = true;
+    } else if (!args.arg().empty() && args.arg()[0] != '-' && o.command == "keygen" &&
+               o.key_name.empty()) {
+      o.key_name = args.arg();
     } else {
       args.unknown();
     }
   }
+  if (o.command == "keygen") {
+    if (o.key_name.empty()) args.fail("keygen needs a NAME");
+    // The name is written into the files and names the key in the
+    // allocator's logs and policy rules: plain characters only.
+    const bool plain = std::all_of(o.key_name.begin(), o.key_name.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_' || c == '.';
+    });
+    if (!plain || o.key_name[0] == '.' || o.key_name.size() > 200) {
+      args.fail("keygen: NAME is 1-200 of A-Z a-z 0-9 - _ . and does not start with '.'");
+    }
+    return o;
+  }
+  if (!o.key_hosts.empty() || o.key_dir != ".") args.fail("--hosts and --out are keygen's");
   // From --allocator or $FLOWTUNE_ALLOCATOR alike.
   if (const std::string why = flowtune::endpoint_port_error(o.allocator); !why.empty()) {
     args.fail("allocator endpoint " + why);
   }
+  if (const std::string why = flowtune::curve::client_keys(o.curve_server, o.curve_key, &o.keys, &o.curve);
+      !why.empty()) {
+    args.fail("CURVE: " + why);
+  }
   return o;
+}
+
+// "h1,h2" as a TOML array of strings; names with quotes or backslashes are refused.
+std::string toml_hosts(const std::string& list) {
+  std::string out = "[";
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    const std::string h = list.substr(start, comma - start);
+    if (h.empty() || h.find_first_of("\"\\\n") != std::string::npos) {
+      std::cerr << "flowtune-ctl: --hosts: '" << h << "' is not a host name or address\n";
+      std::exit(kExitUsage);
+    }
+    out += (out.size() > 1 ? ", \"" : "\"") + h + "\"";
+    start = comma + 1;
+  }
+  return out + "]";
+}
+
+constexpr int kExitKeygen = 3;
+
+// Writes all of `text` to fd; false on an error.
+bool write_all(int fd, const std::string& text) {
+  std::size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    off += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+int keygen(const Options& o) {
+  const flowtune::curve::KeyPair k = flowtune::curve::generate();
+  if (k.public_key.empty()) {
+    std::cerr << "flowtune-ctl: keygen: this libzmq was built without CURVE (libsodium)\n";
+    return kExitKeygen;
+  }
+  const std::string base = o.key_dir + "/" + o.key_name;
+  const std::string head = "# flowtune CURVE key \"" + o.key_name + "\" (flowtune-ctl keygen)\n";
+  std::string pub = head + "public-key = \"" + k.public_key + "\"\n";
+  if (!o.key_hosts.empty()) pub += "hosts = " + toml_hosts(o.key_hosts) + "\n";
+  const std::string secret =
+      head + "public-key = \"" + k.public_key + "\"\nsecret-key = \"" + k.secret_key + "\"\n";
+  // Both files are created (never over existing ones) before either is
+  // written, and neither stays if anything fails.
+  const std::string paths[2] = {base + ".key", base + ".pub"};
+  const mode_t modes[2] = {0600, 0644};
+  int fds[2] = {-1, -1};
+  std::string why;
+  for (int i = 0; i < 2 && why.empty(); ++i) {
+    fds[i] = ::open(paths[i].c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, modes[i]);
+    if (fds[i] < 0) why = paths[i] + ": " + std::strerror(errno);
+  }
+  if (why.empty() && !write_all(fds[0], secret)) why = paths[0] + ": " + std::strerror(errno);
+  if (why.empty() && !write_all(fds[1], pub)) why = paths[1] + ": " + std::strerror(errno);
+  for (int i = 0; i < 2; ++i) {
+    if (fds[i] >= 0 && ::close(fds[i]) != 0 && why.empty()) why = paths[i] + ": " + std::strerror(errno);
+  }
+  if (!why.empty()) {
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i] >= 0) ::unlink(paths[i].c_str());
+    }
+    std::cerr << "flowtune-ctl: keygen: " << why << "\n";
+    return kExitKeygen;
+  }
+  std::cout << paths[0] << " (secret: give it to the one endpoint or operator it names)\n"
+            << paths[1] << " (public: put it in the allocator's --curve-clients, --curve-ctl"
+            << " or --curve-admin directory, or give it as --curve-server)\n";
+  return 0;
 }
 
 // One request/reply. A fresh socket per request: a reply that missed its
@@ -101,6 +227,9 @@ Options parse(int argc, char** argv) {
 json ask_once(zmq::context_t& ctx, const Options& o, const std::string& request) {
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
+  if (o.curve && flowtune::curve::apply_client(s.handle(), o.keys) != 0) {
+    throw zmq::error_t();
+  }
   s.connect(o.allocator);
   s.send(zmq::buffer(std::string_view(kControlTag)), zmq::send_flags::sndmore);
   s.send(zmq::buffer(request), zmq::send_flags::none);
@@ -110,7 +239,9 @@ json ask_once(zmq::context_t& ctx, const Options& o, const std::string& request)
   if ((item.revents & ZMQ_POLLIN) == 0 || !s.recv(tag, zmq::recv_flags::dontwait) || !tag.more() ||
       !s.recv(body, zmq::recv_flags::dontwait)) {
     std::cerr << "flowtune-ctl: no reply from " << o.allocator << " within " << o.timeout_ms
-              << " ms (is flowtune-allocator running there?)\n";
+              << " ms (is flowtune-allocator running there"
+              << (o.curve ? "? is --curve-server its public key?)\n"
+                          : "? with CURVE on it needs --curve-server and --curve-key)\n");
     std::exit(kExitUnreachable);
   }
   json j = json::parse(body.to_string_view(), nullptr, false);
@@ -213,6 +344,18 @@ void print_status(const json& j) {
             << c.value("deadlines_missed", 0u) << " missed; " << c.value("classes_lowered", 0u)
             << " class asks lowered to the top class\n";
   if (j.contains("policy")) print_policy(j["policy"]);
+  if (j.contains("auth") && j["auth"].value("mode", "") == "curve") {
+    const json& a = j["auth"];
+    std::cout << "auth      CURVE: " << a["keys"]["endpoint"] << " endpoint, " << a["keys"]["ctl"]
+              << " ctl (" << a["keys"]["admin"] << " admin) keys; " << a["accepted"]
+              << " handshakes accepted, refused: " << a["unknown_keys"] << " unknown keys, "
+              << a["unauthenticated"] << " without CURVE, " << a["bad_handshakes"] << " failed\n";
+    if (!a["last_reload_error"].get<std::string>().empty()) {
+      std::cout << "          last reload refused: " << a["last_reload_error"].get<std::string>() << "\n";
+    }
+  } else if (j.contains("auth")) {
+    std::cout << "auth      none (anyone who reaches the port is an endpoint)\n";
+  }
   std::cout
             << "refused  ";
   bool any = false;
@@ -336,6 +479,11 @@ json ask_pages(zmq::context_t& ctx, const Options& o, const std::string& what) {
 }
 
 void show(zmq::context_t& ctx, const Options& o) {
+  if (o.command == "reload") {
+    const json r = ask(ctx, o, "reload");
+    std::cout << (o.json ? r.dump(2) : r.value("reload", std::string())) << "\n";
+    return;
+  }
   const bool all = o.command == "all";
   json out = json::object();
   if (all || o.command == "status") out["status"] = ask(ctx, o, "status");
@@ -361,6 +509,7 @@ void show(zmq::context_t& ctx, const Options& o) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  if (o.command == "keygen") return keygen(o);
   try {
     zmq::context_t ctx(1);
     do {

@@ -15,8 +15,10 @@
 #include <string_view>
 
 #include "flowtune/common/cli.h"
+#include "flowtune/common/curve.h"
 #include "flowtune/common/endpoint.h"
 #include "flowtune/daemon/allocator.h"
+#include "flowtune/daemon/auth.h"
 #include "flowtune/daemon/server.h"
 
 namespace {
@@ -89,7 +91,28 @@ leases and limits:
   --max-flows-per-endpoint N at most 16382, one resync message (default 16000)
   --max-endpoints N          (default 65536)
   --max-flows N              flows in all (default 2097152)
-  --max-msg-rate R           messages/s per endpoint, 0 = unlimited (default 100000)
+  --max-flows-per-source N   flows the endpoints of one host, and the connections
+                             from one peer address, may hold together; 0 = no
+                             limit (default 65536)
+  --max-endpoints-per-source N
+                             endpoints per host and per peer address (default 4096)
+  --max-source-bytes-per-sec B
+                             input bytes/s per host and per peer address,
+                             charged before decoding; 0 = unlimited
+                             (default 1000000)
+  --max-msg-rate R           messages/s per endpoint, a message weighing one
+                             more per 4 KB it carries; 0 = unlimited (default 100000)
+
+security (docs/security.md; off by default):
+  --curve-secret FILE        turn on ZeroMQ CURVE with this key pair (from
+                             flowtune-ctl keygen); every peer must then hold
+                             a key in one of the lists below
+  --curve-clients DIR        endpoint keys (DIR/NAME.pub), each bound to the
+                             hosts it may speak for (hosts = [...])
+  --curve-ctl DIR            flowtune-ctl keys that may read state
+  --curve-admin DIR          flowtune-ctl keys that may also reload
+                             (without CURVE only a loopback or ipc listener
+                             takes reload)
 
 operation:
   --busy-poll-us US          after traffic, keep polling without sleeping this
@@ -100,7 +123,8 @@ operation:
   --check-config             validate the configuration, print it, and exit
   -h, --help                 show this help
 
-signals: SIGINT/SIGTERM stop it; SIGHUP re-reads --policy.
+signals: SIGINT/SIGTERM stop it; SIGHUP re-reads --policy and the key lists
+(as flowtune-ctl reload does).
 exit status: 0 after SIGINT/SIGTERM or --check-config, 2 on a configuration error.
 )";
 
@@ -116,6 +140,7 @@ struct Options {
   LogLevel log_level = LogLevel::kInfo;
   double log_interval_s = 10;
   std::uint64_t busy_poll_us = 0;
+  AuthConfig auth;
   bool check_config = false;
 };
 
@@ -163,6 +188,9 @@ Options parse(int argc, char** argv) {
     else if (args.is("--max-endpoints")) o.alloc.max_endpoints = static_cast<std::uint32_t>(args.count(1u << 24));
     else if (args.is("--max-flows")) o.alloc.max_flows = static_cast<std::uint32_t>(args.count(1u << 30));
     else if (args.is("--max-msg-rate")) o.alloc.max_messages_per_sec = args.number();
+    else if (args.is("--max-source-bytes-per-sec")) o.alloc.max_source_bytes_per_sec = args.number(0, 1e12);
+    else if (args.is("--max-flows-per-source")) o.alloc.max_flows_per_source = static_cast<std::uint32_t>(args.count(1u << 30));
+    else if (args.is("--max-endpoints-per-source")) o.alloc.max_endpoints_per_source = static_cast<std::uint32_t>(args.count(1u << 24));
     else if (args.is("--log-level")) {
       o.log_level = args.choice<LogLevel>({{"error", LogLevel::kError},
                                            {"warn", LogLevel::kWarn},
@@ -170,7 +198,18 @@ Options parse(int argc, char** argv) {
                                            {"debug", LogLevel::kDebug}});
     } else if (args.is("--log-interval-s")) o.log_interval_s = args.number(0, 86400);
     else if (args.is("--busy-poll-us")) o.busy_poll_us = args.count(10'000'000);
+    else if (args.is("--curve-secret")) o.auth.secret_file = args.value();
+    else if (args.is("--curve-clients")) o.auth.clients_dir = args.value();
+    else if (args.is("--curve-ctl")) o.auth.ctl_dir = args.value();
+    else if (args.is("--curve-admin")) o.auth.admin_dir = args.value();
     else args.unknown();
+  }
+  if (o.auth.secret_file.empty() &&
+      !(o.auth.clients_dir.empty() && o.auth.ctl_dir.empty() && o.auth.admin_dir.empty())) {
+    usage_error("--curve-clients, --curve-ctl and --curve-admin need --curve-secret");
+  }
+  if (!o.auth.secret_file.empty() && o.auth.clients_dir.empty()) {
+    usage_error("--curve-secret needs --curve-clients: without it no endpoint could connect");
   }
   if (const std::string why = flowtune::endpoint_port_error(o.listen); !why.empty()) {
     usage_error("--listen: " + why);
@@ -224,23 +263,28 @@ std::string describe(const Options& o, const Network& n, const Allocator& a) {
   return s;
 }
 
-// SIGHUP: the policy file again. A file that does not load leaves the
-// running policy as it was; either way the log says what happened.
-void reload_policy(const Options& o, Allocator& allocator, Log& log) {
-  if (o.policy_file.empty()) {
-    log.write(LogLevel::kWarn, "SIGHUP: no --policy file to re-read; nothing changed");
-    return;
-  }
+// SIGHUP or flowtune-ctl reload: the policy file and the key lists again.
+// What does not load leaves the running one as it was; the result says
+// what happened.
+Server::Reload reload_policy(const Options& o, Allocator& allocator) {
+  if (o.policy_file.empty()) return {true, "policy: no --policy file; nothing changed"};
   try {
     const OperatorPolicy p = load_policy_file(o.policy_file);
     allocator.set_policy(p);
-    log.write(LogLevel::kInfo, "SIGHUP: policy re-read from " + o.policy_file + ": " +
-                                   std::to_string(p.tenants.size()) + " tenants, " +
-                                   std::to_string(p.rules.size()) + " rules");
+    return {true, "policy re-read from " + o.policy_file + ": " + std::to_string(p.tenants.size()) +
+                      " tenants, " + std::to_string(p.rules.size()) + " rules"};
   } catch (const ConfigError& e) {
-    log.write(LogLevel::kError, std::string("SIGHUP: policy refused, the old one stays: ") +
-                                    e.what());
+    return {false, std::string("policy refused, the old one stays: ") + e.what()};
   }
+}
+
+Server::Reload reload(const Options& o, Allocator& allocator, Server& server) {
+  Server::Reload r = reload_policy(o, allocator);
+  if (o.auth.enabled()) {
+    const Server::Reload k = server.reload_keys();
+    r = {r.ok && k.ok, r.text + "; " + k.text};
+  }
+  return r;
 }
 
 int run(const Options& o) {
@@ -251,7 +295,19 @@ int run(const Options& o) {
   Allocator allocator(std::move(network), config, new_epoch(), &log);
   const std::string summary = describe(o, allocator.network(), allocator);
   if (o.check_config) {
-    std::cout << "configuration ok: " << summary << "\n";
+    std::string keys;
+    if (o.auth.enabled()) {
+      flowtune::curve::KeyPair own;
+      if (const std::string why = flowtune::curve::read_key_file(o.auth.secret_file, true, &own);
+          !why.empty()) {
+        throw ConfigError("--curve-secret: " + why);
+      }
+      const KeyRing ring = KeyRing::load(o.auth);
+      keys = "; CURVE: " + std::to_string(ring.count(kRoleEndpoint)) + " endpoint keys, " +
+             std::to_string(ring.count(kRoleRead)) + " ctl keys (" +
+             std::to_string(ring.count(kRoleAdmin)) + " admin)";
+    }
+    std::cout << "configuration ok: " << summary << keys << "\n";
     return 0;
   }
   // Signals arrive on an fd the loop polls, so shutdown is an ordinary event.
@@ -265,11 +321,28 @@ int run(const Options& o) {
   if (sfd < 0) throw ConfigError(std::string("signalfd: ") + std::strerror(errno));
 
   zmq::context_t ctx(1);
-  Server server(ctx, allocator, log, o.listen, o.busy_poll_us);
+  Server server(ctx, allocator, log, o.listen, o.busy_poll_us, o.auth);
+  server.set_reload([&] { return reload(o, allocator, server); });
+  std::string auth = "; authentication: none";
+  if (const AuthInfo& a = server.auth_info(); a.on) {
+    auth = "; authentication: CURVE, " + std::to_string(a.endpoint_keys) + " endpoint keys, " +
+           std::to_string(a.reader_keys) + " ctl keys (" + std::to_string(a.admin_keys) + " admin)";
+  }
   log.write(LogLevel::kInfo, "listening on " + server.bound_endpoint() + "; epoch " +
-                                 std::to_string(allocator.epoch()) + "; " + summary);
+                                 std::to_string(allocator.epoch()) + "; " + summary + auth);
+  if (!o.auth.enabled()) {
+    for (const PolicyRule& r : allocator.config().policy.rules) {
+      if (r.keys.empty()) continue;
+      log.write(LogLevel::kWarn, o.policy_file + ":" + std::to_string(r.line) +
+                                     ": a rule matching keys never matches without --curve-secret");
+      break;
+    }
+  }
   int sig = 0;
-  while ((sig = server.run(sfd)) == SIGHUP) reload_policy(o, allocator, log);
+  while ((sig = server.run(sfd)) == SIGHUP) {
+    const Server::Reload r = reload(o, allocator, server);
+    log.write(r.ok ? LogLevel::kInfo : LogLevel::kError, "SIGHUP: " + r.text);
+  }
   const Counters& c = allocator.counters();
   log.write(LogLevel::kInfo,
             std::string("stopping on ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ": " +

@@ -155,11 +155,7 @@ json read_problem(const std::string& file) {
     if (!in) usage_error("cannot open '" + file + "': " + std::strerror(errno));
     buf << in.rdbuf();
   }
-  try {
-    return json::parse(buf.str());
-  } catch (const json::parse_error& e) {
-    throw InputError("malformed JSON in '" + file + "': " + e.what());
-  }
+  return flowtune::sim::parse_problem(buf.str(), file);
 }
 
 void print_table(const json& out) {

@@ -108,6 +108,16 @@ Problem parse(const json& in) {
 
 }  // namespace
 
+json parse_problem(std::string_view text, const std::string& source) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    // Not only parse_error: a number too large for a double ("1e400") is
+    // out_of_range, and is as much the file's fault.
+    throw InputError("malformed JSON in '" + source + "': " + e.what());
+  }
+}
+
 json solve(const json& problem, const SolveOptions& opt) {
   Problem p = parse(problem);
   alloc::EngineConfig cfg = opt.engine;

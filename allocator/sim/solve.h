@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -28,6 +29,11 @@ struct SolveOptions {
   // 0 = serial engine; otherwise the TBB driver with this many threads.
   unsigned threads = 0;
 };
+
+// The problem in a solve input's text (a file's or stdin's bytes); throws
+// InputError "malformed JSON in 'SOURCE': ..." when it is not JSON (or holds
+// a number no double can hold). solve() checks what the JSON holds.
+nlohmann::json parse_problem(std::string_view text, const std::string& source);
 
 // Throws InputError for malformed or inconsistent problems.
 nlohmann::json solve(const nlohmann::json& problem, const SolveOptions& options);

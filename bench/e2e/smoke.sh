@@ -26,9 +26,12 @@ traffic=$bin/bench/e2e/flowtune-traffic
 ctl=$bin/allocator/ctl/flowtune-ctl
 ep=tcp://10.77.0.254:5555
 
-# The metrics first: they need neither root nor a network.
+# The metrics first (these experiments' and the chaos suite's): they need
+# neither root nor a network.
 python3 "$top/bench/e2e/test_metrics.py" 2>&1 | tail -1 | grep -q '^OK' ||
   { python3 "$top/bench/e2e/test_metrics.py"; echo "smoke: FAIL: bench/e2e/test_metrics.py" >&2; exit 1; }
+python3 "$top/bench/chaos/test_metrics.py" 2>&1 | tail -1 | grep -q '^OK' ||
+  { python3 "$top/bench/chaos/test_metrics.py"; echo "smoke: FAIL: bench/chaos/test_metrics.py" >&2; exit 1; }
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "smoke: SKIP: needs root to create network namespaces"

@@ -67,7 +67,7 @@ __attribute__((target("sse4.2"))) std::uint32_t crc32c_hw(std::uint32_t crc, con
 }  // namespace
 
 std::variant<Fetch, std::string> parse_fetch(std::string_view line) {
-  if (line.size() > kMaxRequestLine) return std::string("request longer than 128 bytes");
+  if (line.size() > kMaxRequestLine) return std::string(kRequestTooLong);
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   std::string_view parts[6];
   std::size_t n = 0;

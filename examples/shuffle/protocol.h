@@ -37,10 +37,32 @@ struct Fetch {
 };
 
 inline constexpr std::size_t kMaxRequestLine = 128;
+// The answer to a line over kMaxRequestLine bytes, whole or still arriving.
+inline constexpr const char* kRequestTooLong = "request longer than 128 bytes";
 
 // One request line without its '\n'; the error says what is wrong.
 std::variant<Fetch, std::string> parse_fetch(std::string_view line);
 std::string format_fetch(const Fetch& f);  // with the '\n'
+
+// The framing of a connection's request stream, without the I/O: `in` holds
+// what has arrived and not yet been taken. Each complete line (without its
+// '\n') goes to line(std::string_view), in order, and leaves `in`. Returns
+// true when what is left can no longer become a request (over
+// kMaxRequestLine bytes and no '\n' yet): `in` is cleared, and the server
+// answers kRequestTooLong and discards the rest of the connection's input.
+template <typename Line>
+bool take_request_lines(std::string& in, Line line) {
+  std::size_t start = 0;
+  std::size_t nl = 0;
+  while ((nl = in.find('\n', start)) != std::string::npos) {
+    line(std::string_view(in).substr(start, nl - start));
+    start = nl + 1;
+  }
+  in.erase(0, start);
+  if (in.size() <= kMaxRequestLine) return false;
+  in.clear();
+  return true;
+}
 
 enum class Status : std::uint32_t { kOk = 0, kBadRequest = 1, kNotFound = 2, kServerError = 3 };
 const char* to_string(Status s);

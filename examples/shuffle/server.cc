@@ -415,16 +415,9 @@ struct Server::Impl {
   // is left can no longer be a request (over 128 bytes), after its error.
   template <typename Push>
   bool take_lines(std::string& in, Push push) {
-    std::size_t start = 0, nl;
-    while ((nl = in.find('\n', start)) != std::string::npos) {
-      push(answer(std::string_view(in).substr(start, nl - start)));
-      start = nl + 1;
-    }
-    in.erase(0, start);
-    if (in.size() <= kMaxRequestLine) return false;
+    if (!take_request_lines(in, [&](std::string_view line) { push(answer(line)); })) return false;
     ++stats.bad_requests;
-    push(error(Status::kBadRequest, "request longer than 128 bytes"));
-    in.clear();
+    push(error(Status::kBadRequest, kRequestTooLong));
     return true;
   }
 

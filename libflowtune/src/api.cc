@@ -232,6 +232,7 @@ int ft_client_open(const ft_config* cfg, ft_client** out) {
     r.allocator = cfg->allocator != nullptr ? cfg->allocator
                                             : env_or("FLOWTUNE_ALLOCATOR", "tcp://127.0.0.1:5555");
     r.log_level = cfg->log_level;
+    r.heartbeat_ms = cfg->heartbeat_ms;
     // Undocumented in flowtune.h on purpose: a test knob (tiny queues make
     // the overflow path run), a power of two from 2 to 2^20.
     if (const char* v = std::getenv("FLOWTUNE_EVENT_QUEUE"); v != nullptr && *v != '\0') {

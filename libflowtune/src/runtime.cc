@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "flowtune/common/curve.h"
 #include "flowtune/common/endpoint.h"
 #include "flowtune/wire/codec.h"
 
@@ -237,8 +238,37 @@ int Runtime::open_all() {
       zmq_setsockopt(zmq_sock_.get(), ZMQ_LINGER, &linger_ms, sizeof linger_ms) != 0) {
     return FT_ERUNTIME;
   }
+  // A control path that drops packets (a partition; the allocator lives)
+  // leaves TCP retransmitting with exponential backoff: after a 15 s
+  // partition the next try was 10 s away, and no flowlet had a rate for that
+  // long after the path healed (bench/chaos control_drop). So ZeroMQ pings
+  // the allocator every half heartbeat and drops a connection that has been
+  // silent a heartbeat past a ping; it then reconnects every 100 ms, each
+  // attempt given up after a heartbeat. A healed path carries messages again
+  // within about a heartbeat; the allocator answers the new connection with
+  // notRegistered, and the session says hello and resyncs.
+  const std::uint32_t hb_ms = std::clamp<std::uint32_t>(config_.heartbeat_ms, 100, 3'600'000);
+  const int ping_ms = static_cast<int>(hb_ms / 2);
+  const int silent_ms = static_cast<int>(hb_ms);
+  if (zmq_setsockopt(zmq_sock_.get(), ZMQ_HEARTBEAT_IVL, &ping_ms, sizeof ping_ms) != 0 ||
+      zmq_setsockopt(zmq_sock_.get(), ZMQ_HEARTBEAT_TIMEOUT, &silent_ms, sizeof silent_ms) != 0 ||
+      zmq_setsockopt(zmq_sock_.get(), ZMQ_CONNECT_TIMEOUT, &silent_ms, sizeof silent_ms) != 0) {
+    return FT_ERUNTIME;
+  }
   if (const std::string why = endpoint_port_error(config_.allocator); !why.empty()) {
     log(1, "cannot use allocator endpoint " + why);
+    return FT_ECONNECT;
+  }
+  // CURVE (FLOWTUNE_CURVE_*): keys that do not load keep the client off the
+  // allocator, so its sockets stay unpaced rather than unauthenticated.
+  curve::ClientKeys keys;
+  bool curve_on = false;
+  if (const std::string why = curve::client_keys({}, {}, &keys, &curve_on); !why.empty()) {
+    log(1, "CURVE: " + why + "; not connecting to the allocator");
+    return FT_ECONNECT;
+  }
+  if (curve_on && curve::apply_client(zmq_sock_.get(), keys) != 0) {
+    log(1, std::string("CURVE: ") + zmq_strerror(zmq_errno()) + "; not connecting to the allocator");
     return FT_ECONNECT;
   }
   if (zmq_connect(zmq_sock_.get(), config_.allocator.c_str()) != 0) {

@@ -87,6 +87,9 @@ class EventQueue {
 struct RuntimeConfig {
   std::string allocator;
   int log_level = 2;
+  // The session's heartbeat (ft_config.heartbeat_ms): also paces ZeroMQ's
+  // own liveness checks of the connection (see open_all).
+  std::uint32_t heartbeat_ms = 1000;
   // Events the queue holds (a power of two). Small values are for tests:
   // past a full queue, events go to their socket's slot (see SocketTable).
   std::size_t queue_capacity = std::size_t{1} << 14;

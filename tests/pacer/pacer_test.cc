@@ -342,7 +342,9 @@ TEST(PacerCli, RefusesBadValuesBeforeStarting) {
            {"--dev lo --host h1 --link-rate 0x10mbit", "expected a rate such as 1gbit"},
            {"--dev lo --host h1 --link-rate infbit", "expected a rate such as 1gbit"},
            {"--dev lo --host h1 --small-tso-below 10mbps", "expected a rate such as 1gbit"},
-           {"--dev lo --host h1 --lease-ms 1e300", "--lease-ms expects a number from 0 to 3600000"}}) {
+           {"--dev lo --host h1 --lease-ms 1e300", "--lease-ms expects a number from 0 to 3600000"},
+           {"--dev lo --host h1 --curve-key /nonexistent.key", "not the allocator's public key"},
+           {"--dev lo --host h1 --curve-server short", "CURVE: the allocator's public key: short"}}) {
     const auto [status, out] = run(args);
     EXPECT_EQ(status, 2) << args << ": " << out;
     EXPECT_NE(out.find(says), std::string::npos) << args << ": " << out;

@@ -536,6 +536,18 @@ TEST(FlowtuneRun, UsageAndErrors) {
     EXPECT_EQ(o.status, 2) << bad;
     EXPECT_NE(o.out.find("--min-flowlet-bytes expects bytes"), std::string::npos) << o.out;
   }
+  // CURVE keys that cannot be used stop it too: the shim could only run
+  // the command unpaced.
+  o = run(std::string(FT_RUN_BINARY) + " --curve-key /nonexistent.key -- true 2>&1");
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.out.find("not the allocator's public key"), std::string::npos) << o.out;
+  o = run(std::string(FT_RUN_BINARY) +
+          " --curve-server 'rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7' --curve-key /nonexistent.key -- true 2>&1");
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.out.find("/nonexistent.key: No such file"), std::string::npos) << o.out;
+  o = run(std::string(FT_RUN_BINARY) + " --curve-server short -- true 2>&1");
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.out.find("the allocator's public key: short"), std::string::npos) << o.out;
   o = run(std::string(FT_RUN_BINARY) + " --preload /nonexistent.so -- true 2>&1");
   EXPECT_EQ(o.status, 2);
   EXPECT_NE(o.out.find("cannot load the shim"), std::string::npos) << o.out;

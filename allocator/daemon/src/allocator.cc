@@ -121,6 +121,9 @@ const PolicyRule* Allocator::match_rule(const Endpoint& e, alloc::HostId src, al
   for (const PolicyRule& r : config_.policy.rules) {
     if (!host_in(r.src_hosts, src) || !host_in(r.dst_hosts, dst)) continue;
     if (!e.id.starts_with(r.endpoint_prefix)) continue;
+    if (!r.keys.empty() && std::find(r.keys.begin(), r.keys.end(), e.key_name) == r.keys.end()) {
+      continue;
+    }
     if (r.dst_port_hi != 0 &&
         (t == nullptr || t->dst_port < r.dst_port_lo || t->dst_port > r.dst_port_hi)) {
       continue;
@@ -133,9 +136,23 @@ const PolicyRule* Allocator::match_rule(const Endpoint& e, alloc::HostId src, al
 // ---- input ----
 
 void Allocator::on_message(std::string_view peer, std::span<const std::uint8_t> frame,
-                           std::uint64_t now_us) {
+                           std::uint64_t now_us, const Principal* sender,
+                           std::string_view address) {
+  sender_ = sender;
+  address_ = address;
   handle_message(peer, frame, now_us);
+  sender_ = nullptr;
+  address_ = {};
   release_unused_hosts();
+}
+
+void Allocator::on_unauthorized(std::string_view peer, std::string why, std::uint64_t now_us) {
+  now_us_ = std::max(now_us_, now_us);
+  ++counters_.messages_in;
+  // Answered within the strangers' budget: a flood of them costs its
+  // sender, and the endpoints, nothing.
+  if (!strangers_.take(now_us)) return;
+  refuse(peer, nullptr, Cause::kNotAuthorized, std::move(why), 0, now_us);
 }
 
 void Allocator::handle_message(std::string_view peer, std::span<const std::uint8_t> frame,
@@ -145,8 +162,25 @@ void Allocator::handle_message(std::string_view peer, std::span<const std::uint8
   counters_.bytes_in += frame.size();
   auto it = by_peer_.find(std::string(peer));
   Endpoint* e = it == by_peer_.end() ? nullptr : endpoints_[it->second].get();
+  if (e != nullptr && sender_ != nullptr && e->key != sender_->key) {
+    // The connection's routing id names an endpoint another key registered
+    // (a client may choose its routing id, and take one whose connection
+    // closed): nothing it says is taken, nor is anything sent to it; the
+    // endpoint is reached again when it says hello from a new connection.
+    by_peer_.erase(it);
+    e->peer.clear();
+    e = nullptr;
+    if (strangers_.take(now_us)) {
+      refuse(peer, nullptr, Cause::kNotAuthorized, "this routing id belongs to another key's endpoint",
+             0, now_us);
+    }
+    return;
+  }
+  // Heard, even if what it says is refused below: a source in debt must
+  // not make its other endpoints time out.
+  if (e != nullptr) e->last_heard_us = now_us;
   // Charged before decoding: a flood of large frames costs its sender, not us.
-  if (!admit_message(e, peer, now_us)) return;
+  if (!admit_message(e, peer, frame.size(), now_us)) return;
 
   wire::EndpointMessage m;
   const wire::DecodeStatus st = wire::decode(frame, &m);
@@ -224,14 +258,38 @@ void Allocator::on_bad_frames(std::string_view peer, std::size_t frames, std::ui
          now_us);
 }
 
-bool Allocator::admit_message(Endpoint* e, std::string_view peer, std::uint64_t now_us) {
-  const double rate = config_.max_messages_per_sec;
-  if ((e != nullptr ? e->tokens : strangers_).take(now_us)) return true;
-  refuse(peer, e, Cause::kRateLimited,
-         "message dropped: over " + std::to_string(static_cast<std::uint64_t>(rate)) +
-             " messages/s; slow down and resync",
-         0, now_us);
-  return false;
+bool Allocator::admit_message(Endpoint* e, std::string_view peer, std::size_t bytes,
+                              std::uint64_t now_us) {
+  // The source's budget first (its address's where the transport has one,
+  // else its host's), so that a refusal there leaves the endpoint's own
+  // tokens alone. A peer not registered yet (a hello, often with its
+  // resync) is charged to its address when it has one; only peers without
+  // one share the strangers' budget.
+  Source* source = nullptr;
+  if (e != nullptr) {
+    auto* s = e->address_source != nullptr ? e->address_source : e->host_source;
+    source = s != nullptr ? &s->second : nullptr;
+  } else if (!address_.empty()) {
+    source = &source_of("a:" + std::string(address_))->second;
+  }
+  auto refused = [&](double limit, const char* unit) {
+    refuse(peer, e, Cause::kRateLimited,
+           std::string("message dropped: ") + (unit[0] == 'b' ? "its source is " : "") + "over " +
+               std::to_string(static_cast<std::uint64_t>(limit)) + " " + unit +
+               "/s; slow down and resync",
+           0, now_us);
+    return false;
+  };
+  if (source != nullptr && !source->bytes.take(now_us, static_cast<double>(bytes))) {
+    return refused(config_.max_source_bytes_per_sec, "bytes");
+  }
+  // Decoding costs by size: a message weighs one more for every whole 4 KB
+  // it carries (a full resync, about 1 MB at most, weighs about 257).
+  constexpr std::size_t kBytesPerToken = 4096;
+  const auto cost = static_cast<double>(1 + bytes / kBytesPerToken);
+  TokenBucket* own = e != nullptr ? &e->tokens : (source == nullptr ? &strangers_ : nullptr);
+  if (own == nullptr || own->take(now_us, cost)) return true;
+  return refused(config_.max_messages_per_sec, "messages");
 }
 
 void Allocator::on_send_failed(std::string_view peer) {
@@ -382,6 +440,7 @@ void Allocator::on_timer(std::uint64_t now_us) {
   // Woken for a planned deadline, not a tick: busy() now says so, and the
   // next iteration re-plans.
   if (now_us < next_timer_us_) return;
+  sweep_sources(now_us);
   for (EndpointIdx idx = 0; idx < endpoints_.size(); ++idx) {
     Endpoint* e = endpoints_[idx].get();
     if (e == nullptr) continue;

@@ -34,6 +34,12 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
     return;
   }
   std::optional<alloc::HostId> host = network_.find_host(h.host_id);
+  if (!may_speak_for(sender_, host, h.host_id)) {
+    refuse(peer, nullptr, Cause::kNotAuthorized,
+           "hello: key \"" + sender_->name + "\" may not speak for host \"" + h.host_id + "\"", 0,
+           now_us);
+    return;
+  }
   if (!host && config_.unknown_hosts == UnknownHosts::kAdd) host = add_host(h.host_id);
   if (!host) {
     refuse(peer, nullptr, Cause::kUnknownHost,
@@ -53,6 +59,13 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
     // A known endpoint on a new connection (it reconnected): keep its flows
     // until the resync that follows the hello replaces them.
     Endpoint& e = *endpoints_[it->second];
+    if (sender_ != nullptr && e.key != sender_->key) {
+      // Its id is not a credential: only the key that registered it may
+      // take it over (or replace it).
+      refuse(peer, nullptr, Cause::kNotAuthorized,
+             "hello: endpoint id " + h.endpoint_id + " is registered under another key", 0, now_us);
+      return;
+    }
     // A new host or a new role (flows or host pacer) is a new registration.
     if (e.host != *host || e.pacer != h.host_pacer) {
       drop_endpoint(it->second);
@@ -75,18 +88,27 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
            0, now_us);
     return;
   }
+  if (std::string why = source_full_for_endpoint(*host); !why.empty()) {
+    refuse(peer, nullptr, Cause::kTooManyEndpoints, "hello: " + why, 0, now_us);
+    return;
+  }
   const EndpointIdx idx = endpoint_ids_.acquire();
   if (idx == endpoints_.size()) endpoints_.emplace_back();
   auto e = std::make_unique<Endpoint>();
   e->idx = idx;
   e->peer = peer_s;
   e->id = h.endpoint_id;
+  if (sender_ != nullptr) {
+    e->key = sender_->key;
+    e->key_name = sender_->name;
+  }
   e->host = *host;
   ref_host(*host);
   e->last_heard_us = now_us;
   e->tokens = TokenBucket(config_.max_messages_per_sec, now_us);
   e->pacer = h.host_pacer;
   if (e->pacer) pacers_[*host].push_back(idx);
+  join_sources(*e);
   endpoints_[idx] = std::move(e);
   by_peer_[peer_s] = idx;
   by_endpoint_id_[h.endpoint_id] = idx;
@@ -99,6 +121,16 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
     log_->write(LogLevel::kDebug, "endpoint " + h.endpoint_id + " on host " +
                                       network_.host_name(*host) + " registered");
   }
+}
+
+bool Allocator::may_speak_for(const Principal* who, std::optional<alloc::HostId> host,
+                              std::string_view name) const {
+  if (who == nullptr || who->any_host) return true;
+  for (const std::string& h : who->hosts) {
+    if (!name.empty() && h == name) return true;
+    if (host && network_.find_host(h) == host) return true;
+  }
+  return false;
 }
 
 Cause Allocator::resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::FlowSpec* spec,
@@ -125,6 +157,22 @@ Cause Allocator::resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::
     }
     *dst = *d;
     hash = alloc::ecmp_hash({t.src_ip, t.dst_ip, t.src_port, t.dst_port, t.protocol});
+  }
+  if (*src != e.host && !may_speak_for(sender_, *src, {})) {
+    *why = "key \"" + sender_->name + "\" may not speak for host " + network_.host_name(*src) +
+           ", the flow's source";
+    return Cause::kNotAuthorized;
+  }
+  if (const auto* t = std::get_if<wire::FiveTuple>(&s.endpoints); t != nullptr && sender_ != nullptr) {
+    // Joining a socket's flow takes its holder's class, tenant and rates:
+    // only under the holder's own key (forked children share their
+    // parent's), or a key's class ceiling could be worn through another's.
+    const auto it = by_socket_.find(SocketId{*src, *t});
+    if (it != by_socket_.end() && flows_[it->second].live() &&
+        endpoints_[flows_[it->second].endpoint]->key != e.key) {
+      *why = "the socket's flow is held under another key";
+      return Cause::kNotAuthorized;
+    }
   }
   if (*src == *dst) {
     *why = "source and destination are both host " + network_.host_name(*src) +
@@ -166,6 +214,12 @@ void Allocator::on_start(Endpoint& e, const wire::FlowletStart& s, std::uint64_t
            "start: endpoint already has " + std::to_string(e.flows.size()) + " live flows",
            s.flow_key, now_us);
     return;
+  }
+  if (existing == e.flows.end()) {
+    if (std::string why = source_full_for_flow(e); !why.empty()) {
+      refuse(e.peer, &e, Cause::kTooManyFlows, "start: " + why, s.flow_key, now_us);
+      return;
+    }
   }
   if (existing == e.flows.end() && engine_->num_flows() >= config_.max_flows &&
       !joins_live_socket(e, s)) {
@@ -209,8 +263,15 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
                           std::uint64_t now_us) {
   std::unordered_set<std::uint64_t> keep;
   keep.reserve(list.size());
+  for (const wire::FlowletStart& s : list) keep.insert(s.flow_key);
+  // Flows the endpoint no longer holds go first: a resync that replaces
+  // them must find their room in the quotas.
+  std::vector<std::uint64_t> gone;
+  for (const auto& [key, id] : e.flows) {
+    if (!keep.contains(key)) gone.push_back(key);
+  }
+  for (std::uint64_t key : gone) release(e, key);
   for (const wire::FlowletStart& s : list) {
-    keep.insert(s.flow_key);
     const auto existing = e.flows.find(s.flow_key);
     alloc::FlowSpec spec;
     alloc::HostId src = 0, dst = 0;
@@ -251,14 +312,12 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
                (engine_->num_flows() >= config_.max_flows && !joins_live_socket(e, s))) {
       refuse(e.peer, &e, Cause::kTooManyFlows, "resync: too many live flows", s.flow_key, now_us);
       continue;
+    } else if (std::string full = source_full_for_flow(e); !full.empty()) {
+      refuse(e.peer, &e, Cause::kTooManyFlows, "resync: " + full, s.flow_key, now_us);
+      continue;
     }
     hold(e, s, spec, src, dst, rule, now_us);
   }
-  std::vector<std::uint64_t> gone;
-  for (const auto& [key, id] : e.flows) {
-    if (!keep.contains(key)) gone.push_back(key);
-  }
-  for (std::uint64_t key : gone) release(e, key);
 }
 
 // The endpoint does not apply these flows' rates (an update was lost, or its
@@ -337,6 +396,7 @@ void Allocator::hold(Endpoint& e, const wire::FlowletStart& s, const alloc::Flow
   f.bytes += s.bytes;
   policy_.add_bytes(id, s.bytes);
   e.flows[s.flow_key] = id;
+  count_holds(e, 1);
   e.digest.add(s.flow_key);
   ++counters_.flows_joined;
   // It is rated already: the joiner gets what the others were told. Otherwise
@@ -383,6 +443,7 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
   f.started_us = now_us;
   sent_[id] = 0;
   e.flows[s.flow_key] = id;
+  count_holds(e, 1);
   e.digest.add(s.flow_key);
   flows_changed_ = true;
   settle_iterations_ = 0;
@@ -392,6 +453,7 @@ void Allocator::release(Endpoint& e, std::uint64_t key) {
   const auto it = e.flows.find(key);
   const alloc::FlowId id = it->second;
   e.flows.erase(it);
+  count_holds(e, -1);
   e.digest.remove(key);
   detach(e.idx, key, id);
 }
@@ -436,11 +498,98 @@ void Allocator::drop_endpoint(EndpointIdx idx) {
     std::erase(p, idx);
     if (p.empty()) pacers_.erase(e.host);
   }
+  leave_sources(e);
   by_peer_.erase(e.peer);
   by_endpoint_id_.erase(e.id);
   unref_host(e.host);
   endpoints_[idx].reset();
   endpoint_ids_.release(idx);
+}
+
+std::size_t Allocator::revalidate_keys(
+    const std::function<const Principal*(std::string_view key)>& lookup) {
+  std::size_t dropped = 0;
+  for (EndpointIdx idx = 0; idx < endpoints_.size(); ++idx) {
+    Endpoint* e = endpoints_[idx].get();
+    if (e == nullptr || e->key.empty()) continue;
+    const Principal* key = lookup(e->key);
+    const bool ok = key != nullptr && may_speak_for(key, e->host, network_.host_name(e->host));
+    if (ok) e->key_name = key->name;
+    if (!ok) {
+      drop_endpoint(idx);
+      ++dropped;
+    }
+  }
+  release_unused_hosts();
+  return dropped;
+}
+
+std::string Allocator::source_full_for_endpoint(alloc::HostId host) const {
+  const std::uint32_t cap = config_.max_endpoints_per_source;
+  if (cap == 0) return {};
+  auto full = [&](const std::string& key) {
+    const auto it = sources_.find(key);
+    return it != sources_.end() && it->second.endpoints >= cap;
+  };
+  const std::string limit = std::to_string(cap) + " endpoints (--max-endpoints-per-source)";
+  if (full("h:" + std::to_string(host))) return "host " + network_.host_name(host) + " has " + limit;
+  if (!address_.empty() && full("a:" + std::string(address_))) {
+    return "address " + std::string(address_) + " has " + limit;
+  }
+  return {};
+}
+
+std::string Allocator::source_full_for_flow(const Endpoint& e) const {
+  const std::uint32_t cap = config_.max_flows_per_source;
+  if (cap == 0) return {};
+  const std::string limit = std::to_string(cap) + " flows (--max-flows-per-source)";
+  if (e.host_source != nullptr && e.host_source->second.holds >= cap) {
+    return "host " + network_.host_name(e.host) + " holds " + limit;
+  }
+  if (e.address_source != nullptr && e.address_source->second.holds >= cap) {
+    return "address " + e.address_source->first.substr(2) + " holds " + limit;
+  }
+  return {};
+}
+
+std::pair<const std::string, Allocator::Source>* Allocator::source_of(std::string key) {
+  auto [it, fresh] = sources_.try_emplace(std::move(key));
+  if (fresh) {
+    it->second.bytes =
+        TokenBucket(config_.max_source_bytes_per_sec, now_us_, config_.source_burst_bytes);
+  }
+  return &*it;
+}
+
+void Allocator::join_sources(Endpoint& e) {
+  e.host_source = source_of("h:" + std::to_string(e.host));
+  ++e.host_source->second.endpoints;
+  if (!address_.empty()) {
+    e.address_source = source_of("a:" + std::string(address_));
+    ++e.address_source->second.endpoints;
+  }
+}
+
+void Allocator::leave_sources(Endpoint& e) {
+  count_holds(e, -static_cast<std::int64_t>(e.flows.size()));
+  for (auto* s : {&e.host_source, &e.address_source}) {
+    if (*s == nullptr) continue;
+    FT_ASSERT((*s)->second.endpoints > 0, (*s)->first);
+    if (--(*s)->second.endpoints == 0) FT_ASSERT((*s)->second.holds == 0, (*s)->first, (*s)->second.holds);
+    *s = nullptr;
+  }
+}
+
+void Allocator::sweep_sources(std::uint64_t now_us) {
+  std::erase_if(sources_, [now_us](const auto& kv) {
+    return kv.second.endpoints == 0 && kv.second.bytes.full_at(now_us);
+  });
+}
+
+void Allocator::count_holds(Endpoint& e, std::int64_t delta) {
+  for (auto* s : {e.host_source, e.address_source}) {
+    if (s != nullptr) s->second.holds = static_cast<std::uint32_t>(static_cast<std::int64_t>(s->second.holds) + delta);
+  }
 }
 
 // Called only once the name or address found no host: a host returned is new.

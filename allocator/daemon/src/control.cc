@@ -63,6 +63,7 @@ json counters_json(const Counters& c) {
           {"hosts_released", c.hosts_released},
           {"flows_expired", c.flows_expired},
           {"flows_joined", c.flows_joined},
+          {"memory_trims", c.memory_trims},
           {"classes_lowered", c.classes_lowered},
           {"flows_by_class", c.flows_by_class},
           {"deadlines_met", c.deadlines_met},
@@ -103,6 +104,19 @@ json policy_json(const Allocator& a) {
           {"coflows_ordered", t.counters.coflows_ordered}};
 }
 
+json auth_json(const AuthInfo& au) {
+  if (!au.on) return {{"mode", "none"}};
+  return {{"mode", "curve"},
+          {"keys", {{"endpoint", au.endpoint_keys}, {"ctl", au.reader_keys}, {"admin", au.admin_keys}}},
+          {"accepted", au.accepted},
+          {"unknown_keys", au.unknown_keys},
+          {"unauthenticated", au.unauthenticated},
+          {"bad_handshakes", au.bad_handshakes},
+          {"reloads", au.reloads},
+          {"reload_failures", au.reload_failures},
+          {"last_reload_error", au.last_reload_error}};
+}
+
 json status_json(const Allocator& a, const ServerInfo& info) {
   const Network& n = a.network();
   const AllocatorConfig& cfg = a.config();
@@ -122,6 +136,8 @@ json status_json(const Allocator& a, const ServerInfo& info) {
             {"headroom", cfg.headroom},
             {"lease_ms", cfg.lease_us / 1000},
             {"endpoint_timeout_ms", cfg.endpoint_timeout_us / 1000},
+            {"max_flows_per_source", cfg.max_flows_per_source},
+            {"max_endpoints_per_source", cfg.max_endpoints_per_source},
             {"default_class", cfg.default_class},
             {"top_class", cfg.top_class}}},
           {"policy", policy_json(a)},
@@ -130,7 +146,8 @@ json status_json(const Allocator& a, const ServerInfo& info) {
           {"flows", a.num_flows()},
           {"busy", a.busy()},
           {"converged", a.engine().stats().converged},
-          {"counters", counters_json(a.counters())}};
+          {"counters", counters_json(a.counters())},
+          {"auth", auth_json(info.auth)}};
 }
 
 // Where the next page starts, or null: the last page.
@@ -376,7 +393,7 @@ std::string control_reply(const Allocator& a, const ServerInfo& info, std::strin
     // Printable only: the request came off the wire.
     std::string shown;
     for (char c : cmd.substr(0, 64)) shown += (c >= 0x20 && c < 0x7f) ? c : '?';
-    reply = {{"error", "unknown request \"" + shown + "\"; try status, endpoints, flows, links"}};
+    reply = {{"error", "unknown request \"" + shown + "\"; try status, endpoints, flows, links, reload"}};
   }
   return reply.dump(-1, ' ', false, json::error_handler_t::replace);
 }

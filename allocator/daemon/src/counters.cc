@@ -19,6 +19,7 @@ const char* to_string(Cause c) {
     case Cause::kRateLimited: return "rate_limited";
     case Cause::kStateMismatch: return "state_mismatch";
     case Cause::kBadFrames: return "bad_frames";
+    case Cause::kNotAuthorized: return "not_authorized";
     case Cause::kCount: break;
   }
   return "unknown";
@@ -39,7 +40,10 @@ Cause cause_of(wire::DecodeError e) {
 wire::ErrorCode error_code_of(Cause c) {
   switch (c) {
     case Cause::kUnsupportedVersion: return wire::ErrorCode::kUnsupportedVersion;
-    case Cause::kBadValue: return wire::ErrorCode::kBadValue;
+    case Cause::kBadValue:
+    // A refused flowlet is sent unpaced either way; the text says why. (A
+    // code of its own would be refused whole by endpoints of protocol 1.0.)
+    case Cause::kNotAuthorized: return wire::ErrorCode::kBadValue;
     case Cause::kNotRegistered: return wire::ErrorCode::kNotRegistered;
     case Cause::kUnknownFlow: return wire::ErrorCode::kUnknownFlow;
     case Cause::kUnknownHost: return wire::ErrorCode::kUnknownHost;

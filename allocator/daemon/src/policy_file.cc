@@ -71,7 +71,7 @@ class Reader : TomlReader {
     if (a == nullptr || a->empty()) fail(n, key(path, k), "expected a non-empty array of names");
     for (const toml::node& e : *a) {
       const auto* s = e.as_string();
-      if (s == nullptr || s->get().empty()) fail(&e, key(path, k), "expected host names");
+      if (s == nullptr || s->get().empty()) fail(&e, key(path, k), "expected names (non-empty strings)");
       out.push_back(s->get());
     }
     return out;
@@ -91,13 +91,14 @@ class Reader : TomlReader {
   }
 
   PolicyRule rule(const toml::table& t, std::string_view path) const {
-    check_keys(t, path, {"src_hosts", "dst_hosts", "dst_ports", "endpoint", "class", "top_class",
-                         "tenant"});
+    check_keys(t, path, {"src_hosts", "dst_hosts", "dst_ports", "endpoint", "keys", "class",
+                         "top_class", "tenant"});
     PolicyRule r;
     r.line = static_cast<int>(t.source().begin.line);
     r.src_hosts = names(t, path, "src_hosts");
     r.dst_hosts = names(t, path, "dst_hosts");
     r.endpoint_prefix = text(t, path, "endpoint");
+    r.keys = names(t, path, "keys");
     if (const toml::node* n = t.get("dst_ports")) ports(*n, key(path, "dst_ports"), &r);
     r.default_class = cls(t, path, "class");
     r.top_class = cls(t, path, "top_class");
@@ -123,7 +124,10 @@ class Reader : TomlReader {
       lo = std::strtol(v.c_str(), &end, 10);
       hi = lo;
       if (*end == '-') hi = std::strtol(end + 1, &end, 10);
-      if (errno != 0 || *end != '\0' || v.empty()) fail(&n, k, "expected PORT or \"LO-HI\"");
+      // The whole string: a NUL inside ("80\u0000x") must not end it early.
+      if (errno != 0 || end != v.c_str() + v.size() || v.empty()) {
+        fail(&n, k, "expected PORT or \"LO-HI\"");
+      }
     } else {
       fail(&n, k, "expected PORT or \"LO-HI\"");
     }

@@ -1,13 +1,20 @@
 #include "flowtune/daemon/server.h"
 
+#include <malloc.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iterator>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <zmq_addon.hpp>
 
 #include "allocator_internal.h"
+#include "flowtune/common/curve.h"
 #include "flowtune/common/endpoint.h"
 #include "flowtune/daemon/control.h"
 #include "flowtune/wire/codec.h"
@@ -25,6 +32,11 @@ namespace {
 constexpr int kMaxDrainPerTurn = 4096;
 constexpr std::int64_t kMinDrainNs = 200'000;
 constexpr int kMaxFramesPerMessage = 8;
+// Handshakes answered (and monitor events read) per turn: a connection storm
+// shares the loop with the endpoints already connected.
+constexpr int kMaxAuthPerTurn = 256;
+// libzmq asks the ZAP handler bound here, in the socket's context (RFC 27).
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 
 // recv of the rest of a multipart message, which ZeroMQ delivers whole:
 // only a signal can interrupt it, and then it is retried.
@@ -39,6 +51,15 @@ void recv_part(zmq::socket_t& s, zmq::message_t& m) {
   }
 }
 
+// A listener no other machine can reach: without CURVE, only it takes
+// requests that change state.
+bool loopback_only(const std::string& endpoint) {
+  for (const char* p : {"ipc://", "inproc://", "tcp://127.", "tcp://localhost:", "tcp://[::1]:"}) {
+    if (endpoint.rfind(p, 0) == 0) return true;
+  }
+  return false;
+}
+
 std::int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -48,9 +69,9 @@ std::int64_t steady_ns() {
 }  // namespace
 
 Server::Server(zmq::context_t& ctx, Allocator& allocator, Log& log, const std::string& listen,
-               std::uint64_t busy_poll_us)
+               std::uint64_t busy_poll_us, const AuthConfig& auth)
     : allocator_(allocator), log_(log), router_(ctx, zmq::socket_type::router),
-      start_ns_(steady_ns()), busy_poll_us_(busy_poll_us) {
+      start_ns_(steady_ns()), busy_poll_us_(busy_poll_us), auth_(auth) {
   // Unroutable replies (the peer left) fail visibly instead of vanishing, and
   // a slow peer's full queue fails a send instead of blocking the loop.
   router_.set(zmq::sockopt::router_mandatory, 1);
@@ -61,12 +82,163 @@ Server::Server(zmq::context_t& ctx, Allocator& allocator, Log& log, const std::s
   if (const std::string why = endpoint_port_error(listen); !why.empty()) {
     throw ConfigError("cannot listen on " + why);
   }
+  if (auth_.enabled()) enable_curve(ctx);
   try {
     router_.bind(listen);
   } catch (const zmq::error_t& e) {
     throw ConfigError("cannot listen on " + listen + ": " + e.what());
   }
   bound_ = router_.get(zmq::sockopt::last_endpoint);
+  loopback_only_ = loopback_only(bound_);
+  tcp_ = bound_.rfind("tcp://", 0) == 0;
+}
+
+// After a flood (or any burst of state) has gone, glibc keeps the freed
+// heap: hand it back once the flows have fallen to half their peak since
+// the last time (a walk of the heap, done at most once per halving).
+void Server::return_memory() {
+  constexpr std::size_t kWorthIt = 10'000;  // flows: below this there is little to return
+  const std::size_t flows = allocator_.num_flows() + allocator_.num_endpoints();
+  peak_state_ = std::max(peak_state_, flows);
+  if (peak_state_ < kWorthIt || flows > peak_state_ / 2) return;
+  ::malloc_trim(0);
+  ++allocator_.counters().memory_trims;
+  peak_state_ = flows;
+}
+
+Server::~Server() {
+  // The monitor goes before the sockets it watches.
+  if (monitor_) zmq_socket_monitor(router_.handle(), nullptr, 0);
+}
+
+void Server::enable_curve(zmq::context_t& ctx) {
+  if (zmq_has("curve") == 0) throw ConfigError("this libzmq was built without CURVE (libsodium)");
+  curve::KeyPair own;
+  if (const std::string why = curve::read_key_file(auth_.secret_file, true, &own); !why.empty()) {
+    throw ConfigError("--curve-secret: " + why);
+  }
+  keys_ = KeyRing::load(auth_);
+  // The handler is bound before the listener, so no connection is ever
+  // accepted unasked.
+  zap_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::rep);
+  zap_->set(zmq::sockopt::linger, 0);
+  try {
+    zap_->bind(kZapEndpoint);
+  } catch (const zmq::error_t& e) {
+    throw ConfigError(std::string("cannot bind the ZAP handler: ") + e.what());
+  }
+  router_.set(zmq::sockopt::curve_server, 1);
+  router_.set(zmq::sockopt::curve_secretkey, own.secret_key);
+  router_.set(zmq::sockopt::zap_domain, "flowtune");
+  const std::string monitor = "inproc://flowtune-handshakes-" +
+                              std::to_string(reinterpret_cast<std::uintptr_t>(this));
+  if (zmq_socket_monitor(router_.handle(), monitor.c_str(),
+                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
+    throw ConfigError(std::string("cannot monitor handshakes: ") + zmq_strerror(zmq_errno()));
+  }
+  monitor_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::pair);
+  monitor_->set(zmq::sockopt::linger, 0);
+  monitor_->connect(monitor);
+  auth_info_.on = true;
+  count_keys();
+}
+
+void Server::count_keys() {
+  auth_info_.endpoint_keys = keys_.count(kRoleEndpoint);
+  auth_info_.reader_keys = keys_.count(kRoleRead);
+  auth_info_.admin_keys = keys_.count(kRoleAdmin);
+}
+
+Server::Reload Server::reload_keys() {
+  if (!zap_) return {true, "keys: CURVE is off"};
+  try {
+    keys_ = KeyRing::load(auth_);
+  } catch (const ConfigError& e) {
+    ++auth_info_.reload_failures;
+    auth_info_.last_reload_error = e.what();
+    return {false, std::string("keys refused, the old ones stay: ") + e.what()};
+  }
+  ++auth_info_.reloads;
+  auth_info_.last_reload_error.clear();
+  count_keys();
+  const std::size_t dropped = allocator_.revalidate_keys([this](std::string_view key) {
+    const KeyEntry* k = keys_.find(key);
+    return k != nullptr && (k->roles & kRoleEndpoint) != 0 ? &k->principal : nullptr;
+  });
+  std::string text = "keys: " + std::to_string(auth_info_.endpoint_keys) + " endpoint, " +
+                     std::to_string(auth_info_.reader_keys) + " ctl (" +
+                     std::to_string(auth_info_.admin_keys) + " admin)";
+  if (dropped > 0) {
+    text += "; " + std::to_string(dropped) + " endpoints dropped (their key or host is no longer allowed)";
+  }
+  return {true, text};
+}
+
+// ZAP (RFC 27): request frames are version, request id, domain, address,
+// routing id, mechanism, credentials (CURVE: the client's 32-byte public
+// key); the reply's user id (the key in Z85) travels with every message
+// of the connection as its "User-Id" property.
+void Server::answer_zap(std::uint64_t now) {
+  for (int i = 0; i < kMaxAuthPerTurn; ++i) {
+    std::vector<zmq::message_t> req;
+    try {
+      if (!zmq::recv_multipart(*zap_, std::back_inserter(req), zmq::recv_flags::dontwait)) return;
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) return;
+      throw;
+    }
+    // Every CURVE key gets its connection; whether it is allowed is asked
+    // of each message. libzmq 4.3 never reconnects a socket refused here,
+    // so a client whose key a reload adds a moment later would stay
+    // locked out until restarted; this way it is heard from the reload on.
+    std::string status = "400";
+    std::string text = "no CURVE key";
+    std::string user;
+    if (req.size() >= 7 && req[5].to_string_view() == "CURVE" && req[6].size() == 32) {
+      char z85[curve::kZ85KeyChars + 1] = {};
+      zmq_z85_encode(z85, req[6].data<std::uint8_t>(), 32);
+      status = "200";
+      text = "OK";
+      user = z85;
+      if (keys_.find(z85) != nullptr) {
+        ++auth_info_.accepted;
+      } else {
+        ++auth_info_.unknown_keys;
+        log_.note(Note::kKeyRefused, LogLevel::kWarn, now,
+                  "a connection from " + std::string(req[3].to_string_view()) + " holds key " +
+                      z85 + ", in no allow-list: its messages are refused");
+      }
+    }
+    const std::string_view id = req.size() >= 2 ? req[1].to_string_view() : std::string_view();
+    std::vector<zmq::const_buffer> reply = {zmq::str_buffer("1.0"), zmq::buffer(id),
+                                            zmq::buffer(status), zmq::buffer(text),
+                                            zmq::buffer(user), zmq::str_buffer("")};
+    zmq::send_multipart(*zap_, reply);
+  }
+}
+
+void Server::read_monitor(std::uint64_t now) {
+  for (int i = 0; i < kMaxAuthPerTurn; ++i) {
+    zmq::message_t event;
+    if (!monitor_->recv(event, zmq::recv_flags::dontwait)) return;
+    if (event.more()) {
+      zmq::message_t address;
+      recv_part(*monitor_, address);
+    }
+    if (event.size() < 6) continue;
+    std::uint16_t kind;
+    std::uint32_t value;
+    std::memcpy(&kind, event.data(), sizeof kind);
+    std::memcpy(&value, event.data<char>() + 2, sizeof value);
+    const bool no_curve = kind == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+                          value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH;
+    ++(no_curve ? auth_info_.unauthenticated : auth_info_.bad_handshakes);
+    log_.note(Note::kHandshakeFailed, LogLevel::kWarn, now,
+              no_curve ? "refused a peer that does not speak CURVE"
+                       : "a CURVE handshake failed (a wrong allocator key, or not ZeroMQ), error " +
+                             std::to_string(value));
+  }
 }
 
 std::uint64_t Server::now_us() const {
@@ -74,9 +246,16 @@ std::uint64_t Server::now_us() const {
 }
 
 int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
-  zmq::pollitem_t items[2] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
-                              {nullptr, signal_fd, ZMQ_POLLIN, 0}};
-  const int nitems = signal_fd >= 0 ? 2 : 1;
+  // The router, then the signal fd, the ZAP handler and the handshake
+  // monitor where there are.
+  std::vector<zmq::pollitem_t> items = {{router_.handle(), 0, ZMQ_POLLIN, 0}};
+  const std::size_t signal_item = signal_fd >= 0 ? items.size() : SIZE_MAX;
+  if (signal_fd >= 0) items.push_back({nullptr, signal_fd, ZMQ_POLLIN, 0});
+  const std::size_t zap_item = zap_ ? items.size() : SIZE_MAX;
+  if (zap_) {
+    items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
+    items.push_back({monitor_->handle(), 0, ZMQ_POLLIN, 0});
+  }
   for (std::uint64_t turn = 0; turn < stop_after_turns; ++turn) {
     long timeout_ms = -1;
     std::uint64_t now = now_us();
@@ -90,15 +269,19 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
     }
     if (stop_after_turns != UINT64_MAX && timeout_ms < 0) timeout_ms = 10;
     try {
-      zmq::poll(items, static_cast<std::size_t>(nitems), std::chrono::milliseconds(timeout_ms));
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms));
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
     }
-    if (nitems == 2 && (items[1].revents & ZMQ_POLLIN) != 0) {
+    if (signal_item != SIZE_MAX && (items[signal_item].revents & ZMQ_POLLIN) != 0) {
       signalfd_siginfo si{};
       if (::read(signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
         return static_cast<int>(si.ssi_signo);
       }
+    }
+    if (zap_item != SIZE_MAX) {
+      if ((items[zap_item].revents & ZMQ_POLLIN) != 0) answer_zap(now_us());
+      if ((items[zap_item + 1].revents & ZMQ_POLLIN) != 0) read_monitor(now_us());
     }
     const std::int64_t drain_start = steady_ns();
     const std::int64_t drain_budget = std::max(kMinDrainNs, last_iteration_ns_);
@@ -108,7 +291,10 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
       if (!receive_one(static_cast<std::uint64_t>((steady_ns() - start_ns_) / 1000))) break;
     }
     now = now_us();
-    if (now >= allocator_.next_timer_us()) allocator_.on_timer(now);
+    if (now >= allocator_.next_timer_us()) {
+      allocator_.on_timer(now);
+      return_memory();
+    }
     if (allocator_.busy()) {
       const std::int64_t t0 = steady_ns();
       allocator_.iterate(now);
@@ -150,27 +336,75 @@ bool Server::receive_one(std::uint64_t now) {
     }
   }
   const std::string_view peer_id(peer.data<char>(), peer.size());
-  if (count == 1) {
-    allocator_.on_message(peer_id,
-                          {frames[0].data<std::uint8_t>(), frames[0].size()}, now);
+  const bool is_control = count == 2 && frames[0].to_string_view() == kControlTag;
+  if (count != 1 && !is_control) {
+    allocator_.on_bad_frames(peer_id, count, now);
     return true;
   }
-  if (count == 2 && frames[0].to_string_view() == kControlTag) {
-    ++allocator_.counters().control_requests;
-    std::string reply;
-    if (control_tokens_.take(now)) {
-      reply = control_reply(allocator_, {bound_, now}, frames[1].to_string_view(), now);
-    } else {
-      allocator_.counters().count(Cause::kRateLimited);
-      // retry_ms: flowtune-ctl waits and asks again (a paged dump may
-      // outrun the burst).
-      reply = R"({"error":"too many flowtune-ctl requests; try again shortly","retry_ms":10})";
+  // With CURVE on, the key the connection proved, looked up now: a key a
+  // reload removed is not heard, though its connection lives on.
+  const KeyEntry* sender = nullptr;
+  if (zap_) {
+    const char* key = zmq_msg_gets(frames[0].handle(), "User-Id");
+    sender = key != nullptr ? keys_.find(key) : nullptr;
+    if (sender == nullptr && !is_control) {
+      allocator_.on_unauthorized(peer_id, "this connection's key is in no allow-list", now);
+      return true;
     }
-    send(std::string(peer_id), reply.data(), reply.size(), kControlTag);
+  }
+  if (!is_control) {
+    if (sender != nullptr && (sender->roles & kRoleEndpoint) == 0) {
+      allocator_.on_unauthorized(peer_id,
+                                 "key \"" + sender->principal.name +
+                                     "\" is a flowtune-ctl key, not an endpoint's",
+                                 now);
+      return true;
+    }
+    // The peer's IP address for the per-source quotas: TCP only (over ipc
+    // libzmq names the process, "localhost:UID:GID:PID", which would make
+    // each process a source of its own).
+    const char* address = tcp_ ? zmq_msg_gets(frames[0].handle(), "Peer-Address") : nullptr;
+    allocator_.on_message(peer_id, {frames[0].data<std::uint8_t>(), frames[0].size()}, now,
+                          sender != nullptr ? &sender->principal : nullptr,
+                          address != nullptr ? std::string_view(address) : std::string_view());
     return true;
   }
-  allocator_.on_bad_frames(peer_id, count, now);
+  ++allocator_.counters().control_requests;
+  std::string reply;
+  if (zap_ && (sender == nullptr || (sender->roles & kRoleRead) == 0)) {
+    allocator_.counters().count(Cause::kNotAuthorized);
+    reply = sender == nullptr ? R"({"error":"this connection's key is in no allow-list"})"
+                              : R"j({"error":"this key is not a flowtune-ctl key (--curve-ctl, --curve-admin)"})j";
+  } else if (control_tokens_.take(now)) {
+    reply = control(frames[1].to_string_view(), sender, now);
+  } else {
+    allocator_.counters().count(Cause::kRateLimited);
+    // retry_ms: flowtune-ctl waits and asks again (a paged dump may
+    // outrun the burst).
+    reply = R"({"error":"too many flowtune-ctl requests; try again shortly","retry_ms":10})";
+  }
+  send(std::string(peer_id), reply.data(), reply.size(), kControlTag);
   return true;
+}
+
+std::string Server::control(std::string_view request, const KeyEntry* sender, std::uint64_t now) {
+  const std::string_view cmd = request.substr(0, request.find(' '));
+  if (cmd != "reload") return control_reply(allocator_, {bound_, now, auth_info_}, request, now);
+  // Changes state: an admin key, or without CURVE a listener only this
+  // host can reach.
+  const bool admin = zap_ ? (sender->roles & kRoleAdmin) != 0 : loopback_only_;
+  if (!admin) {
+    allocator_.counters().count(Cause::kNotAuthorized);
+    return zap_ ? R"j({"error":"reload needs an admin key (--curve-admin)"})j"
+                : R"({"error":"reload needs CURVE and an admin key when the allocator listens beyond this host"})";
+  }
+  if (!reload_) return R"({"error":"this allocator cannot reload"})";
+  // Nothing read from the lists before this line is used after it: the
+  // reload replaces them (and `sender` with them).
+  const Reload r = reload_();
+  log_.write(r.ok ? LogLevel::kInfo : LogLevel::kError, "flowtune-ctl reload: " + r.text);
+  return nlohmann::json{{"reload", r.text}, {"ok", r.ok}}.dump(-1, ' ', false,
+                                                             nlohmann::json::error_handler_t::replace);
 }
 
 void Server::flush() {

@@ -70,7 +70,9 @@ typedef struct ft_config {
    * allocator's. */
   uint64_t max_rate_bytes_per_sec;
   /* How often the runtime heartbeats (ms, default 1000); the allocator's
-   * endpoint timeout must be longer. */
+   * endpoint timeout must be longer. The connection to the allocator is
+   * pinged every half of it, and remade when silent this long after a
+   * ping, so a healed partition is noticed within about a heartbeat. */
   uint32_t heartbeat_ms;
   /* 0 quiet, 1 errors, 2 warnings (default; $FLOWTUNE_LOG), 3 info, 4 debug;
    * to stderr. */

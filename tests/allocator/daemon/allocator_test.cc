@@ -58,11 +58,13 @@ class AllocatorTest : public ::testing::Test {
   }
   void SetUp() override { make(config()); }
 
-  void send(std::string_view peer, std::vector<wire::EndpointEvent> events) {
+  // address: the peer's IP address as the server gives it (TCP), or none.
+  void send(std::string_view peer, std::vector<wire::EndpointEvent> events,
+            std::string_view address = {}) {
     EndpointMessage m;
     m.events = std::move(events);
     const auto bytes = wire::encode(m);
-    alloc_->on_message(peer, bytes, now_);
+    alloc_->on_message(peer, bytes, now_, nullptr, address);
   }
   void hello(std::string_view peer, std::string id, std::string host) {
     send(peer, {wire::Hello{std::move(id), std::move(host)}});
@@ -414,7 +416,7 @@ TEST_F(AllocatorTest, TheFlowsPageIsValidJsonWhateverPeersNamed) {
   s.weight = 2.5f;
   send("p", {s, start_of(8, 0, 2)});
   settle();
-  const std::string text = control_reply(*alloc_, {"x", 0}, "flows 1", now_);
+  const std::string text = control_reply(*alloc_, {"x", 0, {}}, "flows 1", now_);
   const auto j = nlohmann::json::parse(text);  // throws on invalid JSON
   ASSERT_EQ(j["flows"].size(), 1u);
   const auto& f = j["flows"][0];
@@ -430,7 +432,7 @@ TEST_F(AllocatorTest, TheFlowsPageIsValidJsonWhateverPeersNamed) {
   EXPECT_EQ(j["total"], 2);
   EXPECT_TRUE(j["next"].is_number());
   const auto last = nlohmann::json::parse(
-      control_reply(*alloc_, {"x", 0}, "flows 5 " + std::to_string(j["next"].get<int>()), now_));
+      control_reply(*alloc_, {"x", 0, {}}, "flows 5 " + std::to_string(j["next"].get<int>()), now_));
   ASSERT_EQ(last["flows"].size(), 1u);
   EXPECT_EQ(last["flows"][0]["key"], 8);
   EXPECT_TRUE(last["next"].is_null());
@@ -450,7 +452,7 @@ TEST_F(AllocatorTest, EndpointsAndLinksComeInPages) {
     std::string from;
     for (int pages = 0; pages < 10; ++pages) {
       const auto j = nlohmann::json::parse(
-          control_reply(*alloc_, {"x", 0}, what + " 2" + from, now_));
+          control_reply(*alloc_, {"x", 0, {}}, what + " 2" + from, now_));
       ASSERT_LE(j[what].size(), 2u) << what;
       EXPECT_EQ(j["epoch"], alloc_->epoch());
       for (const auto& item : j[what]) {
@@ -471,7 +473,7 @@ TEST_F(AllocatorTest, EndpointsAndLinksComeInPages) {
   }
   // Without a limit: one page of up to 500 (an older flowtune-ctl, which
   // asks without one, shows the first 500).
-  const auto all = nlohmann::json::parse(control_reply(*alloc_, {"x", 0}, "endpoints", now_));
+  const auto all = nlohmann::json::parse(control_reply(*alloc_, {"x", 0, {}}, "endpoints", now_));
   EXPECT_EQ(all["endpoints"].size(), 5u);
   EXPECT_TRUE(all["next"].is_null());
 }
@@ -568,6 +570,146 @@ TEST_F(AllocatorTest, MessageFloodIsRateLimitedPerEndpoint) {
   now_ += 100'000;
   send("p", {start_of(1, 0, 3)});
   EXPECT_EQ(alloc_->num_flows(), 2u);
+}
+
+// One peer cannot fill the global tables through many endpoints: the
+// endpoints of one host, and those from one peer address whatever hosts
+// they name, share a quota of flows and of endpoints.
+TEST_F(AllocatorTest, OneSourceIsHeldToItsQuotaOfFlowsAndEndpoints) {
+  AllocatorConfig c = config();
+  c.max_flows_per_source = 10;
+  c.max_endpoints_per_source = 3;
+  make(c, 64);
+  // Given: 3 endpoints from address A on hosts h0..h2, 4 flows each.
+  for (int i = 0; i < 3; ++i) {
+    const std::string peer = "a" + std::to_string(i);
+    send(peer, {wire::Hello{"ep-" + peer, "h" + std::to_string(i)}}, "10.9.9.9");
+    for (std::uint64_t k = 1; k <= 4; ++k) {
+      send(peer, {start_of(k, static_cast<std::uint32_t>(i), 40)}, "10.9.9.9");
+    }
+  }
+  // Expect: the address holds 10 flows; 2 starts were refused.
+  EXPECT_EQ(alloc_->num_flows(), 10u);
+  EXPECT_EQ(errors(Cause::kTooManyFlows), 2u);
+  // A fourth endpoint from A is refused, whatever host it names.
+  send("a3", {wire::Hello{"ep-a3", "h9"}}, "10.9.9.9");
+  EXPECT_EQ(alloc_->num_endpoints(), 3u);
+  EXPECT_EQ(errors(Cause::kTooManyEndpoints), 1u);
+  // Another address is unaffected; so is another host from it.
+  send("b", {wire::Hello{"ep-b", "h20"}}, "10.8.8.8");
+  send("b", {start_of(1, 20, 41)}, "10.8.8.8");
+  EXPECT_EQ(alloc_->num_flows(), 11u);
+  // Host quotas hold across addresses: h20's endpoints from elsewhere share it.
+  for (std::uint64_t k = 2; k <= 12; ++k) send("b", {start_of(k, 20, 41)}, "10.8.8.8");
+  send("b2", {wire::Hello{"ep-b2", "h20"}}, "10.7.7.7");
+  send("b2", {start_of(1, 20, 42)}, "10.7.7.7");
+  EXPECT_EQ(alloc_->num_flows(), 20u);  // h20: 10
+  // When A's flows end and an endpoint leaves, its quota comes back.
+  for (std::uint64_t k = 1; k <= 4; ++k) send("a0", {wire::FlowletEnd{k}}, "10.9.9.9");
+  send("a2", {start_of(5, 2, 40)}, "10.9.9.9");
+  EXPECT_EQ(alloc_->num_flows(), 17u);
+  now_ += c.endpoint_timeout_us + c.lease_refresh_us * 2;
+  for (const char* p : {"a1", "a2", "b", "b2"}) send(p, {wire::Heartbeat{}});
+  alloc_->on_timer(now_);
+  send("a4", {wire::Hello{"ep-a4", "h4"}}, "10.9.9.9");
+  EXPECT_EQ(alloc_->num_endpoints(), 5u);  // a0 timed out: A has room again
+  // Without an address (ipc: the server passes none), only the host's quota applies.
+  send("c", {wire::Hello{"ep-c", "h30"}});
+  for (std::uint64_t k = 1; k <= 12; ++k) send("c", {start_of(k, 30, 43)});
+  EXPECT_EQ(alloc_->endpoints(now_).size(), 6u);
+}
+
+// The input budget is per source, charged before decoding, hellos
+// included; saying hello again under a new id from the same address does
+// not buy a fresh budget.
+TEST_F(AllocatorTest, TheInputBudgetIsPerSourceAndOutlivesItsEndpoints) {
+  AllocatorConfig c = config();
+  c.max_source_bytes_per_sec = 1000;
+  c.source_burst_bytes = 2000;
+  make(c, 64);
+  auto flows_message = [&](std::uint32_t host, std::uint64_t first) {
+    std::vector<wire::EndpointEvent> ev;
+    for (std::uint64_t k = first; k < first + 20; ++k) ev.push_back(start_of(k, host, 40));
+    return ev;
+  };
+  // Given: address A spends its burst.
+  send("a", {wire::Hello{"ep-a", "h1"}}, "10.9.9.9");
+  std::uint64_t key = 1;
+  while (errors(Cause::kRateLimited) == 0 && key < 10'000) {
+    send("a", flows_message(1, key), "10.9.9.9");
+    key += 20;
+  }
+  ASSERT_EQ(errors(Cause::kRateLimited), 1u);
+  const std::size_t held = alloc_->num_flows();
+  // When: a new connection from A says hello under a new id, with flows.
+  std::vector<wire::EndpointEvent> again = flows_message(2, 1);
+  again.insert(again.begin(), wire::Hello{"ep-a2", "h2"});
+  send("a2", again, "10.9.9.9");
+  // Expect: refused, as A is still in debt; address B is not.
+  EXPECT_EQ(errors(Cause::kRateLimited), 2u);
+  EXPECT_EQ(alloc_->num_flows(), held);
+  std::vector<wire::EndpointEvent> b = flows_message(3, 1);
+  b.insert(b.begin(), wire::Hello{"ep-b", "h3"});
+  send("b", b, "10.8.8.8");
+  EXPECT_EQ(alloc_->num_flows(), held + 20);
+  // A's endpoints leave (time out): its source and its debt stay until the
+  // budget has refilled, then go.
+  now_ += c.endpoint_timeout_us + c.lease_refresh_us * 2;
+  send("b", {wire::Heartbeat{}}, "10.8.8.8");
+  alloc_->on_timer(now_);
+  send("a3", again, "10.9.9.9");
+  EXPECT_EQ(alloc_->num_flows(), 40u);  // b's, and a3's after the refill
+}
+
+// A resync that replaces every flow of an endpoint at its source's quota
+// finds the room the replaced flows leave.
+TEST_F(AllocatorTest, AResyncThatReplacesFlowsAtTheQuotaKeepsThemAll) {
+  AllocatorConfig c = config();
+  c.max_flows_per_source = 100;
+  make(c, 64);
+  auto resync_of = [&](std::uint64_t first) {
+    std::vector<wire::FlowletStart> list;
+    for (std::uint64_t k = first; k < first + 100; ++k) list.push_back(start_of(k, 1, 2 + static_cast<std::uint32_t>(k % 60)));
+    return std::vector<wire::EndpointEvent>{wire::Resync{list}};
+  };
+  hello("p", "ep", "h1");
+  send("p", resync_of(1));
+  ASSERT_EQ(alloc_->num_flows(), 100u);
+  send("p", resync_of(101));
+  EXPECT_EQ(alloc_->num_flows(), 100u);
+  EXPECT_EQ(errors(Cause::kTooManyFlows), 0u);
+}
+
+// A message weighs one more for every whole 4 KB it carries: a large one
+// passes on one token and leaves its sender in debt.
+TEST_F(AllocatorTest, LargeMessagesCostMoreOfTheRateLimit) {
+  AllocatorConfig c = config();
+  c.max_messages_per_sec = 100;  // burst of 10
+  make(c);
+  hello("p", "ep", "h0");  // charged to strangers: the endpoint starts with 10
+
+  EndpointMessage m;
+  std::uint64_t k = 0;
+  while (wire::encode(m).size() < 10 * 4096) {
+    for (int i = 0; i < 100; ++i, ++k) {
+      m.events.push_back(start_of(k + 1, 0, 1 + static_cast<std::uint32_t>(k % 7)));
+    }
+  }
+  const std::size_t bytes = wire::encode(m).size();
+  send("p", m.events);  // weighs 11 or more
+  EXPECT_EQ(alloc_->num_flows(), k);
+  EXPECT_EQ(errors(Cause::kRateLimited), 0u);
+  send("p", {wire::Heartbeat{}});  // the bucket is in debt
+  EXPECT_EQ(errors(Cause::kRateLimited), 1u);
+  // The debt (the message's weight less the 10 tokens it found) is paid at
+  // 100 tokens/s before one more message passes.
+  const double debt = static_cast<double>(1 + bytes / 4096) - 10;
+  now_ += static_cast<std::uint64_t>((debt + 1) * 1e6 / 100) - 1000;
+  send("p", {wire::Heartbeat{}});
+  EXPECT_EQ(errors(Cause::kRateLimited), 2u);
+  now_ += 2000;
+  send("p", {wire::Heartbeat{}});
+  EXPECT_EQ(errors(Cause::kRateLimited), 2u);
 }
 
 TEST_F(AllocatorTest, LiveLeasesAreRefreshedPeriodically) {
@@ -1471,10 +1613,13 @@ TEST(PolicyFile, ErrorsNameTheFileLineAndKey) {
             "p.toml:2: tenants.a.weight: 0 is out of range [1e-06, 1e+06]");
   EXPECT_EQ(error("\n[[rule]]\nsrc_hosts = [\"h1\"]\nclas = 2\n"),
             "p.toml:4: rule[0].clas: unknown key (allowed: src_hosts, dst_hosts, dst_ports, "
-            "endpoint, class, top_class, tenant)");
+            "endpoint, keys, class, top_class, tenant)");
   EXPECT_EQ(error("[[rule]]\ntenant = \"x\"\ndst_ports = \"90-80\"\n"),
             "p.toml:3: rule[0].dst_ports: ports must be 1-65535, low to high");
   EXPECT_EQ(error("[[rule]]\nclass = 9\n"), "p.toml:2: rule[0].class: 9 is not a class (0-7)");
+  // The whole string is the ports: text after a NUL is not dropped.
+  EXPECT_EQ(error("[[rule]]\ntenant = \"x\"\ndst_ports = \"80\\u0000x\"\n"),
+            "p.toml:3: rule[0].dst_ports: expected PORT or \"LO-HI\"");
   EXPECT_EQ(error("[[rule]]\nsrc_hosts = [\"h1\"]\n"),
             "p.toml:1: rule[0]: sets nothing (give class, top_class or tenant)");
   EXPECT_EQ(error("[tenants.a]\nguarantee_gbps = 3\ncap_gbps = 1\n"),

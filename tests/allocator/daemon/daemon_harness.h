@@ -7,7 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -19,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "flowtune/common/curve.h"
 #include "flowtune/daemon/server.h"
 #include "flowtune/wire/codec.h"
 
@@ -30,6 +34,27 @@ using Clock = std::chrono::steady_clock;
 inline std::string unique_endpoint() {
   static int n = 0;
   return "ipc:///tmp/ft-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + ".sock";
+}
+
+// One flowtune-ctl request to `listen` (speaking CURVE with `keys` if not
+// null); nullopt when no reply came within the timeout.
+inline std::optional<nlohmann::json> control_request(zmq::context_t& ctx, const std::string& listen,
+                                                     const curve::ClientKeys* keys,
+                                                     const std::string& request,
+                                                     int timeout_ms = 1000) {
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  if (keys != nullptr) {
+    EXPECT_EQ(curve::apply_client(s.handle(), *keys), 0);
+  }
+  s.connect(listen);
+  s.send(zmq::buffer(std::string_view(kControlTag)), zmq::send_flags::sndmore);
+  s.send(zmq::buffer(request), zmq::send_flags::none);
+  zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+  zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
+  zmq::message_t tag, body;
+  if ((item.revents & ZMQ_POLLIN) == 0 || !s.recv(tag) || !s.recv(body)) return std::nullopt;
+  return nlohmann::json::parse(body.to_string_view());
 }
 
 class DaemonProcess {
@@ -103,17 +128,12 @@ class DaemonProcess {
     return -1;
   }
 
+  // With CURVE on, control() speaks it with these keys.
+  void set_control_keys(const curve::ClientKeys& k) { control_keys_ = k; }
+
   std::optional<nlohmann::json> control(const std::string& request, int timeout_ms = 1000) {
-    zmq::socket_t s(ctx_, zmq::socket_type::dealer);
-    s.set(zmq::sockopt::linger, 0);
-    s.connect(listen_);
-    s.send(zmq::buffer(std::string_view(kControlTag)), zmq::send_flags::sndmore);
-    s.send(zmq::buffer(request), zmq::send_flags::none);
-    zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
-    zmq::message_t tag, body;
-    if ((item.revents & ZMQ_POLLIN) == 0 || !s.recv(tag) || !s.recv(body)) return std::nullopt;
-    return nlohmann::json::parse(body.to_string_view());
+    return control_request(ctx_, listen_, control_keys_ ? &*control_keys_ : nullptr, request,
+                           timeout_ms);
   }
   nlohmann::json status() { return control("status").value_or(nlohmann::json{}); }
 
@@ -127,6 +147,7 @@ class DaemonProcess {
 
  private:
   zmq::context_t ctx_{1};
+  std::optional<curve::ClientKeys> control_keys_;
   std::string listen_;
   std::string stderr_path_;
   pid_t pid_ = -1;
@@ -136,8 +157,13 @@ class DaemonProcess {
 // One endpoint: a DEALER socket speaking the wire protocol.
 class Endpoint {
  public:
-  explicit Endpoint(const std::string& allocator) : socket_(ctx_, zmq::socket_type::dealer) {
+  // keys: speak CURVE with them (null: no authentication).
+  explicit Endpoint(const std::string& allocator, const curve::ClientKeys* keys = nullptr)
+      : socket_(ctx_, zmq::socket_type::dealer) {
     socket_.set(zmq::sockopt::linger, 0);
+    if (keys != nullptr) {
+      EXPECT_EQ(curve::apply_client(socket_.handle(), *keys), 0);
+    }
     socket_.connect(allocator);
   }
   void send(std::vector<wire::EndpointEvent> events) {
@@ -205,6 +231,41 @@ class Endpoint {
   std::map<std::uint64_t, std::uint64_t> rates_;
   std::vector<wire::AllocatorMessage> history_;
 };
+
+// A scratch directory, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/ft-auth-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+inline void write_file(const std::string& path, const std::string& text, mode_t mode = 0644) {
+  std::ofstream(path) << text;
+  ::chmod(path.c_str(), mode);
+}
+
+// A new key pair: DIR/NAME.key (secret) and the public entry written to
+// each of `lists` (with `hosts`, a TOML array, when not empty).
+inline curve::ClientKeys make_key(const std::string& dir, const std::string& name,
+                           const std::vector<std::string>& lists, const std::string& hosts,
+                           const std::string& server_public) {
+  const curve::KeyPair k = curve::generate();
+  write_file(dir + "/" + name + ".key",
+             "public-key = \"" + k.public_key + "\"\nsecret-key = \"" + k.secret_key + "\"\n", 0600);
+  for (const std::string& list : lists) {
+    std::string pub = "# " + name + "\npublic-key = \"" + k.public_key + "\"\n";
+    if (!hosts.empty()) pub += "hosts = " + hosts + "\n";
+    write_file(list + "/" + name + ".pub", pub);
+  }
+  return {server_public, k};
+}
 
 inline wire::FlowletStart host_flow(std::uint64_t key, std::uint32_t src, std::uint32_t dst) {
   wire::FlowletStart s;

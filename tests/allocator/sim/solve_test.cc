@@ -249,6 +249,22 @@ TEST(SolveInput, NonArraysAndNonObjectsAreRejected) {
                      "links[0].id");
 }
 
+TEST(SolveInput, ParseProblemReadsJsonTextAndNamesTheSourceOfMalformedText) {
+  const json p = parse_problem(parking_lot().dump(), "lot.json");
+  EXPECT_EQ(p, parking_lot());
+  // 1e400 overflows a double: found by solve_fuzz, it escaped as
+  // json::out_of_range and flowtune-sim exited 1 ("failed"), not 2.
+  for (const char* bad : {"", "{", "{\"links\": [}", "[1, 2,]", "nul", "[1e400]",
+                          "{\"links\": [{\"id\": 1, \"capacity_bps\": -1e400}]}"}) {
+    try {
+      (void)parse_problem(bad, "bad.json");
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("malformed JSON in 'bad.json': ", 0), 0u) << e.what();
+    }
+  }
+}
+
 TEST(SolveInput, BadWeightsAndRateCapsNameTheField) {
   const std::string head =
       R"({"links": [{"id": "a", "capacity_bps": 1e9}], "flows": [{"id": 0, "path": ["a"], )";
@@ -324,6 +340,13 @@ TEST(SimCli, MalformedJsonExitsWithStatusTwo) {
   EXPECT_NE(r.err.find("malformed JSON"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "");
   std::remove(file.c_str());
+  // A number no double holds is bad input too (it used to exit 1).
+  const std::string huge =
+      write_temp("huge.json", R"({"links": [{"id": "a", "capacity_bps": 1e400}], "flows": []})");
+  r = sim("solve '" + huge + "'");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("malformed JSON in '" + huge + "'"), std::string::npos) << r.err;
+  std::remove(huge.c_str());
 }
 
 TEST(SimCli, BadInputExitsWithStatusTwoNamingTheEntry) {

@@ -44,6 +44,7 @@ TEST(ShuffleProtocol, ParsesAFetchAndRefusesEverythingElse) {
     EXPECT_TRUE(std::holds_alternative<std::string>(parse_fetch(bad))) << bad;
   }
   EXPECT_EQ(std::get<std::string>(parse_fetch(std::string(200, 'F'))), "request longer than 128 bytes");
+  EXPECT_STREQ(kRequestTooLong, "request longer than 128 bytes");
   EXPECT_EQ(format_fetch({1, 2, 3, 4}), "FETCH 1 2 3 4\n");
 }
 
@@ -65,6 +66,37 @@ TEST(ShuffleProtocol, RandomLinesNeverCrashTheParserAndWhatItAcceptsRoundTrips) 
       EXPECT_FALSE(std::get<std::string>(r).empty());
     }
   }
+}
+
+TEST(ShuffleProtocol, RequestLinesAreFramedAcrossReadsAndAnOverlongPartialLineEndsTheStream) {
+  std::vector<std::string> lines;
+  const auto take = [&](std::string& in) {
+    return take_request_lines(in, [&](std::string_view l) { lines.emplace_back(l); });
+  };
+  // Given a line and a half, then the rest of the second line.
+  std::string in = "FETCH 1 2 3 4\nFETCH 5";
+  EXPECT_FALSE(take(in));
+  EXPECT_EQ(lines, std::vector<std::string>{"FETCH 1 2 3 4"});
+  EXPECT_EQ(in, "FETCH 5");
+  in += " 6 7 8\r\n\n";
+  EXPECT_FALSE(take(in));
+  // Expect: the line whole (its '\r' is the parser's to drop), then an empty line.
+  EXPECT_EQ(lines, (std::vector<std::string>{"FETCH 1 2 3 4", "FETCH 5 6 7 8\r", ""}));
+  EXPECT_TRUE(in.empty());
+  // A complete over-long line is a line (the parser refuses it); the stream goes on.
+  in = std::string(200, 'F') + "\n";
+  EXPECT_FALSE(take(in));
+  EXPECT_EQ(lines.back().size(), 200u);
+  EXPECT_EQ(std::get<std::string>(parse_fetch(lines.back())), kRequestTooLong);
+  // 128 bytes with no '\n' may still become a request; 129 cannot.
+  in = std::string(kMaxRequestLine, 'F');
+  EXPECT_FALSE(take(in));
+  EXPECT_EQ(in.size(), kMaxRequestLine);
+  in += "F";
+  const std::size_t before = lines.size();
+  EXPECT_TRUE(take(in));
+  EXPECT_TRUE(in.empty());
+  EXPECT_EQ(lines.size(), before);
 }
 
 TEST(ShuffleProtocol, HeadersChecksumsAndIndexesRoundTripAndBadOnesAreRefused) {

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -68,9 +69,25 @@ struct AllocatorConfig {
   std::uint32_t max_endpoints = 1u << 16;
   // Flows in all, over every endpoint (memory: a few hundred bytes each).
   std::uint32_t max_flows = 1u << 21;
+  // Per source: the endpoints of one host, and the connections from one
+  // peer address (whatever hosts they name), may hold at most this many
+  // flows and endpoints together, so that one peer cannot fill the global
+  // tables through many endpoints. 0 = no limit.
+  std::uint32_t max_flows_per_source = 1u << 16;
+  std::uint32_t max_endpoints_per_source = 4096;
   // Per-endpoint message rate: a token bucket of this many messages/s with a
-  // burst of a tenth of a second. 0 = unlimited.
+  // burst of a tenth of a second; a message costs one more for every
+  // kBytesPerToken it carries (decoding costs by size). 0 = unlimited.
   double max_messages_per_sec = 100'000;
+  // Per source (as above), bytes of input a second, charged before
+  // decoding, with a burst of a tenth of a second: the loop's time goes to
+  // sources in proportion to what they are allowed, however many endpoints
+  // one of them opens. 0 = unlimited.
+  double max_source_bytes_per_sec = 1e6;
+  // Its burst: at least the largest resync (16,382 flowlets with 5-tuples,
+  // sizes and tenants pack to about 1 MB), so an endpoint that resyncs is
+  // not then refused for the debt it left.
+  double source_burst_bytes = 2 << 20;
   UnknownHosts unknown_hosts = UnknownHosts::kReject;
   // Strict priority classes (docs/policy.md): the class of a flowlet that
   // names none, and the highest class (lowest number) an endpoint may ask
@@ -97,6 +114,17 @@ struct AllocatorConfig {
 
 // Throws ConfigError when a field is out of range.
 void validate(const AllocatorConfig& c);
+
+// The key a message was authenticated with (CURVE on; docs/security.md).
+// An endpoint is bound to the key of its hello: its later messages must
+// carry the same key, and it may speak only for the key's hosts (its hello's
+// host and every flow's source).
+struct Principal {
+  std::string key;                 // Z85 public key
+  std::string name;                // the key file's name, for logs
+  std::vector<std::string> hosts;  // host names or IPv4 addresses, as in a hello
+  bool any_host = false;           // hosts = ["*"]
+};
 
 struct Outgoing {
   std::string peer;  // ZeroMQ routing id
@@ -162,10 +190,23 @@ class Allocator {
 
   // One endpoint message (one ZeroMQ frame) from `peer`. Never throws on bad
   // input: it is counted, logged (rate-limited) and answered with an error.
-  void on_message(std::string_view peer, std::span<const std::uint8_t> frame, std::uint64_t now_us);
+  // With authentication on, `sender` is the key the message came with;
+  // `address` is the peer's IP address where the transport has one (TCP),
+  // for the per-source quotas.
+  void on_message(std::string_view peer, std::span<const std::uint8_t> frame, std::uint64_t now_us,
+                  const Principal* sender = nullptr, std::string_view address = {});
+  // A message the server refused before decoding it (its key is not
+  // allowed to send endpoint messages): counted, logged and answered.
+  void on_unauthorized(std::string_view peer, std::string why, std::uint64_t now_us);
   // A frame that cannot be an endpoint message (wrong frame count): counted
   // and answered.
   void on_bad_frames(std::string_view peer, std::size_t frames, std::uint64_t now_us);
+
+  // After the key lists changed (a reload): an endpoint whose key is in no
+  // endpoint list now (lookup gives null), or whose host its key no longer
+  // names, is dropped with its flows; the others take their key's current
+  // name (policy rules match it). Returns how many were dropped.
+  std::size_t revalidate_keys(const std::function<const Principal*(std::string_view key)>& lookup);
 
   // True while iterations are due: the flow set changed, or prices have not
   // settled since the last change. When false the server may block.
@@ -215,6 +256,7 @@ class Allocator {
  private:
   struct Endpoint;
   struct Flow;
+  struct Source;
   using EndpointIdx = std::uint32_t;
   // One endpoint key holding a flow.
   struct Holder {
@@ -248,7 +290,7 @@ class Allocator {
   void on_progress(Endpoint& e, const std::vector<wire::FlowProgress>& flows, std::uint64_t now_us);
   void refuse(std::string_view peer, Endpoint* e, Cause c, std::string detail,
               std::uint64_t flow_key, std::uint64_t now_us);
-  bool admit_message(Endpoint* e, std::string_view peer, std::uint64_t now_us);
+  bool admit_message(Endpoint* e, std::string_view peer, std::size_t bytes, std::uint64_t now_us);
 
   // Flow table.
   // The flow's spec and the operator's rule for it, or the cause (and *why) it
@@ -280,6 +322,22 @@ class Allocator {
   void release_unused_hosts();
   void handle_message(std::string_view peer, std::span<const std::uint8_t> frame,
                       std::uint64_t now_us);
+  // Whether key `who` (null: authentication off) may speak for `host`
+  // (named `name` in a hello; empty: by id only).
+  bool may_speak_for(const Principal* who, std::optional<alloc::HostId> host,
+                     std::string_view name) const;
+  // Per-source quotas: a new endpoint on `host` from address_ (empty if
+  // within quota, else why not), and one more flow held by e.
+  std::string source_full_for_endpoint(alloc::HostId host) const;
+  std::string source_full_for_flow(const Endpoint& e) const;
+  void join_sources(Endpoint& e);
+  void leave_sources(Endpoint& e);
+  void count_holds(Endpoint& e, std::int64_t delta);
+  // The source named `key`, made (with a full budget) if there is none.
+  std::pair<const std::string, Source>* source_of(std::string key);
+  // Sources without endpoints go once their budget has refilled: before,
+  // a peer could get a fresh budget by leaving and saying hello again.
+  void sweep_sources(std::uint64_t now_us);
 
   void queue_moved_rates();
   // Records `rate` as what flow `id`'s holders were told, and keeps its
@@ -342,6 +400,19 @@ class Allocator {
   TokenBucket strangers_;
 
   std::uint64_t flow_refusals_ = 0;  // refusals naming a flow key, ever
+  // The key of the message being handled (on_message's sender), for the
+  // event handlers; null with authentication off and between messages.
+  const Principal* sender_ = nullptr;
+  std::string_view address_;  // its peer address, likewise
+  // Flows held (keys in endpoints' tables) and endpoints per source: "h:ID"
+  // for a host, "a:ADDRESS" for a peer address. Endpoints point at theirs.
+  struct Source {
+    std::uint32_t endpoints = 0;
+    std::uint32_t holds = 0;
+    // Bytes of input a second (AllocatorConfig::max_source_bytes_per_sec).
+    TokenBucket bytes;
+  };
+  std::unordered_map<std::string, Source> sources_;
   bool flows_changed_ = false;
   std::uint64_t settle_iterations_ = 0;
   std::uint64_t next_timer_us_ = UINT64_MAX;

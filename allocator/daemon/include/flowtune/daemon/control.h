@@ -1,6 +1,7 @@
 // Answers to flowtune-ctl: the allocator's state as JSON. Requests are one
 // word, optionally followed by a limit: "status", "endpoints", "flows [N]",
-// "links". An unknown request gets {"error": ...}.
+// "links". An unknown request gets {"error": ...}. Requests that change
+// state ("reload") are the server's (server.h).
 #pragma once
 
 #include <cstdint>
@@ -11,9 +12,22 @@
 
 namespace flowtune::daemon {
 
+// Authentication as the server sees it (CURVE on: docs/security.md).
+struct AuthInfo {
+  bool on = false;
+  std::size_t endpoint_keys = 0, reader_keys = 0, admin_keys = 0;
+  std::uint64_t accepted = 0;         // handshakes with an allowed key
+  std::uint64_t unknown_keys = 0;     // handshakes with a key no list holds
+  std::uint64_t unauthenticated = 0;  // peers without CURVE
+  std::uint64_t bad_handshakes = 0;   // other failures (a wrong server key, garbage)
+  std::uint64_t reloads = 0, reload_failures = 0;
+  std::string last_reload_error;
+};
+
 struct ServerInfo {
   std::string listen;
   std::uint64_t uptime_us = 0;
+  AuthInfo auth;
 };
 
 std::string control_reply(const Allocator& a, const ServerInfo& info, std::string_view request,

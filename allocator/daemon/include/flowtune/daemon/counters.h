@@ -26,6 +26,7 @@ enum class Cause : std::uint8_t {
   kRateLimited,
   kBadFrames,  // a ZeroMQ message with an unexpected number of frames
   kStateMismatch,  // an endpoint's digest disagreed with its flows here: it resyncs
+  kNotAuthorized,  // its key may not do this (another host's flows, a ctl-only key)
   kCount
 };
 inline constexpr std::size_t kNumCauses = static_cast<std::size_t>(Cause::kCount);
@@ -70,6 +71,7 @@ struct Counters {
   std::uint64_t hosts_released = 0;  // added hosts whose slot went back once unused
   std::uint64_t flows_expired = 0;  // holds released with a timed-out endpoint
   std::uint64_t flows_joined = 0;   // starts that joined a live flow of the same socket
+  std::uint64_t memory_trims = 0;   // freed heap handed back after state fell to half its peak
   std::uint64_t classes_lowered = 0;  // starts and resync entries that asked above --top-class
   // Flows taken up (from starts and resyncs) per strict priority class.
   std::array<std::uint64_t, wire::kNumClasses> flows_by_class{};

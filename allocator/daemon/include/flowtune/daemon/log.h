@@ -18,7 +18,7 @@ enum class LogLevel { kError = 0, kWarn, kInfo, kDebug };
 // Events other than refusals that a peer can make happen many times at once
 // (10,000 endpoints that go silent together time out together): each is
 // logged at most once per interval too.
-enum class Note : std::uint8_t { kEndpointTimedOut, kCount };
+enum class Note : std::uint8_t { kEndpointTimedOut, kKeyRefused, kHandshakeFailed, kCount };
 
 class Log {
  public:

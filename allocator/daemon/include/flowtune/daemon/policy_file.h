@@ -22,6 +22,9 @@ struct PolicyRule {
   std::vector<std::string> dst_hosts;
   std::uint16_t dst_port_lo = 0, dst_port_hi = 0;  // 0, 0: any port
   std::string endpoint_prefix;                     // of the endpoint's id
+  // Names of the CURVE keys (NAME.pub) its endpoint registered with; a key
+  // cannot be claimed as an endpoint id can (docs/security.md).
+  std::vector<std::string> keys;
   // What it sets.
   std::optional<std::uint8_t> default_class;  // for flowlets that name none
   std::optional<std::uint8_t> top_class;      // the highest class they may ask for

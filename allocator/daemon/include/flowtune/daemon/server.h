@@ -7,14 +7,23 @@
 // Frames: an endpoint message is one frame after the routing id; a
 // flowtune-ctl request is two ("flowtune-ctl", command) and gets two back
 // ("flowtune-ctl", JSON). Anything else is refused and counted.
+//
+// With CURVE on (AuthConfig), libzmq asks the server's ZAP handler, an
+// inproc socket polled by the same loop, whether each connecting key is in
+// an allow-list; every message then carries its key, checked again against
+// the current lists (a key removed by a reload stops being heard at once).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include <zmq.hpp>
 
 #include "flowtune/daemon/allocator.h"
+#include "flowtune/daemon/auth.h"
+#include "flowtune/daemon/control.h"
 #include "flowtune/daemon/log.h"
 
 namespace flowtune::daemon {
@@ -26,8 +35,10 @@ class Server {
   // Binds `listen`; throws ConfigError naming the endpoint when it cannot.
   // busy_poll_us: after traffic, poll without blocking this long before
   // sleeping, trading CPU for the wake-up latency of the next message.
+  // auth: CURVE's keys; throws ConfigError when they do not load.
   Server(zmq::context_t& ctx, Allocator& allocator, Log& log, const std::string& listen,
-         std::uint64_t busy_poll_us = 0);
+         std::uint64_t busy_poll_us = 0, const AuthConfig& auth = {});
+  ~Server();
 
   // Runs until a signal arrives on signal_fd (read and reported) and returns
   // its number; -1 as signal_fd runs until stop_after_turns (tests) is hit.
@@ -39,8 +50,29 @@ class Server {
   // Monotonic microseconds since the server started.
   std::uint64_t now_us() const;
 
+  // What a reload did, for the log (an error when !ok) and flowtune-ctl.
+  struct Reload {
+    bool ok = true;
+    std::string text;
+  };
+  // Re-reads the allow-lists; a list that does not load leaves the old
+  // ones. Endpoints whose key is gone, or no longer names their host, are
+  // dropped with their flows (Allocator::revalidate_keys).
+  Reload reload_keys();
+  // What `flowtune-ctl reload` (an admin request) runs: the daemon's reload
+  // of its policy and keys.
+  void set_reload(std::function<Reload()> reload) { reload_ = std::move(reload); }
+  const AuthInfo& auth_info() const { return auth_info_; }
+
  private:
   bool receive_one(std::uint64_t now_us);
+  // A flowtune-ctl request from `sender` (null: CURVE off).
+  std::string control(std::string_view request, const KeyEntry* sender, std::uint64_t now_us);
+  void enable_curve(zmq::context_t& ctx);
+  void count_keys();
+  void answer_zap(std::uint64_t now_us);
+  void return_memory();
+  void read_monitor(std::uint64_t now_us);
   void flush();
   // False when the message was dropped (the peer left or its queue is full).
   bool send(const std::string& peer, const void* data, std::size_t size, const char* tag);
@@ -57,6 +89,16 @@ class Server {
   // a burst of a tenth): a state dump is O(flows) and must not stall the loop.
   static constexpr double kControlRequestsPerSec = 200;
   TokenBucket control_tokens_{kControlRequestsPerSec, 0};
+
+  AuthConfig auth_;
+  KeyRing keys_;
+  AuthInfo auth_info_;
+  std::unique_ptr<zmq::socket_t> zap_;      // REP, inproc://zeromq.zap.01
+  std::unique_ptr<zmq::socket_t> monitor_;  // PAIR: the router's failed handshakes
+  std::function<Reload()> reload_;
+  bool loopback_only_ = false;  // the listener is reachable from this host only
+  bool tcp_ = false;            // peers have IP addresses (libzmq's Peer-Address)
+  std::size_t peak_state_ = 0;  // flows + endpoints, highest since memory was last returned
 };
 
 }  // namespace flowtune::daemon

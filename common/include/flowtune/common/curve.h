@@ -1,0 +1,210 @@
+// ZeroMQ CURVE keys as Flowtune's tools keep them (docs/security.md).
+//
+// A key file is text: `public-key = "Z85"` and, in a secret file,
+// `secret-key = "Z85"` (40 characters each, libzmq's Z85), `#` comments, and
+// in an allow-list entry `hosts = [...]` (read by the allocator only). The
+// secret file must not be readable or writable by others: a key anyone on
+// the machine can read authenticates anyone.
+//
+// Clients (libflowtune, flowtune-run, flowtune-pacer, flowtune-ctl) turn
+// CURVE on when they are given the allocator's public key
+// (FLOWTUNE_CURVE_SERVER: the key or its file) and then need their own pair
+// (FLOWTUNE_CURVE_KEY: a secret file; or FLOWTUNE_CURVE_SECRET: the secret
+// key itself, whose public half is derived).
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#include <zmq.h>
+
+namespace flowtune::curve {
+
+inline constexpr std::size_t kZ85KeyChars = 40;
+// Key files are a few lines; anything longer is not one.
+inline constexpr std::size_t kMaxKeyFileBytes = 64 * 1024;
+
+struct KeyPair {
+  std::string public_key;  // Z85
+  std::string secret_key;  // Z85; empty in a public file
+};
+
+// What a client needs to speak CURVE to the allocator.
+struct ClientKeys {
+  std::string server_public;
+  KeyPair own;
+};
+
+// Empty if `z85` is a well-formed 40-character Z85 key; else why not.
+inline std::string key_error(std::string_view z85) {
+  if (z85.size() != kZ85KeyChars) {
+    return "a key is " + std::to_string(kZ85KeyChars) + " Z85 characters, got " +
+           std::to_string(z85.size());
+  }
+  std::uint8_t raw[32];
+  const std::string s(z85);
+  if (zmq_z85_decode(raw, s.c_str()) == nullptr) return "not a Z85 key";
+  return {};
+}
+
+// The public half of a Z85 secret key; empty if libzmq cannot derive it.
+inline std::string public_of(const std::string& secret_z85) {
+  char pub[kZ85KeyChars + 1] = {};
+  if (zmq_curve_public(pub, secret_z85.c_str()) != 0) return {};
+  return pub;
+}
+
+namespace detail {
+
+inline std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+// The value of `name = "..."` in `text`, unquoted; empty if absent.
+inline std::string field(const std::string& text, std::string_view name) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::string_view l = trim(line);
+    if (l.empty() || l.front() == '#') continue;
+    const std::size_t eq = l.find('=');
+    if (eq == std::string_view::npos || trim(l.substr(0, eq)) != name) continue;
+    std::string_view v = trim(l.substr(eq + 1));
+    if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+    return std::string(v);
+  }
+  return {};
+}
+
+}  // namespace detail
+
+// Reads a key file; empty on success, else why it cannot be used. With
+// need_secret the file must hold a secret key matching its public key and
+// be private to its owner. (Symbolic links are followed: secret stores
+// mount keys that way.)
+inline std::string read_key_file(const std::string& path, bool need_secret, KeyPair* out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return path + ": " + std::strerror(errno);
+  std::string text;
+  std::string why;
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) {
+    why = path + ": " + std::strerror(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    why = path + ": not a regular file";
+  } else if (st.st_size > static_cast<off_t>(kMaxKeyFileBytes)) {
+    why = path + ": too large for a key file";
+  } else if (need_secret && (st.st_mode & (S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH)) != 0) {
+    why = path + ": a secret key file must be private to its owner (chmod 600)";
+  } else {
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) why = path + ": " + std::strerror(errno);
+      if (n <= 0) break;
+      text.append(buf, static_cast<std::size_t>(n));
+      if (text.size() > kMaxKeyFileBytes) {
+        why = path + ": too large for a key file";
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  if (!why.empty()) return why;
+  KeyPair k;
+  k.public_key = detail::field(text, "public-key");
+  k.secret_key = detail::field(text, "secret-key");
+  if (k.public_key.empty() && k.secret_key.empty()) return path + ": holds no public-key or secret-key";
+  if (need_secret && k.secret_key.empty()) return path + ": holds no secret-key";
+  if (!k.secret_key.empty()) {
+    if (std::string e = key_error(k.secret_key); !e.empty()) return path + ": secret-key: " + e;
+    const std::string derived = public_of(k.secret_key);
+    if (k.public_key.empty()) k.public_key = derived;
+    if (k.public_key != derived) return path + ": public-key is not the secret key's public half";
+  }
+  if (std::string e = key_error(k.public_key); !e.empty()) return path + ": public-key: " + e;
+  *out = std::move(k);
+  return {};
+}
+
+// A public key given as a key file or as its 40 Z85 characters. A file is
+// looked for first: a path of 40 characters can be valid Z85 too.
+inline std::string read_public_key(const std::string& key_or_file, std::string* out) {
+  struct stat st{};
+  const bool is_file = ::stat(key_or_file.c_str(), &st) == 0;
+  if (!is_file && key_or_file.size() == kZ85KeyChars && key_error(key_or_file).empty()) {
+    *out = key_or_file;
+    return {};
+  }
+  KeyPair k;
+  if (std::string why = read_key_file(key_or_file, false, &k); !why.empty()) return why;
+  *out = k.public_key;
+  return {};
+}
+
+// Client keys from explicit values (empty: not given) falling back to the
+// FLOWTUNE_CURVE_* variables. *enabled is false when no server key is given
+// anywhere (CURVE off); the return is why the keys cannot be used.
+inline std::string client_keys(std::string server, std::string key_file, ClientKeys* out,
+                               bool* enabled) {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr ? v : "");
+  };
+  if (server.empty()) server = env("FLOWTUNE_CURVE_SERVER");
+  if (key_file.empty()) key_file = env("FLOWTUNE_CURVE_KEY");
+  const std::string secret = env("FLOWTUNE_CURVE_SECRET");
+  *enabled = !server.empty();
+  if (!*enabled) {
+    if (!key_file.empty() || !secret.empty()) {
+      return "a CURVE key was given but not the allocator's public key (FLOWTUNE_CURVE_SERVER)";
+    }
+    return {};
+  }
+  ClientKeys k;
+  if (std::string why = read_public_key(server, &k.server_public); !why.empty()) {
+    return "the allocator's public key: " + why;
+  }
+  if (!key_file.empty()) {
+    if (std::string why = read_key_file(key_file, true, &k.own); !why.empty()) return why;
+  } else if (!secret.empty()) {
+    if (std::string why = key_error(secret); !why.empty()) return "FLOWTUNE_CURVE_SECRET: " + why;
+    k.own = {public_of(secret), secret};
+  } else {
+    return "CURVE needs this client's key too (FLOWTUNE_CURVE_KEY or FLOWTUNE_CURVE_SECRET)";
+  }
+  *out = std::move(k);
+  return {};
+}
+
+// Makes a client socket speak CURVE with `k`; before connect. 0 or errno.
+inline int apply_client(void* socket, const ClientKeys& k) {
+  if (zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, k.server_public.c_str(), kZ85KeyChars) != 0 ||
+      zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, k.own.public_key.c_str(), kZ85KeyChars) != 0 ||
+      zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, k.own.secret_key.c_str(), kZ85KeyChars) != 0) {
+    return zmq_errno();
+  }
+  return 0;
+}
+
+// A new key pair, or empty members when libzmq has no CURVE.
+inline KeyPair generate() {
+  char pub[kZ85KeyChars + 1] = {};
+  char sec[kZ85KeyChars + 1] = {};
+  if (zmq_curve_keypair(pub, sec) != 0) return {};
+  return {pub, sec};
+}
+
+}  // namespace flowtune::curve
