@@ -33,9 +33,19 @@
 //   client speaking CURVE against the same runs without it, interleaved:
 //   what authentication costs the control loop.
 //
+// memory (--memory): the daemon with its default quotas through rounds of
+//   10,000 distinct fake endpoints (each on its own connection from one of
+//   four peers, 8 flowlets each, then gone), 5 s of decompression bombs, and
+//   connection storms (5,000 at once, half ZeroMQ hellos, half raw TCP
+//   sending junk): its RSS idle (the baseline), at each phase's peak, and
+//   once the phase's endpoints are gone.
+//
 // Prints one JSON object (bench/daemon_table.py makes a table of it).
 // Machine caveat: generator and daemon share the machine's cores.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -813,6 +823,261 @@ json flood_run(const std::string& port, bool quotas, bool quick) {
           {"rss_mb_flood", rss_flood},
           {"rss_mb_after", rss_after}};
 }
+
+// ---- memory (--memory) ----
+
+// A context with room for thousands of sockets (libzmq's default is 1,023).
+std::unique_ptr<zmq::context_t> big_context() {
+  auto ctx = std::make_unique<zmq::context_t>(1);
+  ctx->set(zmq::ctxopt::max_sockets, 60000);
+  return ctx;
+}
+
+// Samples the daemon's RSS every 50 ms while `work` runs; the peak, MB.
+double peak_rss_while(Daemon& d, const std::function<void()>& work) {
+  std::atomic<bool> done{false};
+  double peak = d.rss_mb();
+  std::thread sampler([&] {
+    while (!done.load()) {
+      peak = std::max(peak, d.rss_mb());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  work();
+  done.store(true);
+  sampler.join();
+  return std::max(peak, d.rss_mb());
+}
+
+// Waits (up to `limit_s`) until the daemon holds no endpoint and no flow and
+// has stopped iterating, then 2.5 s more (it weighs its free memory once a
+// second when idle); the seconds until it was empty, or -1.
+double wait_empty(Daemon& d, double limit_s) {
+  const auto t0 = Clock::now();
+  double empty_s = -1;
+  while (seconds_since(t0) < limit_s) {
+    const json s = d.status();
+    if (s["endpoints"] == 0 && s["flows"] == 0 && !s["busy"].get<bool>()) {
+      empty_s = seconds_since(t0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  return empty_s;
+}
+
+// The daemon's heap in use (status: mallinfo2), MB.
+double heap_mb(Daemon& d) {
+  return d.status()["heap"]["in_use_bytes"].get<double>() / (1 << 20);
+}
+
+// One round of `n` distinct fake endpoints, each on its own connection from
+// one of `sources` peer addresses (127.0.1.x), saying hello with a new id
+// and starting `flows` flowlets, made 500 connections at a time; each batch
+// is closed once sent (its endpoints stay until they time out, as a peer's
+// that vanished would).
+json endpoints_round(Daemon& d, const std::string& port, int round, int n, int sources, int flows) {
+  const json before = d.status();
+  int peak_endpoints = 0;
+  std::size_t peak_flows = 0;
+  const auto t0 = Clock::now();
+  const double peak = peak_rss_while(d, [&] {
+    std::mt19937_64 rng(static_cast<std::uint64_t>(round) + 1);
+    for (int first = 0; first < n; first += 500) {
+      // A context per batch: its end waits for the batch's sockets to have
+      // sent and closed, so descriptors do not pile up.
+      auto ctx = big_context();
+      std::vector<std::unique_ptr<zmq::socket_t>> batch;
+      for (int i = first; i < std::min(n, first + 500); ++i) {
+        auto s = std::make_unique<zmq::socket_t>(*ctx, zmq::socket_type::dealer);
+        s->set(zmq::sockopt::linger, 5000);  // the bytes go out before it closes
+        s->connect("tcp://127.0.1." + std::to_string(1 + i % sources) + ":0;127.0.0.1:" + port);
+        wire::EndpointMessage m;
+        const auto host = static_cast<std::uint32_t>(i % kHosts);
+        m.events.emplace_back(wire::Hello{"fake-" + std::to_string(round) + "-" + std::to_string(i),
+                                          "h" + std::to_string(host)});
+        for (int f = 0; f < flows; ++f) {
+          const std::uint64_t r = rng();
+          m.events.emplace_back(flow(r >> 16, host, static_cast<std::uint32_t>((host + 1 + r % (kHosts - 1)) % kHosts)));
+        }
+        s->send(zmq::buffer(wire::encode(m)), zmq::send_flags::none);
+        batch.push_back(std::move(s));
+      }
+      batch.clear();  // closed: linger sends what is queued
+      ctx.reset();
+      const json s = d.status();
+      peak_endpoints = std::max(peak_endpoints, s["endpoints"].get<int>());
+      peak_flows = std::max(peak_flows, s["flows"].get<std::size_t>());
+    }
+    // Until the daemon has taken them all (or they start timing out).
+    for (int i = 0; i < 100; ++i) {
+      const json s = d.status();
+      peak_endpoints = std::max(peak_endpoints, s["endpoints"].get<int>());
+      peak_flows = std::max(peak_flows, s["flows"].get<std::size_t>());
+      if (s["counters"]["hellos"].get<int>() - before["counters"]["hellos"].get<int>() >= n) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  const double made_s = seconds_since(t0);
+  const double gone_s = wait_empty(d, 30);
+  const json after = d.status();
+  auto grew = [&](const char* k) {
+    return after["counters"][k].get<double>() - before["counters"][k].get<double>();
+  };
+  return {{"phase", "endpoints"},
+          {"round", round},
+          {"endpoints", n},
+          {"sources", sources},
+          {"flows_per_endpoint", flows},
+          {"hellos_taken", grew("hellos")},
+          {"peak_endpoints", peak_endpoints},
+          {"peak_flows", peak_flows},
+          {"made_s", made_s},
+          {"gone_after_s", gone_s},
+          {"rss_mb_peak", peak},
+          {"rss_mb_after", d.rss_mb()},
+          {"heap_in_use_mb_after", heap_mb(d)},
+          {"memory_trims", after["counters"].value("memory_trims", 0)}};
+}
+
+// Decompression bombs (4 KB that unpack to 4 MiB) from `sources` peers as
+// fast as the daemon takes them for `seconds`.
+json bomb_round(Daemon& d, const std::string& port, int sources, double seconds) {
+  std::vector<std::uint8_t> bomb = {0x40, 0x08};  // one segment of 2^19 words
+  while (bomb.size() < 4096) {
+    bomb.push_back(0x00);
+    bomb.push_back(0xff);
+  }
+  const json before = d.status();
+  std::uint64_t sent = 0;
+  const double peak = peak_rss_while(d, [&] {
+    zmq::context_t ctx(1);
+    std::vector<std::unique_ptr<zmq::socket_t>> socks;
+    for (int i = 0; i < sources; ++i) {
+      auto s = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
+      s->set(zmq::sockopt::linger, 0);
+      s->set(zmq::sockopt::sndtimeo, 10);
+      s->connect("tcp://127.0.2." + std::to_string(1 + i) + ":0;127.0.0.1:" + port);
+      socks.push_back(std::move(s));
+    }
+    const auto t0 = Clock::now();
+    zmq::message_t junk;
+    while (seconds_since(t0) < seconds) {
+      for (auto& s : socks) {
+        if (s->send(zmq::buffer(bomb), zmq::send_flags::none)) ++sent;
+        while (s->recv(junk, zmq::recv_flags::dontwait)) {
+        }
+      }
+    }
+  });
+  const double idle_s = wait_empty(d, 30);
+  const json after = d.status();
+  return {{"phase", "bombs"},
+          {"sources", sources},
+          {"seconds", seconds},
+          {"bombs_sent", sent},
+          {"messages_in", after["counters"]["messages_in"].get<double>() - before["counters"]["messages_in"].get<double>()},
+          {"settled_after_s", idle_s},
+          {"memory_trims", after["counters"].value("memory_trims", 0)},
+          {"rss_mb_peak", peak},
+          {"rss_mb_after", d.rss_mb()},
+          {"heap_in_use_mb_after", heap_mb(d)}};
+}
+
+// A connection storm: `n` connections open at once from `sources` peers,
+// half ZeroMQ peers that say hello, half raw TCP that send junk instead of
+// ZMTP's greeting; then all close.
+json storm_round(Daemon& d, const std::string& port, int round, int n, int sources) {
+  const json before = d.status();
+  int peak_endpoints = 0;
+  int raw_open = 0;
+  const double peak = peak_rss_while(d, [&] {
+    auto ctx = big_context();
+    std::vector<std::unique_ptr<zmq::socket_t>> socks;
+    std::vector<int> raw;
+    for (int i = 0; i < n; ++i) {
+      const std::string src = "127.0.3." + std::to_string(1 + i % sources);
+      if (i % 2 == 0) {
+        auto s = std::make_unique<zmq::socket_t>(*ctx, zmq::socket_type::dealer);
+        s->set(zmq::sockopt::linger, 0);
+        s->connect("tcp://" + src + ":0;127.0.0.1:" + port);
+        wire::EndpointMessage m;
+        m.events.emplace_back(wire::Hello{"storm-" + std::to_string(round) + "-" + std::to_string(i),
+                                          "h" + std::to_string(i % kHosts)});
+        s->send(zmq::buffer(wire::encode(m)), zmq::send_flags::none);
+        socks.push_back(std::move(s));
+        continue;
+      }
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      ::inet_pton(AF_INET, src.c_str(), &a.sin_addr);
+      if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        if (fd >= 0) ::close(fd);
+        continue;
+      }
+      a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(port)));
+      ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+        static const char junk[] = "GET / HTTP/1.1\r\n\r\n";
+        (void)!::write(fd, junk, sizeof junk - 1);
+        ++raw_open;
+      }
+      raw.push_back(fd);
+    }
+    for (int i = 0; i < 40; ++i) {  // up to 2 s for the daemon to see them
+      peak_endpoints = std::max(peak_endpoints, d.status()["endpoints"].get<int>());
+      if (peak_endpoints >= n / 2) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    for (const int fd : raw) ::close(fd);
+  });
+  const double gone_s = wait_empty(d, 30);
+  const json after = d.status();
+  return {{"phase", "storm"},
+          {"round", round},
+          {"connections", n},
+          {"raw_tcp_connected", raw_open},
+          {"sources", sources},
+          {"hellos_taken", after["counters"]["hellos"].get<double>() - before["counters"]["hellos"].get<double>()},
+          {"peak_endpoints", peak_endpoints},
+          {"gone_after_s", gone_s},
+          {"memory_trims", after["counters"].value("memory_trims", 0)},
+          {"rss_mb_peak", peak},
+          {"rss_mb_after", d.rss_mb()},
+          {"heap_in_use_mb_after", heap_mb(d)}};
+}
+
+// The daemon with its default quotas, and endpoints that time out after
+// 3 s: rounds of 10,000 distinct fake endpoints, bombs, connection storms;
+// its RSS idle (the baseline), at each phase's peak and once the phase's
+// endpoints are gone.
+json memory_run(const std::string& port, bool quick) {
+  Daemon d("tcp://127.0.0.1:" + port, 1, 0,
+           {"--max-msg-rate", "100000", "--max-source-bytes-per-sec", "1000000",
+            "--endpoint-timeout-ms", "3000"});
+  const double idle = d.rss_mb();
+  json out = {{"rss_mb_idle", idle}, {"heap_in_use_mb_idle", heap_mb(d)}};
+  const int n = quick ? 2000 : 10000;
+  for (int r = 0; r < (quick ? 1 : 3); ++r) out["phases"].push_back(endpoints_round(d, port, r, n, 4, 8));
+  out["phases"].push_back(bomb_round(d, port, 4, quick ? 1.0 : 5.0));
+  for (int r = 0; r < (quick ? 1 : 3); ++r) {
+    out["phases"].push_back(storm_round(d, port, r, quick ? 1000 : 5000, 4));
+  }
+  double worst_after = 0, worst_peak = 0;
+  for (json& p : out["phases"]) {
+    p["rss_after_vs_idle"] = p["rss_mb_after"].get<double>() / idle;
+    worst_after = std::max(worst_after, p["rss_mb_after"].get<double>());
+    worst_peak = std::max(worst_peak, p["rss_mb_peak"].get<double>());
+    std::cerr << "memory " << p["phase"].get<std::string>() << ": rss " << idle << " -> "
+              << p["rss_mb_peak"] << " -> " << p["rss_mb_after"] << " MB\n";
+  }
+  out["rss_mb_peak"] = worst_peak;
+  out["rss_mb_after_worst"] = worst_after;
+  out["rss_after_vs_idle_worst"] = worst_after / idle;
+  return out;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -824,6 +1089,7 @@ int main(int argc, char** argv) {
   bool ctl_flood = false;
   bool curve = false;
   bool flood = false;
+  bool memory = false;
   std::string transport = "tcp";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -834,10 +1100,11 @@ int main(int argc, char** argv) {
     else if (a == "--ctl-flood") ctl_flood = true;
     else if (a == "--curve") curve = true;
     else if (a == "--flood") flood = true;
+    else if (a == "--memory") memory = true;
     else if (a == "--allocator-binary" && i + 1 < argc) g_allocator_binary = argv[++i];
     else if (a == "-h" || a == "--help") {
       std::cout << "usage: daemon_bench [--quick] [--ipc] [--latency-only | --throughput-only |\n"
-                   "                    --ctl-flood | --curve | --flood]\n"
+                   "                    --ctl-flood | --curve | --flood | --memory]\n"
                    "                    [--allocator-binary PATH]   (prints JSON; see the file's header)\n";
       return 0;
     } else {
@@ -876,6 +1143,21 @@ int main(int argc, char** argv) {
           out["flood"].push_back(flood_run(port, quotas, quick));
         }
       }
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
+    if (memory) {
+      // Thousands of connections: the bench's and the daemon's (which
+      // inherits the limit) descriptors.
+      rlimit lim{};
+      if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < 65536) {
+        lim.rlim_cur = std::min<rlim_t>(std::max<rlim_t>(lim.rlim_max, 65536), 1 << 20);
+        if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) {
+          lim.rlim_cur = lim.rlim_max;
+          (void)::setrlimit(RLIMIT_NOFILE, &lim);
+        }
+      }
+      out["memory"] = memory_run(std::to_string(20000 + getpid() % 20000), quick);
       std::cout << out.dump(2) << "\n";
       return 0;
     }

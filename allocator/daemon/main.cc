@@ -2,6 +2,7 @@
 // builds the network and the Allocator, and runs the Server until SIGINT or
 // SIGTERM. Configuration errors exit with status 2 and the reason.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -287,6 +288,24 @@ Server::Reload reload(const Options& o, Allocator& allocator, Server& server) {
   return r;
 }
 
+// Every endpoint holds a connection, and so a descriptor: the usual soft
+// limit (1,024) would refuse connections long before --max-endpoints. Raise
+// it to the hard limit, and say when even that is short.
+void raise_descriptor_limit(const Options& o, Log& log) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max) {
+    const rlim_t was = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) lim.rlim_cur = was;
+  }
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < o.alloc.max_endpoints + 64) {
+    log.write(LogLevel::kWarn, "only " + std::to_string(lim.rlim_cur) +
+                                   " file descriptors (ulimit -n): fewer endpoints than --max-endpoints (" +
+                                   std::to_string(o.alloc.max_endpoints) + ") can connect at once");
+  }
+}
+
 int run(const Options& o) {
   Log log(Log::stderr_sink(), o.log_level, static_cast<std::uint64_t>(o.log_interval_s * 1e6));
   Network network = build_network(o);
@@ -320,6 +339,7 @@ int run(const Options& o) {
   const int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
   if (sfd < 0) throw ConfigError(std::string("signalfd: ") + std::strerror(errno));
 
+  raise_descriptor_limit(o, log);
   zmq::context_t ctx(1);
   Server server(ctx, allocator, log, o.listen, o.busy_poll_us, o.auth);
   server.set_reload([&] { return reload(o, allocator, server); });

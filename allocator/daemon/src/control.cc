@@ -1,5 +1,7 @@
 #include "flowtune/daemon/control.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -117,6 +119,13 @@ json auth_json(const AuthInfo& au) {
           {"last_reload_error", au.last_reload_error}};
 }
 
+// What glibc's heap holds: bytes in use, and bytes freed but kept (the
+// loop hands them back past a bound, docs/reliability.md).
+json heap_json() {
+  const struct mallinfo2 m = ::mallinfo2();
+  return {{"in_use_bytes", m.uordblks + m.hblkhd}, {"free_kept_bytes", m.fordblks}};
+}
+
 json status_json(const Allocator& a, const ServerInfo& info) {
   const Network& n = a.network();
   const AllocatorConfig& cfg = a.config();
@@ -147,6 +156,7 @@ json status_json(const Allocator& a, const ServerInfo& info) {
           {"busy", a.busy()},
           {"converged", a.engine().stats().converged},
           {"counters", counters_json(a.counters())},
+          {"heap", heap_json()},
           {"auth", auth_json(info.auth)}};
 }
 

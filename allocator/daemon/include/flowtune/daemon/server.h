@@ -71,7 +71,7 @@ class Server {
   void enable_curve(zmq::context_t& ctx);
   void count_keys();
   void answer_zap(std::uint64_t now_us);
-  void return_memory();
+  void return_memory(std::uint64_t now_us);
   void read_monitor(std::uint64_t now_us);
   void flush();
   // False when the message was dropped (the peer left or its queue is full).
@@ -98,7 +98,11 @@ class Server {
   std::function<Reload()> reload_;
   bool loopback_only_ = false;  // the listener is reachable from this host only
   bool tcp_ = false;            // peers have IP addresses (libzmq's Peer-Address)
-  std::size_t peak_state_ = 0;  // flows + endpoints, highest since memory was last returned
+  static constexpr std::uint64_t kMemoryCheckUs = 1'000'000;
+  static constexpr std::size_t kTrimFreeBytes = 8u << 20;
+  std::uint64_t next_memory_check_us_ = 0;
+  // Resident bytes not in use by the heap, least since the last trim.
+  std::int64_t least_gap_ = INT64_MAX;
 };
 
 }  // namespace flowtune::daemon
