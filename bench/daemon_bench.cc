@@ -22,12 +22,13 @@
 //
 // flood (--flood): legitimate endpoints and a probe from one address, then
 //   a flood from another (many endpoints: random, repeated and absurd
-//   starts, ends without starts, 10^6 starts in all) into hosts whose links
+//   starts, ends without starts, for 10 s; --quick: 2 s) into hosts whose links
 //   theirs do not share, with the per-source quotas on and off, interleaved:
 //   the probe's start -> rate p99 and refusals under the flood against the
 //   same before it, the largest move of a legitimate flow's rate, what the
 //   flood got, and the daemon's memory idle, under the flood and once the
-//   flood's endpoints have timed out.
+//   flood's endpoints have timed out. --quotas-only skips the runs without
+//   quotas; FT_FLOOD_QUOTAS="--flag value ..." adds daemon flags to them.
 // curve (--curve): the throughput run (10,000 flows) and the latency run
 //   (1,000 flows, probes 0.5 and 5 ms apart) with the daemon and every
 //   client speaking CURVE against the same runs without it, interleaved:
@@ -578,12 +579,12 @@ struct Tracked {
 // Peers flooding from one address (127.0.0.9): `endpoints` endpoints, each
 // on a host of its own among h256..h511, sending messages of 128 events as
 // fast as the allocator takes them: starts with random keys (most), repeats
-// of a start, ends of flows never started, and starts of absurd sizes, to
-// `total_starts` starts in all.
+// of a start, ends of flows never started, and starts of absurd sizes, for
+// `seconds`.
 class Flooder {
  public:
-  Flooder(const std::string& port, int endpoints, std::uint64_t total_starts) {
-    thread_ = std::thread([this, port, endpoints, total_starts] {
+  Flooder(const std::string& port, int endpoints, double seconds) {
+    thread_ = std::thread([this, port, endpoints, seconds] {
       // On a real network the flood comes from another machine; here it
       // shares the cores with the daemon and the probe, so it runs at the
       // lowest priority and takes what they leave (its libzmq I/O thread,
@@ -608,7 +609,8 @@ class Flooder {
       std::mt19937_64 rng(7);
       std::uint64_t seq = 0;
       zmq::message_t junk;
-      while (!stop_.load() && starts_.load() < total_starts) {
+      const auto t0 = Clock::now();
+      while (!stop_.load() && seconds_since(t0) < seconds) {
         for (std::size_t i = 0; i < socks.size(); ++i) {
           const auto host = static_cast<std::uint32_t>(256 + i % 256);
           wire::EndpointMessage m;
@@ -751,10 +753,10 @@ json flood_run(const std::string& port, bool quotas, bool quick) {
   int refused_idle = 0, refused_flood = 0;
   const double rss_idle = d.rss_mb();
   const Quantiles idle = quantiles(probe_run(probe, n, 1'000'000, &refused_idle, tick));
-  const std::uint64_t total = 1'000'000;  // quick too: a shorter flood is queued before it is read
+  const double flood_seconds = quick ? 2 : 10;
   const int flooders = quick ? 64 : 300;
   const json s_before = d.status();
-  Flooder flood(port, flooders, total);
+  Flooder flood(port, flooders, flood_seconds);
   const auto t_flood = Clock::now();
   const std::vector<double> under = probe_run(probe, n, 2'000'000, &refused_flood, tick,
                                               [&] { return flood.done(); });
@@ -819,9 +821,14 @@ json flood_run(const std::string& port, bool quotas, bool quick) {
           {"probe_p99_vs_idle", idle.p99 > 0 ? q.p99 / idle.p99 : 0.0},
           {"legit_flows_without_rate", missing},
           {"legit_worst_rate_change", worst},
+          {"iterations_flood", grew("iterations")},
+          {"iteration_p50_us", s_flood["counters"]["iteration_ns"]["p50"].get<double>() / 1e3},
+          {"iteration_p99_us", s_flood["counters"]["iteration_ns"]["p99"].get<double>() / 1e3},
+          {"turn_p99_us", s_flood["counters"]["turn_ns"]["p99"].get<double>() / 1e3},
           {"rss_mb_idle", rss_idle},
           {"rss_mb_flood", rss_flood},
-          {"rss_mb_after", rss_after}};
+          // null: the flood's endpoints had not all timed out within 15 s
+          {"rss_mb_after", rss_after > 0 ? json(rss_after) : json(nullptr)}};
 }
 
 // ---- memory (--memory) ----
@@ -1090,6 +1097,7 @@ int main(int argc, char** argv) {
   bool curve = false;
   bool flood = false;
   bool memory = false;
+  bool quotas_only = false;  // --flood: skip the runs without quotas
   std::string transport = "tcp";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -1101,10 +1109,11 @@ int main(int argc, char** argv) {
     else if (a == "--curve") curve = true;
     else if (a == "--flood") flood = true;
     else if (a == "--memory") memory = true;
+    else if (a == "--quotas-only") quotas_only = true;
     else if (a == "--allocator-binary" && i + 1 < argc) g_allocator_binary = argv[++i];
     else if (a == "-h" || a == "--help") {
       std::cout << "usage: daemon_bench [--quick] [--ipc] [--latency-only | --throughput-only |\n"
-                   "                    --ctl-flood | --curve | --flood | --memory]\n"
+                   "                    --ctl-flood | --curve | --flood [--quotas-only] | --memory]\n"
                    "                    [--allocator-binary PATH]   (prints JSON; see the file's header)\n";
       return 0;
     } else {
@@ -1139,7 +1148,7 @@ int main(int argc, char** argv) {
       const std::string port = std::to_string(20000 + getpid() % 20000);
       for (int round = 0; round < (quick ? 1 : 2); ++round) {
         for (bool quotas : {true, false}) {
-          if (quick && !quotas) continue;
+          if ((quick || quotas_only) && !quotas) continue;
           out["flood"].push_back(flood_run(port, quotas, quick));
         }
       }

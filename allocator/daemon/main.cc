@@ -101,6 +101,8 @@ leases and limits:
                              input bytes/s per host and per peer address,
                              charged before decoding; 0 = unlimited
                              (default 1000000)
+  --max-source-burst-bytes B its burst: at least the largest resync an
+                             endpoint sends (default 2097152)
   --max-msg-rate R           messages/s per endpoint, a message weighing one
                              more per 4 KB it carries; 0 = unlimited (default 100000)
 
@@ -190,6 +192,7 @@ Options parse(int argc, char** argv) {
     else if (args.is("--max-flows")) o.alloc.max_flows = static_cast<std::uint32_t>(args.count(1u << 30));
     else if (args.is("--max-msg-rate")) o.alloc.max_messages_per_sec = args.number();
     else if (args.is("--max-source-bytes-per-sec")) o.alloc.max_source_bytes_per_sec = args.number(0, 1e12);
+    else if (args.is("--max-source-burst-bytes")) o.alloc.source_burst_bytes = args.number(1, 1e12);
     else if (args.is("--max-flows-per-source")) o.alloc.max_flows_per_source = static_cast<std::uint32_t>(args.count(1u << 30));
     else if (args.is("--max-endpoints-per-source")) o.alloc.max_endpoints_per_source = static_cast<std::uint32_t>(args.count(1u << 24));
     else if (args.is("--log-level")) {

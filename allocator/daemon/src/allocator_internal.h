@@ -32,6 +32,10 @@ struct Allocator::Endpoint {
   std::uint64_t last_heard_us = 0;
   // Messages it may send (AllocatorConfig::max_messages_per_sec).
   TokenBucket tokens;
+  // When it was last told it is over a rate limit: further refusals within
+  // kRateLimitedQuietUs are counted, not answered (a flood's every message
+  // would otherwise cost the loop a reply).
+  std::uint64_t told_limited_us = 0;
   std::uint64_t messages = 0;
   std::uint64_t errors = 0;
   wire::AllocatorMessage out;  // owed to the endpoint

@@ -712,6 +712,31 @@ TEST_F(AllocatorTest, LargeMessagesCostMoreOfTheRateLimit) {
   EXPECT_EQ(errors(Cause::kRateLimited), 2u);
 }
 
+// A flooding endpoint is told it is over its rate limit once per quiet
+// time (100 ms), not once per message: every refusal is counted, but only
+// the first of a run costs the loop a reply.
+TEST_F(AllocatorTest, RateLimitedEndpointsAreToldOncePerQuietTime) {
+  AllocatorConfig c = config();
+  c.max_messages_per_sec = 100;  // burst of 10
+  make(c);
+  hello("p", "ep", "h0");
+  (void)alloc_->take_outbox();
+  const auto told = [&] {
+    std::size_t n = 0;
+    for (const auto& o : alloc_->take_outbox()) {
+      for (const auto& e : o.message.errors) n += e.code == wire::ErrorCode::kRateLimited;
+    }
+    return n;
+  };
+  for (int i = 0; i < 50; ++i) send("p", {wire::Heartbeat{}});  // 40 over the burst
+  EXPECT_EQ(errors(Cause::kRateLimited), 40u);
+  EXPECT_EQ(told(), 1u);
+  now_ += 100'000;  // past the quiet time; the 10 tokens it earned go first
+  for (int i = 0; i < 20; ++i) send("p", {wire::Heartbeat{}});
+  EXPECT_EQ(errors(Cause::kRateLimited), 50u);
+  EXPECT_EQ(told(), 1u);
+}
+
 TEST_F(AllocatorTest, LiveLeasesAreRefreshedPeriodically) {
   hello("p", "ep", "h0");
   send("p", {start_of(1, 0, 1)});
