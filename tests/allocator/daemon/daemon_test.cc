@@ -372,6 +372,7 @@ TEST_F(DaemonTest, CtlShowsFlowsLinksAndCounters) {
   r = run(ctl);
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.output.find("2 flows"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("MiB in use"), std::string::npos) << r.output;
   r = run(ctl + " endpoints");
   EXPECT_NE(r.output.find("ep-a"), std::string::npos) << r.output;
   r = run(ctl + " nonsense");
