@@ -857,8 +857,8 @@ double peak_rss_while(Daemon& d, const std::function<void()>& work) {
 }
 
 // Waits (up to `limit_s`) until the daemon holds no endpoint and no flow and
-// has stopped iterating, then 2.5 s more (it weighs its free memory once a
-// second when idle); the seconds until it was empty, or -1.
+// has stopped iterating, then 6 s more (it weighs its free memory every 5 s
+// when not iterating); the seconds until it was empty, or -1.
 double wait_empty(Daemon& d, double limit_s) {
   const auto t0 = Clock::now();
   double empty_s = -1;
@@ -870,7 +870,7 @@ double wait_empty(Daemon& d, double limit_s) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  std::this_thread::sleep_for(std::chrono::milliseconds(6000));
   return empty_s;
 }
 
@@ -1080,6 +1080,11 @@ json memory_run(const std::string& port, bool quick) {
     std::cerr << "memory " << p["phase"].get<std::string>() << ": rss " << idle << " -> "
               << p["rss_mb_peak"] << " -> " << p["rss_mb_after"] << " MB\n";
   }
+  const json checks = d.status()["counters"]["memory_check_ns"];
+  out["memory_checks"] = checks["count"];
+  out["memory_check_p50_us"] = checks["p50"].get<double>() / 1e3;
+  out["memory_check_p99_us"] = checks["p99"].get<double>() / 1e3;
+  out["memory_check_p999_us"] = checks["p999"].get<double>() / 1e3;
   out["rss_mb_peak"] = worst_peak;
   out["rss_mb_after_worst"] = worst_after;
   out["rss_after_vs_idle_worst"] = worst_after / idle;

@@ -74,7 +74,8 @@ json counters_json(const Counters& c) {
           {"control_requests", c.control_requests},
           {"errors", errors},
           {"iteration_ns", histogram_json(c.iteration_ns)},
-          {"turn_ns", histogram_json(c.turn_ns)}};
+          {"turn_ns", histogram_json(c.turn_ns)},
+          {"memory_check_ns", histogram_json(c.memory_check_ns)}};
 }
 
 // Per class (those with flows) and per tenant: live flows and their rates.

@@ -71,7 +71,7 @@ struct Counters {
   std::uint64_t hosts_released = 0;  // added hosts whose slot went back once unused
   std::uint64_t flows_expired = 0;  // holds released with a timed-out endpoint
   std::uint64_t flows_joined = 0;   // starts that joined a live flow of the same socket
-  std::uint64_t memory_trims = 0;   // freed heap handed back after state fell to half its peak
+  std::uint64_t memory_trims = 0;   // freed heap handed back (Server::return_memory)
   std::uint64_t classes_lowered = 0;  // starts and resync entries that asked above --top-class
   // Flows taken up (from starts and resyncs) per strict priority class.
   std::array<std::uint64_t, wire::kNumClasses> flows_by_class{};
@@ -85,6 +85,8 @@ struct Counters {
   // reply handed to ZeroMQ (receive + handle + one iteration + send), the
   // allocator's share of an endpoint's control-loop latency.
   LatencyHistogram turn_ns;
+  // The loop's memory checks: weighing the heap, and trimming it when due.
+  LatencyHistogram memory_check_ns;
 
   std::uint64_t events() const {
     return hellos + starts + ends + heartbeats + resyncs + rate_requests + progress;

@@ -98,7 +98,7 @@ class Server {
   std::function<Reload()> reload_;
   bool loopback_only_ = false;  // the listener is reachable from this host only
   bool tcp_ = false;            // peers have IP addresses (libzmq's Peer-Address)
-  static constexpr std::uint64_t kMemoryCheckUs = 1'000'000;
+  static constexpr std::uint64_t kMemoryCheckUs = 5'000'000;
   static constexpr std::size_t kTrimFreeBytes = 8u << 20;
   std::uint64_t next_memory_check_us_ = 0;
   // Resident bytes not in use by the heap, least since the last trim.
