@@ -874,9 +874,11 @@ double wait_empty(Daemon& d, double limit_s) {
   return empty_s;
 }
 
-// The daemon's heap in use (status: mallinfo2), MB.
+// The daemon's heap in use as its last memory check weighed it, MB (-1:
+// not weighed yet).
 double heap_mb(Daemon& d) {
-  return d.status()["heap"]["in_use_bytes"].get<double>() / (1 << 20);
+  const json h = d.status()["heap"]["in_use_bytes"];
+  return h.is_number() ? h.get<double>() / (1 << 20) : -1;
 }
 
 // One round of `n` distinct fake endpoints, each on its own connection from
@@ -945,7 +947,7 @@ json endpoints_round(Daemon& d, const std::string& port, int round, int n, int s
           {"rss_mb_peak", peak},
           {"rss_mb_after", d.rss_mb()},
           {"heap_in_use_mb_after", heap_mb(d)},
-          {"memory_trims", after["counters"].value("memory_trims", 0)}};
+          {"memory_trims", after["counters"].value("memory_trims", 0) - before["counters"].value("memory_trims", 0)}};
 }
 
 // Decompression bombs (4 KB that unpack to 4 MiB) from `sources` peers as
@@ -986,7 +988,7 @@ json bomb_round(Daemon& d, const std::string& port, int sources, double seconds)
           {"bombs_sent", sent},
           {"messages_in", after["counters"]["messages_in"].get<double>() - before["counters"]["messages_in"].get<double>()},
           {"settled_after_s", idle_s},
-          {"memory_trims", after["counters"].value("memory_trims", 0)},
+          {"memory_trims", after["counters"].value("memory_trims", 0) - before["counters"].value("memory_trims", 0)},
           {"rss_mb_peak", peak},
           {"rss_mb_after", d.rss_mb()},
           {"heap_in_use_mb_after", heap_mb(d)}};
@@ -999,7 +1001,9 @@ json storm_round(Daemon& d, const std::string& port, int round, int n, int sourc
   const json before = d.status();
   int peak_endpoints = 0;
   int raw_open = 0;
+  double made_s = 0;
   const double peak = peak_rss_while(d, [&] {
+    const auto t0 = Clock::now();
     auto ctx = big_context();
     std::vector<std::unique_ptr<zmq::socket_t>> socks;
     std::vector<int> raw;
@@ -1033,6 +1037,7 @@ json storm_round(Daemon& d, const std::string& port, int round, int n, int sourc
       }
       raw.push_back(fd);
     }
+    made_s = seconds_since(t0);
     for (int i = 0; i < 40; ++i) {  // up to 2 s for the daemon to see them
       peak_endpoints = std::max(peak_endpoints, d.status()["endpoints"].get<int>());
       if (peak_endpoints >= n / 2) break;
@@ -1045,12 +1050,13 @@ json storm_round(Daemon& d, const std::string& port, int round, int n, int sourc
   return {{"phase", "storm"},
           {"round", round},
           {"connections", n},
+          {"made_s", made_s},
           {"raw_tcp_connected", raw_open},
           {"sources", sources},
           {"hellos_taken", after["counters"]["hellos"].get<double>() - before["counters"]["hellos"].get<double>()},
           {"peak_endpoints", peak_endpoints},
           {"gone_after_s", gone_s},
-          {"memory_trims", after["counters"].value("memory_trims", 0)},
+          {"memory_trims", after["counters"].value("memory_trims", 0) - before["counters"].value("memory_trims", 0)},
           {"rss_mb_peak", peak},
           {"rss_mb_after", d.rss_mb()},
           {"heap_in_use_mb_after", heap_mb(d)}};

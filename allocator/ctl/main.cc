@@ -343,11 +343,13 @@ void print_status(const json& j) {
             << "deadlines " << c.value("deadlines_met", 0u) << " met, "
             << c.value("deadlines_missed", 0u) << " missed; " << c.value("classes_lowered", 0u)
             << " class asks lowered to the top class\n";
-  if (j.contains("heap")) {
+  if (j.contains("heap") && j["heap"]["in_use_bytes"].is_number()) {
+    const json& h = j["heap"];
     std::cout << "memory    heap " << std::setprecision(1)
-              << j["heap"]["in_use_bytes"].get<double>() / (1 << 20) << " MiB in use, "
-              << j["heap"]["free_kept_bytes"].get<double>() / (1 << 20) << " MiB free; "
-              << c.value("memory_trims", 0u) << " trims\n";
+              << h["in_use_bytes"].get<double>() / (1 << 20) << " MiB in use, "
+              << h["free_kept_bytes"].get<double>() / (1 << 20) << " MiB free ("
+              << h["age_s"].get<double>() << " s ago); " << c.value("memory_trims", 0u)
+              << " trims\n";
   }
   if (j.contains("policy")) print_policy(j["policy"]);
   if (j.contains("auth") && j["auth"].value("mode", "") == "curve") {

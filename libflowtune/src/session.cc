@@ -415,7 +415,11 @@ void Session::on_error(const wire::ErrorReport& e, std::uint64_t now_us) {
     // The allocator does not know us, or dropped a message whole: what it
     // holds may differ from what we have. Resend state (backing off, since
     // the cause may last).
-    if (link_ != LinkState::kNew) resync_after(now_us, /*backoff=*/true);
+    // Over a rate limit, the allocator will not answer again for a while:
+    // a resync sooner would be dropped unanswered.
+    const std::uint64_t min_wait =
+        e.code == ErrorCode::kRateLimited ? wire::kRateLimitedQuietUs : 0;
+    if (link_ != LinkState::kNew) resync_after(now_us, /*backoff=*/true, min_wait);
     return;
   }
   if (e.flow_key == 0) return;
@@ -426,7 +430,11 @@ void Session::on_error(const wire::ErrorReport& e, std::uint64_t now_us) {
   if (k == nullptr) return;
   if (e.code == ErrorCode::kUnknownFlow) {
     // A live flowlet the allocator does not hold (its start was lost).
-    if (link_ != LinkState::kNew) resync_after(now_us, /*backoff=*/true);
+    // Over a rate limit, the allocator will not answer again for a while:
+    // a resync sooner would be dropped unanswered.
+    const std::uint64_t min_wait =
+        e.code == ErrorCode::kRateLimited ? wire::kRateLimitedQuietUs : 0;
+    if (link_ != LinkState::kNew) resync_after(now_us, /*backoff=*/true, min_wait);
     return;
   }
   refuse_flow(*k);  // erases `it`
@@ -460,7 +468,10 @@ void Session::on_message(const wire::AllocatorMessage& m, std::uint64_t now_us) 
                                    "\"): " + m.errors.front().text +
                                    "; retrying with backoff, sockets run unpaced meanwhile"});
       }
-      resync_after(now_us, /*backoff=*/true);
+      const bool limited = std::any_of(m.errors.begin(), m.errors.end(), [](const auto& e) {
+        return e.code == wire::ErrorCode::kRateLimited;
+      });
+      resync_after(now_us, /*backoff=*/true, limited ? wire::kRateLimitedQuietUs : 0);
     }
   }
   for (const wire::RateUpdate& r : m.rates) on_rate(r, now_us);
@@ -510,13 +521,13 @@ std::uint64_t Session::jittered(std::uint64_t backoff_us) {
   return half + (half == 0 ? 0 : rng_ % (half + 1));
 }
 
-void Session::resync_after(std::uint64_t now_us, bool backoff) {
+void Session::resync_after(std::uint64_t now_us, bool backoff, std::uint64_t min_wait_us) {
   if (link_ == LinkState::kNew && retry_at_us_ > now_us) return;  // one is already scheduled
   link_ = LinkState::kNew;
   events_.clear();  // the resync carries state: history is moot
   if (backoff) {
     backoff_us_ = next_backoff(backoff_us_);
-    retry_at_us_ = now_us + jittered(backoff_us_);
+    retry_at_us_ = now_us + std::max(jittered(backoff_us_), min_wait_us);
   } else {
     retry_at_us_ = 0;
   }

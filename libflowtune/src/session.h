@@ -251,7 +251,8 @@ class Session {
   void check_rates(const wire::StateDigest& told, std::uint64_t now_us);
 
   // Registration and repair.
-  void resync_after(std::uint64_t now_us, bool backoff);
+  // Resync now, or after the backoff (and at least min_wait_us).
+  void resync_after(std::uint64_t now_us, bool backoff, std::uint64_t min_wait_us = 0);
   std::uint64_t jittered(std::uint64_t backoff_us);
   static std::uint64_t next_backoff(std::uint64_t b);
   void queue_event(wire::EndpointEvent e);

@@ -559,6 +559,8 @@ TEST_F(RepairTest, ARateLimitedMessageIsRepairedByAResyncThatBacksOff) {
     ASSERT_EQ(of<wire::Resync>(ev).size(), 1u);
     EXPECT_EQ(of<wire::Resync>(ev)[0].flows.size(), 2u);  // both live flowlets
     EXPECT_GE(now_ - before, last_gap / 2);              // doubling, jittered
+    // Not within the allocator's quiet time: it would drop the resync unanswered.
+    EXPECT_GE(now_ - before, wire::kRateLimitedQuietUs);
     last_gap = now_ - before;
     s_->on_message(error(wire::ErrorCode::kRateLimited, 0), now_);  // limited again
   }

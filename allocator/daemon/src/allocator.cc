@@ -273,11 +273,13 @@ bool Allocator::admit_message(Endpoint* e, std::string_view peer, std::size_t by
     source = &source_of("a:" + std::string(address_))->second;
   }
   auto refused = [&](double limit, const char* unit) {
-    // An endpoint told within the quiet time is not told again: it is
-    // resyncing with backoff, or flooding. Counted all the same.
-    constexpr std::uint64_t kRateLimitedQuietUs = 100'000;
-    if (e != nullptr && e->told_limited_us != 0 && now_us - e->told_limited_us < kRateLimitedQuietUs) {
+    // An endpoint told within the quiet time is not told again: it waits
+    // that long before it resyncs (wire::kRateLimitedQuietUs), or it is
+    // flooding. Counted all the same.
+    if (e != nullptr && e->told_limited_us != 0 &&
+        now_us - e->told_limited_us < wire::kRateLimitedQuietUs) {
       counters_.count(Cause::kRateLimited);
+      ++e->errors;
       return false;
     }
     if (e != nullptr) e->told_limited_us = std::max<std::uint64_t>(now_us, 1);

@@ -1,6 +1,5 @@
 #include "flowtune/daemon/control.h"
 
-#include <malloc.h>
 
 #include <algorithm>
 #include <charconv>
@@ -120,11 +119,13 @@ json auth_json(const AuthInfo& au) {
           {"last_reload_error", au.last_reload_error}};
 }
 
-// What glibc's heap holds: bytes in use, and bytes freed but kept (the
-// loop hands them back past a bound, docs/reliability.md).
-json heap_json() {
-  const struct mallinfo2 m = ::mallinfo2();
-  return {{"in_use_bytes", m.uordblks + m.hblkhd}, {"free_kept_bytes", m.fordblks}};
+// What glibc's heap held at the loop's last memory check, and how long ago.
+json heap_json(const ServerInfo& info) {
+  const HeapInfo& h = info.heap;
+  if (h.in_use_bytes < 0) return {{"in_use_bytes", nullptr}, {"free_kept_bytes", nullptr}, {"age_s", nullptr}};
+  return {{"in_use_bytes", h.in_use_bytes},
+          {"free_kept_bytes", h.free_kept_bytes},
+          {"age_s", static_cast<double>(info.uptime_us - std::min(info.uptime_us, h.weighed_at_us)) * 1e-6}};
 }
 
 json status_json(const Allocator& a, const ServerInfo& info) {
@@ -157,7 +158,7 @@ json status_json(const Allocator& a, const ServerInfo& info) {
           {"busy", a.busy()},
           {"converged", a.engine().stats().converged},
           {"counters", counters_json(a.counters())},
-          {"heap", heap_json()},
+          {"heap", heap_json(info)},
           {"auth", auth_json(info.auth)}};
 }
 

@@ -67,14 +67,15 @@ std::int64_t steady_ns() {
       .count();
 }
 
-// Resident bytes of this process (/proc/self/statm), 0 if unreadable.
+// Resident bytes of this process (/proc/self/statm), -1 if unreadable (as
+// when a connection storm has used up the descriptors).
 std::int64_t resident_bytes() {
   std::FILE* f = std::fopen("/proc/self/statm", "re");
-  if (f == nullptr) return 0;
+  if (f == nullptr) return -1;
   long size = 0, resident = 0;
   const int n = std::fscanf(f, "%ld %ld", &size, &resident);
   std::fclose(f);
-  return n == 2 ? static_cast<std::int64_t>(resident) * ::sysconf(_SC_PAGESIZE) : 0;
+  return n == 2 ? static_cast<std::int64_t>(resident) * ::sysconf(_SC_PAGESIZE) : -1;
 }
 
 }  // namespace
@@ -89,6 +90,11 @@ Server::Server(zmq::context_t& ctx, Allocator& allocator, Log& log, const std::s
   router_.set(zmq::sockopt::linger, 0);
   router_.set(zmq::sockopt::sndhwm, 100000);
   router_.set(zmq::sockopt::rcvhwm, 100000);
+  // Endpoints reconnect together (after the allocator restarts, or a
+  // partition heals): with libzmq's backlog of 100 the rest of them lost
+  // their SYNs and retried a second later (the kernel caps this at
+  // net.core.somaxconn).
+  router_.set(zmq::sockopt::backlog, 4096);
   router_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(wire::kMaxMessageBytes));
   if (const std::string why = endpoint_port_error(listen); !why.empty()) {
     throw ConfigError("cannot listen on " + why);
@@ -107,14 +113,14 @@ Server::Server(zmq::context_t& ctx, Allocator& allocator, Log& log, const std::s
 // Memory freed after a burst (a flood's flows and endpoints, libzmq's
 // buffers after a connection storm, bombs queued before they were refused)
 // stays resident with glibc: heap holes and the I/O thread's arena are not
-// given back on their own (a storm of 5,000 connections left 49 MB). On a
-// turn that is not iterating, at most every kMemoryCheckUs, the loop weighs
-// what is resident but not in use by the heap (statm less mallinfo2's
-// in-use bytes) and, once that is kTrimFreeBytes above the least it has
-// been since the last trim, hands the free pages back (malloc_trim). Both
-// walk the heap's free chunks: 0.1-0.3 ms typically, 10 ms and more on a
-// heap left in tens of thousands of pieces, hence the long period (the
-// turn's replies have gone out by then).
+// given back on their own (a storm of 1,000 connections left 57 MB, idle
+// 8 MB). On a turn that is not iterating, at most every kMemoryCheckUs, the
+// loop weighs what is resident but not in use by the heap (statm less
+// mallinfo2's in-use bytes) and, once that is kTrimFreeBytes above the
+// least it has been since the last trim, hands the free pages back
+// (malloc_trim). Both walk the heap's free chunks: 0.1-0.5 ms typically,
+// 10 ms and more on a heap left in tens of thousands of pieces, hence the
+// long period (the turn's replies have gone out by then).
 void Server::return_memory(std::uint64_t now) {
   if (now < next_memory_check_us_) return;
   next_memory_check_us_ = now + kMemoryCheckUs;
@@ -124,16 +130,21 @@ void Server::return_memory(std::uint64_t now) {
     std::int64_t t0;
     ~Record() { c.memory_check_ns.record(static_cast<std::uint64_t>(steady_ns() - t0)); }
   } record{allocator_.counters(), t0};
-  const auto idle_resident = [] {
+  // Resident bytes not in use by the heap; false if statm is unreadable.
+  const auto weigh = [&](std::int64_t* gap) {
     const struct mallinfo2 m = ::mallinfo2();
-    return resident_bytes() - static_cast<std::int64_t>(m.uordblks + m.hblkhd);
+    const std::int64_t resident = resident_bytes();
+    heap_ = {static_cast<std::int64_t>(m.uordblks + m.hblkhd), static_cast<std::int64_t>(m.fordblks), now};
+    *gap = resident - heap_.in_use_bytes;
+    return resident >= 0;
   };
-  const std::int64_t gap = idle_resident();
+  std::int64_t gap = 0;
+  if (!weigh(&gap)) return;
   least_gap_ = std::min(least_gap_, gap);
   if (gap - least_gap_ < static_cast<std::int64_t>(kTrimFreeBytes)) return;
   ::malloc_trim(0);
   ++allocator_.counters().memory_trims;
-  least_gap_ = idle_resident();
+  if (weigh(&gap)) least_gap_ = gap;
 }
 
 Server::~Server() {
@@ -295,9 +306,9 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
     } else if (now - last_active_us_ < busy_poll_us_) {
       timeout_ms = 0;  // still spinning after recent traffic: no wake-up cost
     } else {
-      // Idle: the next timer, and at least once a memory check's period.
-      const std::uint64_t next =
-          std::min(allocator_.next_timer_us(), std::max(next_memory_check_us_, now + kMemoryCheckUs));
+      // Idle: the next timer, or the next memory check (due after a turn
+      // that was not iterating, which set it into the future).
+      const std::uint64_t next = std::min(allocator_.next_timer_us(), next_memory_check_us_);
       timeout_ms = next <= now ? 0 : static_cast<long>((next - now + 999) / 1000);
     }
     if (stop_after_turns != UINT64_MAX && timeout_ms < 0) timeout_ms = 10;
@@ -420,7 +431,7 @@ bool Server::receive_one(std::uint64_t now) {
 
 std::string Server::control(std::string_view request, const KeyEntry* sender, std::uint64_t now) {
   const std::string_view cmd = request.substr(0, request.find(' '));
-  if (cmd != "reload") return control_reply(allocator_, {bound_, now, auth_info_}, request, now);
+  if (cmd != "reload") return control_reply(allocator_, {bound_, now, auth_info_, heap_}, request, now);
   // Changes state: an admin key, or without CURVE a listener only this
   // host can reach.
   const bool admin = zap_ ? (sender->roles & kRoleAdmin) != 0 : loopback_only_;

@@ -21,6 +21,10 @@ inline constexpr std::uint16_t kProtocolVersion = 1;
 inline constexpr std::size_t kMaxMessageBytes = 4u << 20;  // one ZeroMQ frame
 inline constexpr std::size_t kMaxItemsPerMessage = 16384;
 inline constexpr std::size_t kMaxErrorsPerMessage = 1024;
+// An allocator answers an endpoint's messages over a rate limit with
+// rateLimited at most once per this time (the rest are dropped unanswered),
+// and an endpoint told so waits at least this long before it resyncs.
+inline constexpr std::uint64_t kRateLimitedQuietUs = 100'000;
 // The most flows one resync can carry next to its hello: an endpoint's whole
 // live state must fit one message, so this also caps flows per endpoint.
 inline constexpr std::size_t kMaxResyncFlows = kMaxItemsPerMessage - 2;

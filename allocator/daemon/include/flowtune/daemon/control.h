@@ -24,10 +24,19 @@ struct AuthInfo {
   std::string last_reload_error;
 };
 
+// The heap as the loop's last memory check weighed it (a walk of the heap:
+// status reports these figures rather than walking it again).
+struct HeapInfo {
+  std::int64_t in_use_bytes = -1;  // -1: not weighed yet
+  std::int64_t free_kept_bytes = -1;
+  std::uint64_t weighed_at_us = 0;
+};
+
 struct ServerInfo {
   std::string listen;
   std::uint64_t uptime_us = 0;
   AuthInfo auth;
+  HeapInfo heap;
 };
 
 std::string control_reply(const Allocator& a, const ServerInfo& info, std::string_view request,

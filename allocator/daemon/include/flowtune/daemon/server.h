@@ -103,6 +103,7 @@ class Server {
   std::uint64_t next_memory_check_us_ = 0;
   // Resident bytes not in use by the heap, least since the last trim.
   std::int64_t least_gap_ = INT64_MAX;
+  HeapInfo heap_;  // as last weighed
 };
 
 }  // namespace flowtune::daemon
