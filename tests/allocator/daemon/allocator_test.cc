@@ -416,7 +416,7 @@ TEST_F(AllocatorTest, TheFlowsPageIsValidJsonWhateverPeersNamed) {
   s.weight = 2.5f;
   send("p", {s, start_of(8, 0, 2)});
   settle();
-  const std::string text = control_reply(*alloc_, {"x", 0, {}}, "flows 1", now_);
+  const std::string text = control_reply(*alloc_, {"x", 0, {}, {}}, "flows 1", now_);
   const auto j = nlohmann::json::parse(text);  // throws on invalid JSON
   ASSERT_EQ(j["flows"].size(), 1u);
   const auto& f = j["flows"][0];
@@ -432,7 +432,7 @@ TEST_F(AllocatorTest, TheFlowsPageIsValidJsonWhateverPeersNamed) {
   EXPECT_EQ(j["total"], 2);
   EXPECT_TRUE(j["next"].is_number());
   const auto last = nlohmann::json::parse(
-      control_reply(*alloc_, {"x", 0, {}}, "flows 5 " + std::to_string(j["next"].get<int>()), now_));
+      control_reply(*alloc_, {"x", 0, {}, {}}, "flows 5 " + std::to_string(j["next"].get<int>()), now_));
   ASSERT_EQ(last["flows"].size(), 1u);
   EXPECT_EQ(last["flows"][0]["key"], 8);
   EXPECT_TRUE(last["next"].is_null());
@@ -452,7 +452,7 @@ TEST_F(AllocatorTest, EndpointsAndLinksComeInPages) {
     std::string from;
     for (int pages = 0; pages < 10; ++pages) {
       const auto j = nlohmann::json::parse(
-          control_reply(*alloc_, {"x", 0, {}}, what + " 2" + from, now_));
+          control_reply(*alloc_, {"x", 0, {}, {}}, what + " 2" + from, now_));
       ASSERT_LE(j[what].size(), 2u) << what;
       EXPECT_EQ(j["epoch"], alloc_->epoch());
       for (const auto& item : j[what]) {
@@ -473,7 +473,7 @@ TEST_F(AllocatorTest, EndpointsAndLinksComeInPages) {
   }
   // Without a limit: one page of up to 500 (an older flowtune-ctl, which
   // asks without one, shows the first 500).
-  const auto all = nlohmann::json::parse(control_reply(*alloc_, {"x", 0, {}}, "endpoints", now_));
+  const auto all = nlohmann::json::parse(control_reply(*alloc_, {"x", 0, {}, {}}, "endpoints", now_));
   EXPECT_EQ(all["endpoints"].size(), 5u);
   EXPECT_TRUE(all["next"].is_null());
 }
