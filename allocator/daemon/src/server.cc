@@ -125,26 +125,28 @@ void Server::return_memory(std::uint64_t now) {
   if (now < next_memory_check_us_) return;
   next_memory_check_us_ = now + kMemoryCheckUs;
   const std::int64_t t0 = steady_ns();
-  struct Record {
-    Counters& c;
-    std::int64_t t0;
-    ~Record() { c.memory_check_ns.record(static_cast<std::uint64_t>(steady_ns() - t0)); }
-  } record{allocator_.counters(), t0};
-  // Resident bytes not in use by the heap; false if statm is unreadable.
-  const auto weigh = [&](std::int64_t* gap) {
-    const struct mallinfo2 m = ::mallinfo2();
-    const std::int64_t resident = resident_bytes();
-    heap_ = {static_cast<std::int64_t>(m.uordblks + m.hblkhd), static_cast<std::int64_t>(m.fordblks), now};
-    *gap = resident - heap_.in_use_bytes;
-    return resident >= 0;
-  };
+  trim_if_worth_it(now);
+  allocator_.counters().memory_check_ns.record(static_cast<std::uint64_t>(steady_ns() - t0));
+}
+
+void Server::trim_if_worth_it(std::uint64_t now) {
   std::int64_t gap = 0;
-  if (!weigh(&gap)) return;
+  if (!weigh_heap(now, &gap)) return;
   least_gap_ = std::min(least_gap_, gap);
   if (gap - least_gap_ < static_cast<std::int64_t>(kTrimFreeBytes)) return;
   ::malloc_trim(0);
   ++allocator_.counters().memory_trims;
-  if (weigh(&gap)) least_gap_ = gap;
+  if (weigh_heap(now, &gap)) least_gap_ = gap;
+}
+
+// Records the heap's figures; *gap: resident bytes not in use by the heap.
+// False if statm is unreadable.
+bool Server::weigh_heap(std::uint64_t now, std::int64_t* gap) {
+  const struct mallinfo2 m = ::mallinfo2();
+  const std::int64_t resident = resident_bytes();
+  heap_ = {static_cast<std::int64_t>(m.uordblks + m.hblkhd), static_cast<std::int64_t>(m.fordblks), now};
+  *gap = resident - heap_.in_use_bytes;
+  return resident >= 0;
 }
 
 Server::~Server() {

@@ -72,6 +72,8 @@ class Server {
   void count_keys();
   void answer_zap(std::uint64_t now_us);
   void return_memory(std::uint64_t now_us);
+  void trim_if_worth_it(std::uint64_t now_us);
+  bool weigh_heap(std::uint64_t now_us, std::int64_t* gap);
   void read_monitor(std::uint64_t now_us);
   void flush();
   // False when the message was dropped (the peer left or its queue is full).
