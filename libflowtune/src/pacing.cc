@@ -243,11 +243,14 @@ int SocketTable::borrow(int fd) const {
   return static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd_, fd, 0));
 }
 
-void SocketTable::give_back(int fd, int local) const {
-  // The raw syscall: a copy in the runtime's private table must not reach an
-  // interposed close() (the preload shim), which would take its number for
-  // the application's fd of the same number.
-  if (local >= 0 && local != fd) (void)::syscall(SYS_close, local);
+void SocketTable::give_back(int local) const {
+  // Only a copy is closed, and whether `local` is one depends on the table,
+  // not on its number: the private table hands out its lowest free number,
+  // which can equal the application's. Kept open, that copy would hold the
+  // application's socket past its close (no FIN: the peer waits forever).
+  // The raw syscall: the copy must not reach an interposed close() (the
+  // preload shim), which would take its number for the application's fd.
+  if (local >= 0 && pidfd_ >= 0) (void)::syscall(SYS_close, local);
 }
 
 SocketTable::Result SocketTable::set_rate(SocketRef ref, std::uint64_t bytes_per_sec, int* err) {
@@ -266,12 +269,12 @@ SocketTable::Result SocketTable::set_rate(SocketRef ref, std::uint64_t bytes_per
   // closed and reused for another socket is left alone.
   const int local = borrow(ref.fd);
   if (local < 0 || socket_cookie(local) != s->cookie) {
-    give_back(ref.fd, local);
+    give_back(local);
     unlock(*s);
     return Result::kGone;
   }
   const int e = set_pacing_rate(local, bytes_per_sec);
-  give_back(ref.fd, local);
+  give_back(local);
   if (e == 0) s->capped = bytes_per_sec != 0;
   unlock(*s);
   if (e != 0) {
@@ -291,13 +294,13 @@ SocketTable::Result SocketTable::unsent_bytes(SocketRef ref, std::uint64_t* out)
   }
   const int local = borrow(ref.fd);
   if (local < 0 || socket_cookie(local) != s->cookie) {
-    give_back(ref.fd, local);
+    give_back(local);
     unlock(*s);
     return Result::kGone;
   }
   int n = 0;
   const int rc = ioctl(local, SIOCOUTQNSD, &n);
-  give_back(ref.fd, local);
+  give_back(local);
   unlock(*s);
   if (rc != 0 || n < 0) return Result::kFailed;
   *out = static_cast<std::uint64_t>(n);

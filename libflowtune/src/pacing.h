@@ -158,7 +158,7 @@ class SocketTable {
   // A descriptor of the application's fd in the calling thread's table, or
   // -1; give_back closes it if it is a copy. Never held past one call.
   int borrow(int fd) const;
-  void give_back(int fd, int local) const;
+  void give_back(int local) const;
   static void lock(Slot& s);
   static void unlock(Slot& s) { s.busy.store(false, std::memory_order_release); }
 

@@ -136,7 +136,7 @@ void Runtime::log(int level, const std::string& text) const {
   const int pidfd = pidfd_.get();
   const int fd = pidfd >= 0 ? static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, 2, 0)) : 2;
   if (fd >= 0) (void)!::write(fd, line.data(), line.size());
-  if (fd >= 0 && fd != 2) (void)::syscall(SYS_close, fd);
+  if (fd >= 0 && pidfd >= 0) (void)::syscall(SYS_close, fd);  // a copy, whatever its number
 }
 
 int Runtime::wake_signal() { return SIGRTMAX - 2; }
