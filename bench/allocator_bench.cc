@@ -164,7 +164,7 @@ void BM_CtlFlowsPage(benchmark::State& state) {
   std::uint64_t from = 0;
   for (auto _ : state) {
     const std::string r = daemon::control_reply(
-        *s.alloc, {"bench", 0, {}, {}}, "flows " + std::to_string(page) + " " + std::to_string(from), s.now);
+        *s.alloc, {"bench", 0, {}, {}, {}}, "flows " + std::to_string(page) + " " + std::to_string(from), s.now);
     benchmark::DoNotOptimize(r.data());
     from = (from + page) % s.alloc->num_flows();
   }

@@ -111,6 +111,8 @@ enum ErrorCode {
   tooManyFlows @6;
   rateLimited @7;
   stateMismatch @8;      # the message's digest differs from the allocator's view: resync
+  standby @9;            # this allocator is a hot standby (docs/scale.md): endpoints
+                         # that list several allocators move to the next one
 }
 
 struct ErrorReport {

@@ -117,6 +117,17 @@ security (docs/security.md; off by default):
                              (without CURVE only a loopback or ipc listener
                              takes reload)
 
+hot standby (docs/scale.md):
+  --standby-of ENDPOINT      one of a pair: the other allocator's --listen
+                             endpoint. Start both with it (each names the
+                             other): one serves, the other answers endpoints
+                             "standby" and takes over when its peer has not
+                             answered for --takeover-ms; endpoints list both
+                             (FLOWTUNE_ALLOCATOR=EP1,EP2) and follow
+  --probe-ms MS              how often the peer is asked its role (default 100)
+  --takeover-ms MS           the peer's silence that makes a standby take over;
+                             at least two probes (default 500)
+
 operation:
   --busy-poll-us US          after traffic, keep polling without sleeping this
                              long: lower latency for bursts at the cost of CPU
@@ -144,6 +155,9 @@ struct Options {
   double log_interval_s = 10;
   std::uint64_t busy_poll_us = 0;
   AuthConfig auth;
+  std::string standby_of;
+  std::uint64_t probe_ms = 100;
+  std::uint64_t takeover_ms = 500;
   bool check_config = false;
 };
 
@@ -206,6 +220,9 @@ Options parse(int argc, char** argv) {
     else if (args.is("--curve-clients")) o.auth.clients_dir = args.value();
     else if (args.is("--curve-ctl")) o.auth.ctl_dir = args.value();
     else if (args.is("--curve-admin")) o.auth.admin_dir = args.value();
+    else if (args.is("--standby-of")) o.standby_of = args.value();
+    else if (args.is("--probe-ms")) o.probe_ms = args.count(60'000);
+    else if (args.is("--takeover-ms")) o.takeover_ms = args.count(3'600'000);
     else args.unknown();
   }
   if (o.auth.secret_file.empty() &&
@@ -217,6 +234,17 @@ Options parse(int argc, char** argv) {
   }
   if (const std::string why = flowtune::endpoint_port_error(o.listen); !why.empty()) {
     usage_error("--listen: " + why);
+  }
+  if (!o.standby_of.empty()) {
+    if (const std::string why = flowtune::endpoint_port_error(o.standby_of); !why.empty()) {
+      usage_error("--standby-of: " + why);
+    }
+    if (o.standby_of == o.listen) usage_error("--standby-of names this allocator's own --listen");
+  }
+  if (o.probe_ms == 0) usage_error("--probe-ms must be at least 1");
+  if (o.takeover_ms < 2 * o.probe_ms) {
+    usage_error("--takeover-ms (" + std::to_string(o.takeover_ms) + ") must span at least two probes (--probe-ms " +
+                std::to_string(o.probe_ms) + ")");
   }
   if (o.unknown_hosts.empty()) o.unknown_hosts = o.topology_file.empty() ? "add" : "reject";
   if (o.unknown_hosts == "add") o.alloc.unknown_hosts = UnknownHosts::kAdd;
@@ -346,13 +374,19 @@ int run(const Options& o) {
   zmq::context_t ctx(1);
   Server server(ctx, allocator, log, o.listen, o.busy_poll_us, o.auth);
   server.set_reload([&] { return reload(o, allocator, server); });
+  if (!o.standby_of.empty()) {
+    server.enable_standby(ctx, {o.standby_of, o.probe_ms * 1000, o.takeover_ms * 1000, new_epoch(), new_epoch});
+  }
   std::string auth = "; authentication: none";
   if (const AuthInfo& a = server.auth_info(); a.on) {
     auth = "; authentication: CURVE, " + std::to_string(a.endpoint_keys) + " endpoint keys, " +
            std::to_string(a.reader_keys) + " ctl keys (" + std::to_string(a.admin_keys) + " admin)";
   }
+  const std::string pair = o.standby_of.empty() ? ""
+                           : "; standing by for " + o.standby_of + " (takeover after " +
+                                 std::to_string(o.takeover_ms) + " ms of silence)";
   log.write(LogLevel::kInfo, "listening on " + server.bound_endpoint() + "; epoch " +
-                                 std::to_string(allocator.epoch()) + "; " + summary + auth);
+                                 std::to_string(allocator.epoch()) + "; " + summary + auth + pair);
   if (!o.auth.enabled()) {
     for (const PolicyRule& r : allocator.config().policy.rules) {
       if (r.keys.empty()) continue;

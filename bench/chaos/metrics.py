@@ -185,6 +185,14 @@ def verdicts(summary, limits):
                 bad.append("%s: a dead endpoint's flows stayed %s (limit %.3f s)"
                            % (fault, "past the end" if st is None else "%.3f s" % st,
                               limits["stale_s"]))
+        if "standby_rated_after_s" in s:
+            r = s["standby_rated_after_s"]
+            if r is None or r > limits["rate_again_s"]:
+                bad.append("%s: the standby held and rated every flow %s after kill -9 of the active "
+                           "allocator (limit %.3f s)" % (fault, "never" if r is None else "%.3f s" % r,
+                                                          limits["rate_again_s"]))
+        if s.get("split_brain"):
+            bad.append("%s: the old primary, restarted, did not stand by (split brain)" % fault)
         if s.get("not_rated_at_start"):
             bad.append("%s: not every program had a rate before the fault" % fault)
         if s.get("allocator_died"):
@@ -204,7 +212,7 @@ def fmt(v, unit=""):
 
 def table(summary):
     """A short text table of the summary, one fault a line."""
-    cols = ("bytes_lost", "app_errors", "unpaced_after_s", "rate_again_after_s", "stale_flows",
+    cols = ("bytes_lost", "app_errors", "unpaced_after_s", "rate_again_after_s", "standby_rated_after_s", "stale_flows",
             "stale_for_s")
     head = ["fault"] + list(cols)
     rows = [head]

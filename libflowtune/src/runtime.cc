@@ -109,6 +109,21 @@ int UvLoop::close() {
 namespace {
 
 Runtime* self(uv_handle_t* h) { return static_cast<Runtime*>(h->data); }
+
+// "a, b,c": the endpoints listed, spaces trimmed, empty items dropped.
+std::vector<std::string> split_endpoints(const std::string& list) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    std::string item = list.substr(at, comma - at);
+    const std::size_t b = item.find_first_not_of(" \t");
+    const std::size_t e = item.find_last_not_of(" \t");
+    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+    at = comma + 1;
+  }
+  return out;
+}
 template <class H>
 uv_handle_t* handle(H* h) {
   return reinterpret_cast<uv_handle_t*>(h);
@@ -116,8 +131,16 @@ uv_handle_t* handle(H* h) {
 
 }  // namespace
 
+namespace {
+SessionConfig with_failover(SessionConfig s, const std::string& allocators) {
+  s.failover = split_endpoints(allocators).size() > 1;
+  return s;
+}
+}  // namespace
+
 Runtime::Runtime(RuntimeConfig config, SessionConfig session, SocketTable& table)
-    : config_(std::move(config)), table_(table), session_(std::move(session)),
+    : config_(std::move(config)), table_(table),
+      session_(with_failover(std::move(session), config_.allocator)),
       queue_(config_.queue_capacity),
       start_ns_(std::chrono::steady_clock::now().time_since_epoch().count()) {}
 
@@ -255,9 +278,16 @@ int Runtime::open_all() {
       zmq_setsockopt(zmq_sock_.get(), ZMQ_CONNECT_TIMEOUT, &silent_ms, sizeof silent_ms) != 0) {
     return FT_ERUNTIME;
   }
-  if (const std::string why = endpoint_port_error(config_.allocator); !why.empty()) {
-    log(1, "cannot use allocator endpoint " + why);
+  endpoints_ = split_endpoints(config_.allocator);
+  if (endpoints_.empty()) {
+    log(1, "no allocator endpoint in \"" + config_.allocator + "\"");
     return FT_ECONNECT;
+  }
+  for (const std::string& ep : endpoints_) {
+    if (const std::string why = endpoint_port_error(ep); !why.empty()) {
+      log(1, "cannot use allocator endpoint " + why);
+      return FT_ECONNECT;
+    }
   }
   // CURVE (FLOWTUNE_CURVE_*): keys that do not load keep the client off the
   // allocator, so its sockets stay unpaced rather than unauthenticated.
@@ -271,10 +301,16 @@ int Runtime::open_all() {
     log(1, std::string("CURVE: ") + zmq_strerror(zmq_errno()) + "; not connecting to the allocator");
     return FT_ECONNECT;
   }
-  if (zmq_connect(zmq_sock_.get(), config_.allocator.c_str()) != 0) {
-    log(1, "cannot use allocator endpoint \"" + config_.allocator + "\": " + zmq_strerror(zmq_errno()));
-    return FT_ECONNECT;
+  for (const std::string& ep : endpoints_) {
+    // Each is checked here, so a bad one in the list fails the start, not a
+    // failover later.
+    if (zmq_connect(zmq_sock_.get(), ep.c_str()) != 0) {
+      log(1, "cannot use allocator endpoint \"" + ep + "\": " + zmq_strerror(zmq_errno()));
+      return FT_ECONNECT;
+    }
+    if (&ep != &endpoints_.front()) (void)zmq_disconnect(zmq_sock_.get(), ep.c_str());
   }
+  if (endpoints_.size() > 1 && open_monitor() != FT_OK) return FT_ERUNTIME;
   timer_fd_ = UniqueFd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
   if (timer_fd_.get() < 0) return FT_ERUNTIME;
   sigset_t wake_set;
@@ -295,6 +331,17 @@ int Runtime::open_all() {
   zmq_poll_.data = this;
   if (uv_poll_init(loop, &timer_poll_, timer_fd_.get()) != 0) return FT_ERUNTIME;
   timer_poll_.data = this;
+  if (monitor_) {
+    int mfd = -1;
+    std::size_t mlen = sizeof mfd;
+    if (zmq_getsockopt(monitor_.get(), ZMQ_FD, &mfd, &mlen) != 0 || mfd < 0) return FT_ERUNTIME;
+    if (uv_poll_init(loop, &monitor_poll_, mfd) != 0) return FT_ERUNTIME;
+    monitor_poll_.data = this;
+    if (uv_poll_start(&monitor_poll_, UV_READABLE,
+                      [](uv_poll_t* h, int, int) { self(handle(h))->turn(); }) != 0) {
+      return FT_ERUNTIME;
+    }
+  }
   if (uv_prepare_init(loop, &prepare_) != 0) return FT_ERUNTIME;
   prepare_.data = this;
   if (uv_check_init(loop, &check_) != 0) return FT_ERUNTIME;
@@ -340,6 +387,7 @@ int Runtime::close_all() {
     const int linger_ms = 200;
     (void)zmq_setsockopt(zmq_sock_.get(), ZMQ_LINGER, &linger_ms, sizeof linger_ms);
   }
+  monitor_.reset();
   zmq_sock_.reset();
   zmq_ctx_.reset();
   timer_fd_.reset();
@@ -453,6 +501,7 @@ void Runtime::turn() {
   drain(now_us());
   receive();
   timers(now_us());
+  if (endpoints_.size() > 1 && !stopping) failover(now_us());
   flush(now_us(), stopping);
   publish();
   if (stopping) {
@@ -604,6 +653,84 @@ void Runtime::flush(std::uint64_t now, bool stopping) {
   receive();  // a send can consume ZMQ_FD's edge: look again
 }
 
+// ---- hot standby ----
+
+int Runtime::open_monitor() {
+  const std::string addr = "inproc://flowtune-monitor-" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
+  if (zmq_socket_monitor(zmq_sock_.get(), addr.c_str(),
+                         ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED) != 0) {
+    return FT_ERUNTIME;
+  }
+  monitor_.reset(zmq_socket(zmq_ctx_.get(), ZMQ_PAIR));
+  const int linger_ms = 0;
+  if (!monitor_ || zmq_setsockopt(monitor_.get(), ZMQ_LINGER, &linger_ms, sizeof linger_ms) != 0 ||
+      zmq_connect(monitor_.get(), addr.c_str()) != 0) {
+    return FT_ERUNTIME;
+  }
+  return FT_OK;
+}
+
+// Connection events: a lost or refused connection to the allocator in use
+// (events of one left behind are not).
+void Runtime::read_monitor() {
+  for (;;) {
+    zmq_msg_t event, address;
+    zmq_msg_init(&event);
+    if (zmq_msg_recv(&event, monitor_.get(), ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&event);
+      return;
+    }
+    zmq_msg_init(&address);
+    const bool two = zmq_msg_more(&event) != 0 && zmq_msg_recv(&address, monitor_.get(), 0) >= 0;
+    if (two) {
+      const std::string where(static_cast<const char*>(zmq_msg_data(&address)), zmq_msg_size(&address));
+      const bool listed = std::find(endpoints_.begin(), endpoints_.end(), where) != endpoints_.end();
+      // A name resolved by ZeroMQ may read differently: taken as ours.
+      if (where == endpoints_[current_] || !listed) endpoint_lost_ = true;
+    }
+    zmq_msg_close(&address);
+    zmq_msg_close(&event);
+  }
+}
+
+bool Runtime::failover_wanted(std::uint64_t now) const {
+  return endpoint_lost_ || session_.failover_due(now);
+}
+
+void Runtime::failover(std::uint64_t now) {
+  read_monitor();
+  const bool registered = session_.link_state() == LinkState::kRegistered;
+  if (registered) {
+    tried_in_round_ = 0;
+    round_backoff_us_ = 0;
+    if (!was_registered_) log(2, "registered with allocator " + endpoints_[current_]);
+  }
+  was_registered_ = registered;
+  if (!failover_wanted(now) || now < next_move_us_) return;
+  rotate(now);
+}
+
+void Runtime::rotate(std::uint64_t now) {
+  const std::string& left = endpoints_[current_];
+  if (was_registered_) log(1, "allocator " + left + " is gone or standing by; trying the next one");
+  (void)zmq_disconnect(zmq_sock_.get(), left.c_str());
+  current_ = (current_ + 1) % endpoints_.size();
+  // Checked at start: a failure here (out of memory) is retried next round.
+  if (zmq_connect(zmq_sock_.get(), endpoints_[current_].c_str()) != 0) endpoint_lost_ = true;
+  else endpoint_lost_ = false;
+  session_.on_allocator_switched(now);
+  was_registered_ = false;
+  next_move_us_ = now;
+  if (++tried_in_round_ >= endpoints_.size()) {
+    // A whole round without an answer (the standby has not taken over yet):
+    // the next waits, doubling up to a quarter heartbeat.
+    tried_in_round_ = 0;
+    const std::uint64_t cap = std::max<std::uint64_t>(std::uint64_t{config_.heartbeat_ms} * 250, 10'000);
+    round_backoff_us_ = std::min(cap, std::max<std::uint64_t>(2 * round_backoff_us_, 10'000));
+    next_move_us_ = now + round_backoff_us_;
+  }
+}
+
 void Runtime::publish() {
   const SessionStats& s = session_.stats();
   // The session's counters are copied; the runtime's own are counted in place.
@@ -622,6 +749,9 @@ void Runtime::close_handles() {
                          handle(&prepare_), handle(&check_)}) {
     if (uv_is_closing(h) == 0) uv_close(h, nullptr);
   }
+  if (monitor_poll_.data != nullptr && uv_is_closing(handle(&monitor_poll_)) == 0) {
+    uv_close(handle(&monitor_poll_), nullptr);
+  }
 }
 
 void Runtime::arm_timer() {
@@ -630,6 +760,7 @@ void Runtime::arm_timer() {
   // kPollUs while a flowlet is in progress.
   // A swept batch waiting for a producer to finish writing its cell: soon.
   if (session_.active_flowlets() > 0 || !swept_.empty()) next = std::min(next, now_us() + kPollUs);
+  if (endpoints_.size() > 1 && failover_wanted(now_us())) next = std::min(next, next_move_us_);
   itimerspec spec{};
   if (next != UINT64_MAX) {
     const std::uint64_t now = now_us();

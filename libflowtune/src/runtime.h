@@ -23,6 +23,16 @@
 // its SO_COOKIE and closes the copy at once. Where pidfd_getfd() is refused
 // (seccomp), the runtime runs in the shared table as before (see
 // docs/libflowtune.md for what that cannot protect).
+//
+// Hot standby. `allocator` may list several endpoints, comma-separated (a
+// standby pair, docs/scale.md). The DEALER is connected to one at a time;
+// the runtime moves to the next when ZeroMQ reports the connection lost or
+// refused (a socket monitor), when the allocator answers `standby`, or when
+// a hello or rate request has gone unanswered for two heartbeats (a hung
+// allocator whose connection lives). The Session then says hello and
+// resyncs to the next one at once, and ignores late messages of the one it
+// left (their epoch). After a round of the list without an answer the next
+// round waits, 10 ms doubling to a quarter heartbeat.
 #pragma once
 
 #include <sys/types.h>
@@ -206,6 +216,12 @@ class Runtime {
   void receive();
   void apply_actions();
   void arm_timer();
+  // Hot standby (several allocators listed): see the top of this file.
+  int open_monitor();
+  void read_monitor();
+  void failover(std::uint64_t now);
+  void rotate(std::uint64_t now);
+  bool failover_wanted(std::uint64_t now) const;
   void log(int level, const std::string& text) const;
   std::uint64_t now_us() const;
 
@@ -218,6 +234,7 @@ class Runtime {
   // fds below) goes first, the ZeroMQ context last.
   ZmqContext zmq_ctx_;
   ZmqSocket zmq_sock_;
+  ZmqSocket monitor_;  // the DEALER's connection events (several allocators)
   UniqueFd timer_fd_;
   UniqueFd signal_fd_;
   UniqueFd pidfd_;
@@ -225,6 +242,7 @@ class Runtime {
   uv_poll_t signal_poll_{};
   uv_poll_t zmq_poll_{};
   uv_poll_t timer_poll_{};
+  uv_poll_t monitor_poll_{};
   uv_prepare_t prepare_{};
   uv_check_t check_{};
   std::thread thread_;
@@ -249,6 +267,15 @@ class Runtime {
   // Flowlets the library ended, whose application bit flush() clears.
   std::vector<SocketRef> ended_;
   std::int64_t start_ns_;
+
+  // The allocators listed, the one connected, and the failover's state.
+  std::vector<std::string> endpoints_;
+  std::size_t current_ = 0;
+  bool endpoint_lost_ = false;         // the monitor saw it drop or refuse
+  std::size_t tried_in_round_ = 0;     // moves since the last acknowledgement
+  std::uint64_t round_backoff_us_ = 0;
+  std::uint64_t next_move_us_ = 0;     // not before then
+  bool was_registered_ = false;
 
   // Published by the runtime thread for ft_client_stats().
   // Every counter of FT_STATS_COUNTERS (flowtune.h), generated from it.

@@ -442,6 +442,18 @@ void Session::on_error(const wire::ErrorReport& e, std::uint64_t now_us) {
 }
 
 void Session::on_message(const wire::AllocatorMessage& m, std::uint64_t now_us) {
+  // Late words of the allocator failed over from: its rates are not ours now.
+  if (left_epoch_ != 0 && m.epoch == left_epoch_) return;
+  awaiting_since_us_ = 0;
+  if (std::any_of(m.errors.begin(), m.errors.end(),
+                  [](const auto& e) { return e.code == wire::ErrorCode::kStandby; })) {
+    // A hot standby holds nothing and its epoch is not the active one's:
+    // move on (failover), or ask again later (the only allocator listed).
+    standby_seen_ = true;
+    ++stats_.allocator_errors;
+    if (link_ != LinkState::kNew) resync_after(now_us, /*backoff=*/true);
+    return;
+  }
   if (epoch_ != 0 && m.epoch != epoch_) {
     // The allocator restarted: it holds nothing of ours.
     epoch_ = m.epoch;
@@ -606,6 +618,9 @@ std::uint64_t Session::next_timer_us() const {
     next = last_sent_us_ + config_.heartbeat_us;
     if (link_ == LinkState::kHelloSent) next = std::min(next, hello_at_us_ + config_.heartbeat_us);
   }
+  if (config_.failover && awaiting_since_us_ != 0) {
+    next = std::min(next, awaiting_since_us_ + kSilentHeartbeats * config_.heartbeat_us);
+  }
   for (const auto& [packed, k] : sockets_) {
     if (k.rate != 0) next = std::min(next, k.lease_until);
     if (k.due_us != 0) next = std::min(next, k.due_us);
@@ -654,7 +669,30 @@ std::optional<wire::EndpointMessage> Session::take_message(std::uint64_t now_us)
   m.seq = ++seq_;
   m.digest = digest_;
   last_sent_us_ = now_us;
+  if (awaiting_since_us_ == 0 && std::any_of(m.events.begin(), m.events.end(), [](const auto& e) {
+        return std::holds_alternative<wire::Hello>(e) || std::holds_alternative<wire::RateRequest>(e);
+      })) {
+    awaiting_since_us_ = now_us;  // both are always answered
+  }
   return m;
+}
+
+bool Session::failover_due(std::uint64_t now_us) const {
+  if (!config_.failover) return false;
+  return standby_seen_ ||
+         (awaiting_since_us_ != 0 && now_us >= awaiting_since_us_ + kSilentHeartbeats * config_.heartbeat_us);
+}
+
+void Session::on_allocator_switched(std::uint64_t now_us) {
+  if (epoch_ != 0) left_epoch_ = epoch_;
+  epoch_ = 0;
+  standby_seen_ = false;
+  awaiting_since_us_ = 0;
+  progress_ok_ = false;  // until the new one says it reads progress
+  backoff_us_ = 0;
+  link_ = LinkState::kNew;
+  events_.clear();
+  retry_at_us_ = now_us;
 }
 
 std::vector<PacingAction> Session::take_actions() {

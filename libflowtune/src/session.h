@@ -87,6 +87,10 @@ struct SessionConfig {
   // segments wait at most 180 ms; a flow rated below it sends a little
   // more than its rate, which the host pacer's bound absorbs.
   std::uint64_t min_rate_bytes_per_sec = 16'000;
+  // Several allocators are listed (a hot standby pair): a `standby` answer,
+  // or requests unanswered for kSilentHeartbeats, make failover_due() true
+  // and the runtime moves to the next one.
+  bool failover = false;
 };
 
 struct PacingAction {
@@ -183,6 +187,14 @@ class Session {
   std::vector<SocketRef> take_ended();
   std::vector<Notice> take_notices();
 
+  // Hot standby (config.failover): whether to move to the next allocator;
+  // the runtime then reconnects and calls on_allocator_switched().
+  static constexpr std::uint64_t kSilentHeartbeats = 2;
+  bool failover_due(std::uint64_t now_us) const;
+  // Connected to another allocator: hello + resync at once; until it
+  // answers, late messages of the one left (its epoch) are ignored.
+  void on_allocator_switched(std::uint64_t now_us);
+
   const SessionStats& stats() const { return stats_; }
   // The cap in force on a socket (bytes/s, 0 = none).
   std::uint64_t rate_of(SocketRef s) const;
@@ -268,6 +280,9 @@ class Session {
   bool progress_ok_ = false;
   std::size_t active_count_ = 0;
   std::uint64_t epoch_ = 0;
+  std::uint64_t left_epoch_ = 0;       // the allocator failed over from (0: none)
+  bool standby_seen_ = false;          // a standby answered since the last switch
+  std::uint64_t awaiting_since_us_ = 0;  // a hello or rate request unanswered since (0: none)
   LinkState link_ = LinkState::kNew;
   bool said_hello_ = false;        // a hello went out once (resyncs are counted after)
   std::uint64_t retry_at_us_ = 0;  // kNew: hello + resync not before then

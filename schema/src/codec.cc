@@ -353,6 +353,7 @@ const char* to_string(ErrorCode c) {
     case ErrorCode::kTooManyFlows: return "too-many-flows";
     case ErrorCode::kRateLimited: return "rate-limited";
     case ErrorCode::kStateMismatch: return "state-mismatch";
+    case ErrorCode::kStandby: return "standby";
   }
   return "?";
 }
@@ -500,7 +501,7 @@ DecodeStatus decode(std::span<const std::uint8_t> bytes, AllocatorMessage* out) 
       auto e = errors[i];
       auto code = static_cast<std::uint16_t>(e.getCode());
       const Where where{nullptr, "errors", static_cast<long>(i)};
-      require(code <= static_cast<std::uint16_t>(ErrorCode::kStateMismatch), DecodeError::kBadValue,
+      require(code <= static_cast<std::uint16_t>(ErrorCode::kStandby), DecodeError::kBadValue,
               where, [&] { return ".code = " + std::to_string(code) + " unknown"; });
       m.errors.push_back({static_cast<ErrorCode>(code), text(e.getText(), Where{&where, "text"}),
                           e.getFlowKey()});

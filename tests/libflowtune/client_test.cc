@@ -830,6 +830,152 @@ TEST(ClientCpp, RaiiWrapperRegistersAndCloses) {
   EXPECT_EQ(client.end(t.send_fd), FT_ENOTREG);  // unregistered by the Registration
 }
 
+// ---- hot standby: two allocators, each --standby-of the other ----
+//
+// The client lists both. Allocator 0's host links run at 0.1 Gbit/s and
+// allocator 1's at 0.05, so a flowlet's rate says which one set it.
+class StandbyPairTest : public ::testing::Test {
+ protected:
+  void start(int i) {
+    daemons_[i].start(eps_[i], {"--host-gbps", i == 0 ? "0.1" : "0.05", "--standby-of", eps_[1 - i],
+                                "--probe-ms", "50", "--takeover-ms", "300", "--log-level", "debug"});
+  }
+  std::string role(int i) {
+    const auto s = daemons_[i].control("status", 500);
+    return s && s->contains("role") ? (*s)["role"].get<std::string>() : "";
+  }
+  int flows(int i) { return daemons_[i].status().value("flows", -1); }
+  // Allocator 0 active, 1 standing by (it heard 0 and stays).
+  void start_pair() {
+    start(0);
+    ASSERT_TRUE(eventually([&] { return role(0) == "active"; })) << daemons_[0].log();
+    start(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));  // two takeover times
+    ASSERT_EQ(role(1), "standby") << daemons_[1].log();
+    ASSERT_EQ(role(0), "active");
+  }
+  ft_client* open(std::uint32_t heartbeat_ms) {
+    ft_config cfg;
+    ft_config_init(&cfg);
+    cfg.allocator = list_.c_str();
+    cfg.heartbeat_ms = heartbeat_ms;
+    cfg.min_flowlet_bytes = 10000;
+    ft_client* c = nullptr;
+    EXPECT_EQ(ft_client_open(&cfg, &c), FT_OK);
+    return c;
+  }
+  std::string eps_[2] = {unique_endpoint(), unique_endpoint()};
+  std::string list_ = eps_[0] + "," + eps_[1];
+  DaemonProcess daemons_[2];
+};
+
+TEST_F(StandbyPairTest, StartedTogetherExactlyOneServes) {
+  start(0);
+  start(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  const std::string a = role(0), b = role(1);
+  EXPECT_TRUE((a == "active" && b == "standby") || (a == "standby" && b == "active"))
+      << a << " " << b << "\n" << daemons_[0].log() << daemons_[1].log();
+}
+
+// The goal: after kill -9 of the primary, every flowlet has a rate
+// from the standby within two heartbeats; the bytes in flight arrive whole;
+// and the old primary, restarted as it was, stands by.
+TEST_F(StandbyPairTest, AfterThePrimaryIsKilledTheStandbyRatesEveryFlowletWithinTwoHeartbeats) {
+  start_pair();
+  constexpr std::uint32_t kHeartbeatMs = 1000;  // the library's default
+  ft_client* c = open(kHeartbeatMs);
+  std::vector<std::unique_ptr<Transfer>> ts;
+  for (int i = 0; i < 3; ++i) {
+    ts.push_back(std::make_unique<Transfer>());
+    ASSERT_EQ(ft_socket_register(c, ts.back()->send_fd), FT_OK);
+    ASSERT_EQ(ft_flowlet_begin(c, ts.back()->send_fd, 1ull << 30, nullptr), FT_OK);
+  }
+  const auto all_near = [&](double want) {
+    for (auto& t : ts) {
+      if (!near(rate(c, t->send_fd), want)) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(eventually([&] { return all_near(kLinkBytes / 3); })) << daemons_[0].log();
+  // Bytes in flight across the failover, paced all along.
+  std::uint64_t sum = 0;
+  constexpr std::uint64_t kBytes = 3 << 20;
+  std::thread writer([&] { sum = ts[0]->send_all(kBytes, c); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // When: the primary is killed.
+  const auto killed = Clock::now();
+  daemons_[0].kill9();
+  // Expect: the standby's rates (its links are half as fast) within two heartbeats.
+  const bool moved = eventually([&] { return all_near(kLinkBytes / 2 / 3); }, 10'000);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed).count();
+  std::printf("standby takeover: every flowlet rated by the standby %lld ms after kill -9\n",
+              static_cast<long long>(ms));
+  RecordProperty("takeover_ms", std::to_string(ms));
+  ASSERT_TRUE(moved) << daemons_[1].log();
+  EXPECT_LE(ms, 2 * kHeartbeatMs);
+  EXPECT_EQ(role(1), "active");
+  EXPECT_EQ(flows(1), 3);
+  writer.join();
+  ts[0]->finish();
+  EXPECT_EQ(ts[0]->received(), kBytes);
+  EXPECT_EQ(ts[0]->checksum(), sum);
+  // And: the old primary, restarted as it was, finds its peer active and
+  // stands by; the client stays where it is.
+  start(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));  // three takeover times
+  EXPECT_EQ(role(0), "standby") << daemons_[0].log();
+  EXPECT_EQ(role(1), "active");
+  EXPECT_EQ(flows(0), 0);
+  EXPECT_EQ(flows(1), 3);
+  EXPECT_TRUE(all_near(kLinkBytes / 2 / 3));
+  for (auto& t : ts) ft_socket_unregister(c, t->send_fd);
+  ft_client_close(c);
+}
+
+// A primary that hangs (SIGSTOP) is left: the standby takes over and the
+// client moves. When it wakes it hears a newer term and stands down, so the
+// two never serve at once for longer than a probe.
+TEST_F(StandbyPairTest, AHungPrimaryIsLeftAndStandsDownWhenItWakes) {
+  start_pair();
+  ft_client* c = open(200);
+  Transfer t;
+  ASSERT_EQ(ft_socket_register(c, t.send_fd), FT_OK);
+  ASSERT_EQ(ft_flowlet_begin(c, t.send_fd, 1ull << 30, nullptr), FT_OK);
+  ASSERT_TRUE(eventually([&] { return near(rate(c, t.send_fd), kLinkBytes); })) << daemons_[0].log();
+  ASSERT_EQ(::kill(daemons_[0].pid(), SIGSTOP), 0);
+  const auto stopped = Clock::now();
+  EXPECT_TRUE(eventually([&] { return near(rate(c, t.send_fd), kLinkBytes / 2); }, 5000))
+      << rate(c, t.send_fd) << "\n" << daemons_[1].log();
+  std::printf("hung primary: the standby's rate %lld ms after SIGSTOP\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         Clock::now() - stopped).count()));
+  EXPECT_EQ(flows(1), 1);
+  ASSERT_EQ(::kill(daemons_[0].pid(), SIGCONT), 0);
+  EXPECT_TRUE(eventually([&] { return role(0) == "standby"; }, 2000)) << daemons_[0].log();
+  EXPECT_NE(daemons_[0].log().find("standing down"), std::string::npos) << daemons_[0].log();
+  EXPECT_EQ(flows(0), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(role(1), "active");
+  EXPECT_EQ(flows(1), 1);
+  EXPECT_TRUE(near(rate(c, t.send_fd), kLinkBytes / 2)) << rate(c, t.send_fd);
+  ft_socket_unregister(c, t.send_fd);
+  ft_client_close(c);
+}
+
+// A list with a bad endpoint is refused at open, as a single bad one is.
+TEST(ClientConfig, AnAllocatorListWithABadEndpointIsRefused) {
+  for (const char* list : {"tcp://127.0.0.1:5555,tcp://127.0.0.1:99999", " , ", "tcp://127.0.0.1:5555,nope://x"}) {
+    ft_config cfg;
+    ft_config_init(&cfg);
+    cfg.allocator = list;
+    cfg.log_level = 0;
+    ft_client* c = nullptr;
+    EXPECT_EQ(ft_client_open(&cfg, &c), FT_ECONNECT) << list;
+    if (c != nullptr) ft_client_close(c);
+  }
+}
+
 // A control path that drops packets (a partition: the allocator is alive
 // but unreachable) for longer than TCP's first retransmissions. Once the path
 // heals, the flowlet's cap must come back within about two heartbeats.

@@ -789,5 +789,88 @@ TEST_F(StateTest, ALookInFlightIsNeverDoubled) {
   EXPECT_TRUE(s_->take_drain_queries().empty());
 }
 
+// ---- hot standby: several allocators listed (config.failover) ----
+
+class FailoverTest : public RepairTest {
+ protected:
+  FailoverTest() {
+    SessionConfig c;
+    c.endpoint_id = "ep";
+    c.min_flowlet_bytes = 1000;
+    c.heartbeat_us = 1'000'000;
+    c.failover = true;
+    s_ = std::make_unique<Session>(c);
+    s_->on_register(kSock, tuple(1), 1448, now_);
+  }
+};
+
+TEST_F(FailoverTest, AStandbyAnswerAsksToMoveOnWithoutTakingItsEpochOrCountingARefusal) {
+  const std::uint64_t key = registered_with_rate();
+  ASSERT_FALSE(s_->failover_due(now_));
+  wire::AllocatorMessage standby = error(wire::ErrorCode::kStandby, 0);
+  standby.epoch = 77;
+  s_->on_message(standby, now_);
+  EXPECT_TRUE(s_->failover_due(now_));
+  EXPECT_EQ(s_->stats().hellos_refused, 0u);
+  EXPECT_TRUE(s_->take_notices().empty());  // no "refused" to the program
+  EXPECT_EQ(s_->rate_of(kSock), 50'000u);   // the cap stays until its lease says
+  // When: the runtime has moved to the next allocator.
+  s_->on_allocator_switched(now_);
+  EXPECT_FALSE(s_->failover_due(now_));
+  // Expect: hello + resync at once, no backoff.
+  const auto ev = said();
+  ASSERT_EQ(of<wire::Hello>(ev).size(), 1u);
+  ASSERT_EQ(of<wire::Resync>(ev).size(), 1u);
+  EXPECT_EQ(of<wire::Resync>(ev)[0].flows.at(0).flow_key, key);
+}
+
+TEST_F(FailoverTest, LateRatesOfTheAllocatorLeftAreIgnored) {
+  const std::uint64_t key = registered_with_rate();  // epoch 9
+  s_->on_allocator_switched(now_);
+  (void)said();
+  // A late message of the allocator left, with another rate: not ours now.
+  s_->on_message(rates({{key, 1'000, 1'000'000}}, 9), now_);
+  (void)s_->take_actions();
+  EXPECT_EQ(s_->rate_of(kSock), 50'000u);
+  EXPECT_EQ(s_->link_state(), LinkState::kHelloSent);
+  // The new one's answer, epoch 12, is taken, its rate applied.
+  s_->on_message(rates({{key, 80'000, 1'000'000}}, 12), now_);
+  (void)s_->take_actions();
+  EXPECT_EQ(s_->link_state(), LinkState::kRegistered);
+  EXPECT_EQ(s_->rate_of(kSock), 80'000u);
+}
+
+TEST_F(FailoverTest, AHelloUnansweredForTwoHeartbeatsAsksToMoveOn) {
+  s_->on_begin(kSock, 1'000'000, {}, now_);
+  ASSERT_EQ(of<wire::Hello>(said()).size(), 1u);
+  const std::uint64_t sent = now_;
+  // Heartbeats do not count as answers; only a message from the allocator does.
+  for (now_ = sent; now_ < sent + Session::kSilentHeartbeats * 1'000'000; now_ += 100'000) {
+    EXPECT_FALSE(s_->failover_due(now_)) << now_ - sent;
+    s_->on_timer(now_);
+    (void)said();
+  }
+  EXPECT_LE(s_->next_timer_us(), sent + Session::kSilentHeartbeats * 1'000'000);
+  EXPECT_TRUE(s_->failover_due(sent + Session::kSilentHeartbeats * 1'000'000));
+}
+
+TEST_F(FailoverTest, AnswersKeepTheSilenceRuleQuietAndASingleAllocatorNeverFailsOver) {
+  registered_with_rate();
+  for (int i = 0; i < 50; ++i) {
+    now_ += 100'000;
+    s_->on_timer(now_);
+    (void)said();
+    s_->on_message(rates({}), now_);  // a lease refresh or an answer now and then
+    EXPECT_FALSE(s_->failover_due(now_));
+  }
+  // One allocator listed: a standby's answer is retried later, never a move.
+  SessionConfig c;
+  c.endpoint_id = "solo";
+  Session solo(c);
+  wire::AllocatorMessage standby = error(wire::ErrorCode::kStandby, 0);
+  solo.on_message(standby, now_);
+  EXPECT_FALSE(solo.failover_due(now_ + 100'000'000));
+}
+
 }  // namespace
 }  // namespace flowtune::client

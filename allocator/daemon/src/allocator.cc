@@ -160,6 +160,12 @@ void Allocator::handle_message(std::string_view peer, std::span<const std::uint8
   now_us_ = std::max(now_us_, now_us);
   ++counters_.messages_in;
   counters_.bytes_in += frame.size();
+  if (!active_) {
+    // Within the strangers' budget: a swarm moving away costs us little.
+    if (strangers_.take(now_us)) refuse(peer, nullptr, Cause::kStandby, standby_text_, 0, now_us);
+    else counters_.count(Cause::kStandby);
+    return;
+  }
   auto it = by_peer_.find(std::string(peer));
   Endpoint* e = it == by_peer_.end() ? nullptr : endpoints_[it->second].get();
   if (e != nullptr && sender_ != nullptr && e->key != sender_->key) {

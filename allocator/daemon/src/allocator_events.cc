@@ -524,6 +524,24 @@ std::size_t Allocator::revalidate_keys(
   return dropped;
 }
 
+void Allocator::stand_by(const std::string& why, std::uint64_t now_us) {
+  now_us_ = std::max(now_us_, now_us);
+  active_ = false;
+  standby_text_ = why.size() > wire::kMaxTextBytes ? why.substr(0, wire::kMaxTextBytes) : why;
+  for (EndpointIdx idx = 0; idx < endpoints_.size(); ++idx) {
+    Endpoint* e = endpoints_[idx].get();
+    if (e == nullptr) continue;
+    if (!e->peer.empty()) refuse(e->peer, nullptr, Cause::kStandby, standby_text_, 0, now_us);
+    drop_endpoint(idx);
+  }
+  release_unused_hosts();
+}
+
+void Allocator::activate(std::uint64_t epoch) {
+  active_ = true;
+  epoch_ = epoch;
+}
+
 std::string Allocator::source_full_for_endpoint(alloc::HostId host) const {
   const std::uint32_t cap = config_.max_endpoints_per_source;
   if (cap == 0) return {};

@@ -128,6 +128,14 @@ json heap_json(const ServerInfo& info) {
           {"age_s", static_cast<double>(info.uptime_us - std::min(info.uptime_us, h.weighed_at_us)) * 1e-6}};
 }
 
+json ha_json(const HaInfo& h) {
+  if (h.peer.empty()) return nullptr;
+  return {{"peer", h.peer},
+          {"term", h.term},
+          {"peer_role", h.peer_role.empty() ? json(nullptr) : json(h.peer_role)},
+          {"peer_heard_s_ago", h.peer_heard_s_ago < 0 ? json(nullptr) : json(h.peer_heard_s_ago)}};
+}
+
 json status_json(const Allocator& a, const ServerInfo& info) {
   const Network& n = a.network();
   const AllocatorConfig& cfg = a.config();
@@ -159,7 +167,9 @@ json status_json(const Allocator& a, const ServerInfo& info) {
           {"converged", a.engine().stats().converged},
           {"counters", counters_json(a.counters())},
           {"heap", heap_json(info)},
-          {"auth", auth_json(info.auth)}};
+          {"auth", auth_json(info.auth)},
+          {"role", a.active() ? "active" : "standby"},
+          {"standby_pair", ha_json(info.ha)}};
 }
 
 // Where the next page starts, or null: the last page.

@@ -20,6 +20,7 @@ const char* to_string(Cause c) {
     case Cause::kStateMismatch: return "state_mismatch";
     case Cause::kBadFrames: return "bad_frames";
     case Cause::kNotAuthorized: return "not_authorized";
+    case Cause::kStandby: return "standby";
     case Cause::kCount: break;
   }
   return "unknown";
@@ -51,6 +52,7 @@ wire::ErrorCode error_code_of(Cause c) {
     case Cause::kTooManyEndpoints: return wire::ErrorCode::kTooManyFlows;
     case Cause::kRateLimited: return wire::ErrorCode::kRateLimited;
     case Cause::kStateMismatch: return wire::ErrorCode::kStateMismatch;
+    case Cause::kStandby: return wire::ErrorCode::kStandby;
     default: return wire::ErrorCode::kMalformed;
   }
 }

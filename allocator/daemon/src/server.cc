@@ -299,6 +299,7 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
     items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
     items.push_back({monitor_->handle(), 0, ZMQ_POLLIN, 0});
   }
+  if (probe_) items.push_back({probe_->handle(), 0, ZMQ_POLLIN, 0});
   for (std::uint64_t turn = 0; turn < stop_after_turns; ++turn) {
     long timeout_ms = -1;
     std::uint64_t now = now_us();
@@ -310,7 +311,8 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
     } else {
       // Idle: the next timer, or the next memory check (due after a turn
       // that was not iterating, which set it into the future).
-      const std::uint64_t next = std::min(allocator_.next_timer_us(), next_memory_check_us_);
+      std::uint64_t next = std::min(allocator_.next_timer_us(), next_memory_check_us_);
+      if (probe_) next = std::min(next, next_probe_us_);
       timeout_ms = next <= now ? 0 : static_cast<long>((next - now + 999) / 1000);
     }
     if (stop_after_turns != UINT64_MAX && timeout_ms < 0) timeout_ms = 10;
@@ -329,6 +331,7 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
       if ((items[zap_item].revents & ZMQ_POLLIN) != 0) answer_zap(now_us());
       if ((items[zap_item + 1].revents & ZMQ_POLLIN) != 0) read_monitor(now_us());
     }
+    if (probe_) standby_turn(now_us());
     const std::int64_t drain_start = steady_ns();
     const std::int64_t drain_budget = std::max(kMinDrainNs, last_iteration_ns_);
     int received = 0;
@@ -433,7 +436,12 @@ bool Server::receive_one(std::uint64_t now) {
 
 std::string Server::control(std::string_view request, const KeyEntry* sender, std::uint64_t now) {
   const std::string_view cmd = request.substr(0, request.find(' '));
-  if (cmd != "reload") return control_reply(allocator_, {bound_, now, auth_info_, heap_}, request, now);
+  if (cmd == "role") {
+    return role_answer(role(), takeover_ ? takeover_->term() : 0, takeover_ ? takeover_->id() : 0);
+  }
+  if (cmd != "reload") {
+    return control_reply(allocator_, {bound_, now, auth_info_, heap_, ha_info(now)}, request, now);
+  }
   // Changes state: an admin key, or without CURVE a listener only this
   // host can reach.
   const bool admin = zap_ ? (sender->roles & kRoleAdmin) != 0 : loopback_only_;
@@ -449,6 +457,102 @@ std::string Server::control(std::string_view request, const KeyEntry* sender, st
   log_.write(r.ok ? LogLevel::kInfo : LogLevel::kError, "flowtune-ctl reload: " + r.text);
   return nlohmann::json{{"reload", r.text}, {"ok", r.ok}}.dump(-1, ' ', false,
                                                              nlohmann::json::error_handler_t::replace);
+}
+
+// ---- hot standby ----
+
+void Server::enable_standby(zmq::context_t& ctx, Standby s) {
+  if (const std::string why = endpoint_port_error(s.peer); !why.empty()) {
+    throw ConfigError("--standby-of: " + why);
+  }
+  if (s.probe_us == 0 || s.takeover_us < 2 * s.probe_us) {
+    throw ConfigError("the takeover time must span at least two probes");
+  }
+  probe_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
+  probe_->set(zmq::sockopt::linger, 0);
+  // A probe goes only to a live connection and none piles up: an answer
+  // says how the peer is now, and a stale one would hide its silence.
+  probe_->set(zmq::sockopt::immediate, 1);
+  probe_->set(zmq::sockopt::sndhwm, 4);
+  probe_->set(zmq::sockopt::reconnect_ivl, static_cast<int>(std::max<std::uint64_t>(s.probe_us / 1000, 1)));
+  if (auth_.enabled()) {
+    curve::ClientKeys keys;
+    if (const std::string why = curve::read_key_file(auth_.secret_file, true, &keys.own); !why.empty()) {
+      throw ConfigError("--curve-secret: " + why);
+    }
+    keys.server_public = keys.own.public_key;
+    if (curve::apply_client(probe_->handle(), keys) != 0) {
+      throw ConfigError(std::string("CURVE on the standby probe: ") + zmq_strerror(zmq_errno()));
+    }
+  }
+  try {
+    probe_->connect(s.peer);
+  } catch (const zmq::error_t& e) {
+    throw ConfigError("--standby-of " + s.peer + ": " + e.what());
+  }
+  const std::uint64_t now = now_us();
+  takeover_.emplace(s.takeover_us, s.id, now);
+  allocator_.stand_by("this allocator is standing by; " + s.peer + " is active", now);
+  next_probe_us_ = now;
+  standby_ = std::move(s);
+}
+
+void Server::read_probe_answers(std::uint64_t now) {
+  for (;;) {
+    std::vector<zmq::message_t> frames;
+    try {
+      if (!zmq::recv_multipart(*probe_, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
+    } catch (const zmq::error_t&) {
+      return;
+    }
+    if (frames.size() != 2 || frames[0].to_string_view() != kControlTag) continue;
+    if (const auto peer = parse_role_answer(frames[1].to_string())) takeover_->on_answer(*peer, now);
+  }
+}
+
+// Each turn of a pair: the peer's answers, a probe when due, and the rule.
+void Server::standby_turn(std::uint64_t now) {
+  read_probe_answers(now);
+  if (now >= next_probe_us_) {
+    next_probe_us_ = now + standby_->probe_us;
+    try {
+      if (probe_->send(zmq::buffer(std::string_view(kControlTag)),
+                       zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        (void)probe_->send(zmq::buffer(std::string_view("role")), zmq::send_flags::dontwait);
+      }
+    } catch (const zmq::error_t&) {
+      // Not connected: the silence counts.
+    }
+  }
+  const PairRole was = role();
+  const PairRole now_role = takeover_->decide(now);
+  if (now_role == was) return;
+  const std::string term = std::to_string(takeover_->term());
+  if (now_role == PairRole::kActive) {
+    allocator_.activate(standby_->new_epoch());
+    const char* why = takeover_->why() == Takeover::Why::kTieBreak
+                          ? "both stood by; this one has the lower id"
+                          : "the peer did not answer";
+    log_.write(LogLevel::kWarn, "taking over from " + standby_->peer + " (" + why + ") as term " +
+                                    term + ", epoch " + std::to_string(allocator_.epoch()));
+    return;
+  }
+  const PeerView& p = *takeover_->peer();
+  allocator_.stand_by("this allocator stood down; " + standby_->peer + " is active", now);
+  log_.write(LogLevel::kWarn, "standing down: " + standby_->peer + " is active as term " +
+                                  std::to_string(p.term) + " (this one: " + term + ")");
+}
+
+HaInfo Server::ha_info(std::uint64_t now) const {
+  if (!takeover_) return {};
+  HaInfo h;
+  h.peer = standby_->peer;
+  h.term = takeover_->term();
+  if (takeover_->peer()) {
+    h.peer_role = to_string(takeover_->peer()->role);
+    h.peer_heard_s_ago = static_cast<double>(now - std::min(now, takeover_->peer_heard_us())) * 1e-6;
+  }
+  return h;
 }
 
 void Server::flush() {

@@ -54,7 +54,11 @@ typedef struct ft_config {
   /* Set by ft_config_init(); lets newer libraries read older structs. */
   uint32_t struct_size;
   /* ZeroMQ endpoint of flowtune-allocator. Default: $FLOWTUNE_ALLOCATOR,
-   * else "tcp://127.0.0.1:5555". Copied by ft_client_open(). */
+   * else "tcp://127.0.0.1:5555". Copied by ft_client_open(). A hot standby
+   * pair is listed comma-separated ("tcp://a:5555,tcp://b:5555"): the
+   * client talks to one at a time and moves to the next when it is gone,
+   * stands by, or leaves requests unanswered for two heartbeats
+   * (docs/scale.md). Every endpoint listed must be valid (FT_ECONNECT). */
   const char* allocator;
   /* This host's identity in the allocator's topology (a name or an IPv4
    * address). Default: $FLOWTUNE_HOST, else the local address of the first

@@ -416,7 +416,7 @@ TEST_F(AllocatorTest, TheFlowsPageIsValidJsonWhateverPeersNamed) {
   s.weight = 2.5f;
   send("p", {s, start_of(8, 0, 2)});
   settle();
-  const std::string text = control_reply(*alloc_, {"x", 0, {}, {}}, "flows 1", now_);
+  const std::string text = control_reply(*alloc_, {"x", 0, {}, {}, {}}, "flows 1", now_);
   const auto j = nlohmann::json::parse(text);  // throws on invalid JSON
   ASSERT_EQ(j["flows"].size(), 1u);
   const auto& f = j["flows"][0];
@@ -432,7 +432,7 @@ TEST_F(AllocatorTest, TheFlowsPageIsValidJsonWhateverPeersNamed) {
   EXPECT_EQ(j["total"], 2);
   EXPECT_TRUE(j["next"].is_number());
   const auto last = nlohmann::json::parse(
-      control_reply(*alloc_, {"x", 0, {}, {}}, "flows 5 " + std::to_string(j["next"].get<int>()), now_));
+      control_reply(*alloc_, {"x", 0, {}, {}, {}}, "flows 5 " + std::to_string(j["next"].get<int>()), now_));
   ASSERT_EQ(last["flows"].size(), 1u);
   EXPECT_EQ(last["flows"][0]["key"], 8);
   EXPECT_TRUE(last["next"].is_null());
@@ -452,7 +452,7 @@ TEST_F(AllocatorTest, EndpointsAndLinksComeInPages) {
     std::string from;
     for (int pages = 0; pages < 10; ++pages) {
       const auto j = nlohmann::json::parse(
-          control_reply(*alloc_, {"x", 0, {}, {}}, what + " 2" + from, now_));
+          control_reply(*alloc_, {"x", 0, {}, {}, {}}, what + " 2" + from, now_));
       ASSERT_LE(j[what].size(), 2u) << what;
       EXPECT_EQ(j["epoch"], alloc_->epoch());
       for (const auto& item : j[what]) {
@@ -473,7 +473,7 @@ TEST_F(AllocatorTest, EndpointsAndLinksComeInPages) {
   }
   // Without a limit: one page of up to 500 (an older flowtune-ctl, which
   // asks without one, shows the first 500).
-  const auto all = nlohmann::json::parse(control_reply(*alloc_, {"x", 0, {}, {}}, "endpoints", now_));
+  const auto all = nlohmann::json::parse(control_reply(*alloc_, {"x", 0, {}, {}, {}}, "endpoints", now_));
   EXPECT_EQ(all["endpoints"].size(), 5u);
   EXPECT_TRUE(all["next"].is_null());
 }
@@ -1675,6 +1675,49 @@ class = 2
   EXPECT_EQ(p.rules[0].dst_port_lo, 8080);
   EXPECT_EQ(p.rules[1].dst_port_hi, 9100);
   EXPECT_EQ(p.rules[1].line, 12);
+}
+
+// ---- hot standby (standby.h): what the Allocator does while standing by ----
+
+TEST_F(AllocatorTest, StandingByTellsEveryEndpointDropsItsFlowsAndRefusesUntilActive) {
+  hello("a", "ep-a", "h0");
+  hello("b", "ep-b", "h1");
+  send("a", {start_of(1, 0, 1)});
+  send("b", {start_of(2, 1, 0)});
+  (void)settle();
+  ASSERT_EQ(alloc_->num_flows(), 2u);
+  // When: the allocator stands by (its peer is active with a newer term).
+  alloc_->stand_by("standing by; x is active", now_);
+  auto out = settle();
+  // Expect: both endpoints told `standby`, nothing held.
+  for (const char* p : {"a", "b"}) {
+    const auto e = errors_to(out, p);
+    ASSERT_EQ(e.size(), 1u) << p;
+    EXPECT_EQ(e[0].code, wire::ErrorCode::kStandby);
+    EXPECT_EQ(e[0].text, "standing by; x is active");
+  }
+  EXPECT_EQ(alloc_->num_flows(), 0u);
+  EXPECT_EQ(alloc_->num_endpoints(), 0u);
+  EXPECT_FALSE(alloc_->active());
+  // A hello while standing by is refused with `standby`, and registers nothing.
+  hello("a", "ep-a", "h0");
+  send("a", {start_of(1, 0, 1)});
+  out = settle();
+  const auto e = errors_to(out, "a");
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].code, wire::ErrorCode::kStandby);
+  EXPECT_FALSE(std::any_of(out.begin(), out.end(), [](const Outgoing& o) { return o.message.hello_ack; }));
+  EXPECT_EQ(alloc_->num_endpoints(), 0u);
+  EXPECT_EQ(errors(Cause::kStandby), 4u);
+  // When: it takes over, under a new epoch.
+  alloc_->activate(43);
+  hello("a", "ep-a", "h0");
+  send("a", {start_of(1, 0, 1)});
+  out = settle();
+  ASSERT_FALSE(out.empty());
+  EXPECT_TRUE(out.front().message.hello_ack);
+  for (const auto& o : out) EXPECT_EQ(o.message.epoch, 43u);
+  EXPECT_EQ(last_rates(out).count({"a", 1}), 1u);
 }
 
 }  // namespace

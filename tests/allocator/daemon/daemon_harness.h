@@ -128,6 +128,14 @@ class DaemonProcess {
     return -1;
   }
 
+  // kill -9, and reaped.
+  void kill9() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
   // With CURVE on, control() speaks it with these keys.
   void set_control_keys(const curve::ClientKeys& k) { control_keys_ = k; }
 

@@ -166,6 +166,7 @@ enum class ErrorCode : std::uint16_t {
   kTooManyFlows,
   kRateLimited,
   kStateMismatch,
+  kStandby,
 };
 const char* to_string(ErrorCode c);
 

@@ -230,6 +230,18 @@ class Allocator {
   // wire limit (large batches are split).
   std::vector<Outgoing> take_outbox();
 
+  // Hot standby (standby.h). A standby holds nothing and answers every
+  // endpoint message with a `standby` error (within the strangers' budget),
+  // so endpoints that list several allocators move on.
+  bool active() const { return active_; }
+  // Tells every endpoint (`standby`, with `why`; at most as many as the
+  // reply table for strangers holds, the rest learn from their next
+  // message) and drops it with its flows.
+  void stand_by(const std::string& why, std::uint64_t now_us);
+  // Serves endpoints again, under a new epoch: endpoints that knew this
+  // allocator before it stood by resync.
+  void activate(std::uint64_t epoch);
+
   std::uint64_t epoch() const { return epoch_; }
   Counters& counters() { return counters_; }
   const Counters& counters() const { return counters_; }
@@ -362,6 +374,8 @@ class Allocator {
   AllocatorConfig config_;
   Network network_;
   std::uint64_t epoch_;
+  bool active_ = true;
+  std::string standby_text_;
   Log* log_;
   std::unique_ptr<alloc::Engine> engine_;
   std::unique_ptr<alloc::ParallelDriver> driver_;

@@ -32,11 +32,20 @@ struct HeapInfo {
   std::uint64_t weighed_at_us = 0;
 };
 
+// A hot standby pair (standby.h), as this allocator sees it.
+struct HaInfo {
+  std::string peer;            // empty: not one of a pair
+  std::uint64_t term = 0;
+  std::string peer_role;       // as last heard; empty: never heard
+  double peer_heard_s_ago = -1;
+};
+
 struct ServerInfo {
   std::string listen;
   std::uint64_t uptime_us = 0;
   AuthInfo auth;
   HeapInfo heap;
+  HaInfo ha;
 };
 
 std::string control_reply(const Allocator& a, const ServerInfo& info, std::string_view request,

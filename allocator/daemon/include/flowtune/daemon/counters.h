@@ -27,6 +27,7 @@ enum class Cause : std::uint8_t {
   kBadFrames,  // a ZeroMQ message with an unexpected number of frames
   kStateMismatch,  // an endpoint's digest disagreed with its flows here: it resyncs
   kNotAuthorized,  // its key may not do this (another host's flows, a ctl-only key)
+  kStandby,        // a message to an allocator standing by (--standby-of)
   kCount
 };
 inline constexpr std::size_t kNumCauses = static_cast<std::size_t>(Cause::kCount);

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <zmq.hpp>
@@ -25,6 +26,7 @@
 #include "flowtune/daemon/auth.h"
 #include "flowtune/daemon/control.h"
 #include "flowtune/daemon/log.h"
+#include "flowtune/daemon/standby.h"
 
 namespace flowtune::daemon {
 
@@ -64,6 +66,21 @@ class Server {
   void set_reload(std::function<Reload()> reload) { reload_ = std::move(reload); }
   const AuthInfo& auth_info() const { return auth_info_; }
 
+  // One of a hot standby pair (standby.h): probes `peer` with flowtune-ctl
+  // `role` every probe_us and serves endpoints only while active. Starts in
+  // standby; call before run(). With CURVE the probe speaks with this
+  // allocator's own key pair, as the pair's server key (the two share one
+  // pair, and each lists its public key among the other's ctl keys).
+  struct Standby {
+    std::string peer;
+    std::uint64_t probe_us = 100'000;
+    std::uint64_t takeover_us = 500'000;
+    std::uint64_t id = 1;  // tie-break: random per process
+    std::function<std::uint64_t()> new_epoch;  // for each takeover
+  };
+  void enable_standby(zmq::context_t& ctx, Standby s);
+  PairRole role() const { return allocator_.active() ? PairRole::kActive : PairRole::kStandby; }
+
  private:
   bool receive_one(std::uint64_t now_us);
   // A flowtune-ctl request from `sender` (null: CURVE off).
@@ -75,12 +92,20 @@ class Server {
   void trim_if_worth_it(std::uint64_t now_us);
   bool weigh_heap(std::uint64_t now_us, std::int64_t* gap);
   void read_monitor(std::uint64_t now_us);
+  void standby_turn(std::uint64_t now_us);
+  void read_probe_answers(std::uint64_t now_us);
+  HaInfo ha_info(std::uint64_t now_us) const;
   void flush();
   // False when the message was dropped (the peer left or its queue is full).
   bool send(const std::string& peer, const void* data, std::size_t size, const char* tag);
 
   Allocator& allocator_;
   Log& log_;
+  // Hot standby: the pair's rule, the probe socket, when to probe next.
+  std::optional<Standby> standby_;
+  std::optional<Takeover> takeover_;
+  std::unique_ptr<zmq::socket_t> probe_;
+  std::uint64_t next_probe_us_ = 0;
   zmq::socket_t router_;
   std::string bound_;
   std::int64_t start_ns_;

@@ -1,0 +1,80 @@
+// A hot standby pair: two allocators, each started with --standby-of the
+// other, of which one is active (serves endpoints) and the other stands by
+// (answers every endpoint with a `standby` error, so endpoints that list
+// both move on to the active one). Each probes its peer with a flowtune-ctl
+// `role` request every probe interval; the answer names the peer's role,
+// its term and its id.
+//
+// Takeover holds the rule, as a pure state machine (no sockets, no clock):
+//   - Everyone starts in standby with term 0. A standby whose peer has not
+//     answered for the takeover time (dead, hung, or not started) becomes
+//     active with a term above every term it has seen.
+//   - Two standbys that hear each other (both started together): the lower
+//     id becomes active at once; the other then hears it active and stays.
+//   - Two actives that hear each other (a partition healed, a hung primary
+//     woke up): the higher term stays and the other stands down; equal
+//     terms keep the lower id. The higher term is the one that took over
+//     last, so the endpoints already moved to it stay where they are.
+//   - A standby that hears an active peer stays in standby, however long.
+// An old primary that comes back (restarted after kill -9, or unfrozen)
+// therefore meets an active peer with a higher term and stands by: the brain
+// does not split. While the two cannot hear each other both may be active
+// (two allocators cannot tell a dead peer from a partition without a third
+// voice); endpoints then follow whichever answers them, and the rule above
+// ends it as soon as the path between the two heals.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace flowtune::daemon {
+
+enum class PairRole : std::uint8_t { kStandby, kActive };
+const char* to_string(PairRole r);
+
+// What a peer said of itself in answer to a probe.
+struct PeerView {
+  PairRole role = PairRole::kStandby;
+  std::uint64_t term = 0;
+  std::uint64_t id = 0;
+};
+
+// Parses a `role` answer ({"role": "active"|"standby", "term": N, "id": N});
+// nothing when it is not one.
+std::optional<PeerView> parse_role_answer(const std::string& json);
+std::string role_answer(PairRole role, std::uint64_t term, std::uint64_t id);
+
+class Takeover {
+ public:
+  // id: this process's tie-break (random, fixed for its life).
+  // Starts in standby at now_us; the peer's silence is counted from then.
+  Takeover(std::uint64_t takeover_us, std::uint64_t id, std::uint64_t now_us);
+
+  void on_answer(const PeerView& peer, std::uint64_t now_us);
+  // Applies the rule at now_us; returns the role then.
+  PairRole decide(std::uint64_t now_us);
+
+  enum class Why : std::uint8_t { kNone, kPeerSilent, kTieBreak, kPeerNewer };
+  // Why the last change of role happened.
+  Why why() const { return why_; }
+  PairRole role() const { return role_; }
+  std::uint64_t term() const { return term_; }
+  std::uint64_t id() const { return id_; }
+  // When the peer last answered (0: never).
+  std::uint64_t peer_heard_us() const { return heard_us_; }
+  const std::optional<PeerView>& peer() const { return peer_; }
+
+ private:
+  std::uint64_t takeover_us_;
+  std::uint64_t id_;
+  std::uint64_t since_us_;   // silence is counted from max(since, heard)
+  std::uint64_t heard_us_ = 0;
+  std::optional<PeerView> peer_;
+  std::uint64_t seen_term_ = 0;  // the highest term heard from the peer
+  PairRole role_ = PairRole::kStandby;
+  std::uint64_t term_ = 0;
+  Why why_ = Why::kNone;
+};
+
+}  // namespace flowtune::daemon
