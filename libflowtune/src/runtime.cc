@@ -12,6 +12,7 @@
 #include <zmq.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <chrono>
 #include <cstdio>
@@ -110,17 +111,38 @@ namespace {
 
 Runtime* self(uv_handle_t* h) { return static_cast<Runtime*>(h->data); }
 
-// "a, b,c": the endpoints listed, spaces trimmed, empty items dropped.
+// Whether `s` (after spaces) starts with a transport, "name://".
+bool starts_endpoint(std::string_view s) {
+  const std::size_t b = s.find_first_not_of(" \t");
+  if (b == std::string_view::npos) return false;
+  const std::size_t sep = s.find("://", b);
+  if (sep == std::string_view::npos || sep == b) return false;
+  for (std::size_t i = b; i < sep; ++i) {
+    if (!std::isalnum(static_cast<unsigned char>(s[i])) && s[i] != '+') return false;
+  }
+  return true;
+}
+
+// "a, b,c": the endpoints listed, spaces trimmed, blank items dropped. A
+// comma separates two endpoints only where a transport follows it, so an
+// ipc path holding one stays whole.
 std::vector<std::string> split_endpoints(const std::string& list) {
   std::vector<std::string> out;
   std::size_t at = 0;
   while (at <= list.size()) {
     const std::size_t comma = std::min(list.find(',', at), list.size());
-    std::string item = list.substr(at, comma - at);
-    const std::size_t b = item.find_first_not_of(" \t");
-    const std::size_t e = item.find_last_not_of(" \t");
-    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+    const std::string piece = list.substr(at, comma - at);
+    const bool blank = piece.find_first_not_of(" \t") == std::string::npos;
+    if (!out.empty() && !blank && !starts_endpoint(piece)) {
+      out.back() += "," + piece;
+    } else if (!blank) {
+      out.push_back(piece);
+    }
     at = comma + 1;
+  }
+  for (std::string& e : out) {
+    const std::size_t b = e.find_first_not_of(" \t");
+    e = e.substr(b, e.find_last_not_of(" \t") - b + 1);
   }
   return out;
 }
@@ -275,7 +297,10 @@ int Runtime::open_all() {
   const int silent_ms = static_cast<int>(hb_ms);
   if (zmq_setsockopt(zmq_sock_.get(), ZMQ_HEARTBEAT_IVL, &ping_ms, sizeof ping_ms) != 0 ||
       zmq_setsockopt(zmq_sock_.get(), ZMQ_HEARTBEAT_TIMEOUT, &silent_ms, sizeof silent_ms) != 0 ||
-      zmq_setsockopt(zmq_sock_.get(), ZMQ_CONNECT_TIMEOUT, &silent_ms, sizeof silent_ms) != 0) {
+      zmq_setsockopt(zmq_sock_.get(), ZMQ_CONNECT_TIMEOUT, &silent_ms, sizeof silent_ms) != 0 ||
+      // A hung allocator accepts connections (the kernel does) but never
+      // completes the handshake: given up after a heartbeat, not 30 s.
+      zmq_setsockopt(zmq_sock_.get(), ZMQ_HANDSHAKE_IVL, &silent_ms, sizeof silent_ms) != 0) {
     return FT_ERUNTIME;
   }
   endpoints_ = split_endpoints(config_.allocator);

@@ -444,6 +444,7 @@ void Session::on_error(const wire::ErrorReport& e, std::uint64_t now_us) {
 void Session::on_message(const wire::AllocatorMessage& m, std::uint64_t now_us) {
   // Late words of the allocator failed over from: its rates are not ours now.
   if (left_epoch_ != 0 && m.epoch == left_epoch_) return;
+  heard_epoch_ = m.epoch;
   awaiting_since_us_ = 0;
   if (std::any_of(m.errors.begin(), m.errors.end(),
                   [](const auto& e) { return e.code == wire::ErrorCode::kStandby; })) {
@@ -684,8 +685,13 @@ bool Session::failover_due(std::uint64_t now_us) const {
 }
 
 void Session::on_allocator_switched(std::uint64_t now_us) {
-  if (epoch_ != 0) left_epoch_ = epoch_;
+  // What the one left says late is dropped by its epoch: the one it was
+  // registered in, or a standby's (whose epoch was never taken). Only that
+  // one: coming back to an allocator left earlier must hear it again.
+  left_epoch_ = heard_epoch_;
+  heard_epoch_ = 0;
   epoch_ = 0;
+  stats_.connected = false;
   standby_seen_ = false;
   awaiting_since_us_ = 0;
   progress_ok_ = false;  // until the new one says it reads progress

@@ -280,6 +280,7 @@ class Session {
   bool progress_ok_ = false;
   std::size_t active_count_ = 0;
   std::uint64_t epoch_ = 0;
+  std::uint64_t heard_epoch_ = 0;      // of the last message from the allocator in use (0: none)
   std::uint64_t left_epoch_ = 0;       // the allocator failed over from (0: none)
   bool standby_seen_ = false;          // a standby answered since the last switch
   std::uint64_t awaiting_since_us_ = 0;  // a hello or rate request unanswered since (0: none)

@@ -840,6 +840,28 @@ TEST_F(FailoverTest, LateRatesOfTheAllocatorLeftAreIgnored) {
   EXPECT_EQ(s_->rate_of(kSock), 80'000u);
 }
 
+// Registered with A, moved to B (a standby), back to A: A, still active
+// under the epoch left first, must be heard again; B's late answers not.
+TEST_F(FailoverTest, BackAtTheAllocatorLeftFirstItsAnswersCountAndTheStandbysDoNot) {
+  const std::uint64_t key = registered_with_rate();  // A, epoch 9
+  s_->on_allocator_switched(now_);                   // to B
+  (void)said();
+  wire::AllocatorMessage standby = error(wire::ErrorCode::kStandby, 0);
+  standby.epoch = 77;
+  s_->on_message(standby, now_);
+  ASSERT_TRUE(s_->failover_due(now_));
+  s_->on_allocator_switched(now_);  // back to A
+  EXPECT_FALSE(s_->stats().connected);
+  ASSERT_EQ(of<wire::Hello>(said()).size(), 1u);
+  s_->on_message(standby, now_);  // B's late second answer: ignored
+  EXPECT_FALSE(s_->failover_due(now_));
+  s_->on_message(rates({{key, 70'000, 1'000'000}}, 9), now_);  // A acknowledges
+  (void)s_->take_actions();
+  EXPECT_EQ(s_->link_state(), LinkState::kRegistered);
+  EXPECT_EQ(s_->rate_of(kSock), 70'000u);
+  EXPECT_TRUE(s_->stats().connected);
+}
+
 TEST_F(FailoverTest, AHelloUnansweredForTwoHeartbeatsAsksToMoveOn) {
   s_->on_begin(kSock, 1'000'000, {}, now_);
   ASSERT_EQ(of<wire::Hello>(said()).size(), 1u);

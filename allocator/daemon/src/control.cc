@@ -71,6 +71,7 @@ json counters_json(const Counters& c) {
           {"deadlines_missed", c.deadlines_missed},
           {"iterations", c.iterations},
           {"control_requests", c.control_requests},
+          {"relay_batches", c.relay_batches},
           {"errors", errors},
           {"iteration_ns", histogram_json(c.iteration_ns)},
           {"turn_ns", histogram_json(c.turn_ns)},

@@ -19,6 +19,7 @@
 #include "flowtune/common/endpoint.h"
 #include "flowtune/daemon/control.h"
 #include "flowtune/wire/codec.h"
+#include "flowtune/wire/relay.h"
 
 namespace flowtune::daemon {
 
@@ -368,6 +369,15 @@ bool Server::receive_one(std::uint64_t now) {
   zmq::message_t frames[2];
   std::size_t count = 0;
   bool more = peer.more();
+  if (more) {
+    recv_part(router_, frames[0]);
+    more = frames[0].more();
+    count = 1;
+    if (frames[0].to_string_view() == wire::kRelayTag) {
+      relay_batch(peer.to_string_view(), frames[0], more, now);
+      return true;
+    }
+  }
   while (more) {
     zmq::message_t part;
     recv_part(router_, part);
@@ -422,6 +432,10 @@ bool Server::receive_one(std::uint64_t now) {
     allocator_.counters().count(Cause::kNotAuthorized);
     reply = sender == nullptr ? R"({"error":"this connection's key is in no allow-list"})"
                               : R"j({"error":"this key is not a flowtune-ctl key (--curve-ctl, --curve-admin)"})j";
+  } else if (frames[1].to_string_view() == "role") {
+    // The standby pair's probe: O(1), and never rate-limited, or a flood of
+    // flowtune-ctl requests would look like this allocator's death.
+    reply = control("role", sender, now);
   } else if (control_tokens_.take(now)) {
     reply = control(frames[1].to_string_view(), sender, now);
   } else {
@@ -506,7 +520,22 @@ void Server::read_probe_answers(std::uint64_t now) {
       return;
     }
     if (frames.size() != 2 || frames[0].to_string_view() != kControlTag) continue;
-    if (const auto peer = parse_role_answer(frames[1].to_string())) takeover_->on_answer(*peer, now);
+    const std::string text = frames[1].to_string();
+    const auto peer = parse_role_answer(text);
+    if (peer && peer->id != 0) {
+      takeover_->on_answer(*peer, now);
+      continue;
+    }
+    // It lives, but says no role: a key it refuses, a build without pairs,
+    // or one started without --standby-of (id 0). Not silence: no takeover.
+    takeover_->on_heard(now);
+    if (now >= next_peer_warning_us_) {
+      next_peer_warning_us_ = now + 10'000'000;
+      log_.write(LogLevel::kWarn, "the standby peer " + standby_->peer + " answers the role probe with " +
+                                      text.substr(0, 200) +
+                                      (peer ? " (it was started without --standby-of)" : "") +
+                                      "; both may serve at once until this is fixed");
+    }
   }
 }
 
@@ -520,6 +549,7 @@ void Server::standby_turn(std::uint64_t now) {
                        zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
         (void)probe_->send(zmq::buffer(std::string_view("role")), zmq::send_flags::dontwait);
       }
+      takeover_->on_probe_sent(now);  // sent or not (no connection): the silence counts
     } catch (const zmq::error_t&) {
       // Not connected: the silence counts.
     }
@@ -555,10 +585,101 @@ HaInfo Server::ha_info(std::uint64_t now) const {
   return h;
 }
 
+// ---- relays (wire/relay.h) ----
+
+// A relay's batch: each (route, message) is one endpoint's message, heard
+// from the peer named by the relay and the route. The relay's key (CURVE)
+// speaks for each, so it must be allowed the hosts behind it. Source quotas
+// by address do not apply (every endpoint behind it shares the relay's);
+// quotas by host do.
+void Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool more, std::uint64_t now) {
+  auto drain = [&] {
+    zmq::message_t part;
+    while (more) {
+      recv_part(router_, part);
+      more = part.more();
+    }
+  };
+  const KeyEntry* sender = nullptr;
+  if (zap_) {
+    const char* key = zmq_msg_gets(tag.handle(), "User-Id");
+    sender = key != nullptr ? keys_.find(key) : nullptr;
+    if (sender == nullptr || (sender->roles & kRoleEndpoint) == 0) {
+      drain();
+      allocator_.on_unauthorized(relay, sender == nullptr ? "this connection's key is in no allow-list"
+                                                          : "a flowtune-ctl key cannot relay endpoints",
+                                 now);
+      return;
+    }
+  }
+  ++allocator_.counters().relay_batches;
+  std::size_t pairs = 0;
+  while (more) {
+    zmq::message_t route, body;
+    recv_part(router_, route);
+    more = route.more();
+    if (!more || ++pairs > wire::kMaxRelayBatch) {
+      drain();
+      allocator_.on_bad_frames(relay, 2 * pairs + 1, now);  // a route without its message, or too many
+      return;
+    }
+    recv_part(router_, body);
+    more = body.more();
+    const std::string peer = wire::relayed_peer(relay, route.to_string_view());
+    if (peer.empty()) {
+      allocator_.on_bad_frames(relay, 2 * pairs + 1, now);
+      continue;
+    }
+    allocator_.on_message(peer, {body.data<std::uint8_t>(), body.size()}, now,
+                          sender != nullptr ? &sender->principal : nullptr, {});
+  }
+}
+
 void Server::flush() {
   for (Outgoing& o : allocator_.take_outbox()) {
     const std::vector<std::uint8_t> bytes = wire::encode(o.message);
+    std::string_view relay, route;
+    if (wire::split_relayed_peer(o.peer, &relay, &route)) {
+      // Batched per relay, sent below: one ZeroMQ message for many endpoints.
+      RelayOut& out = relay_out_[std::string(relay)];
+      out.peers.push_back(std::move(o.peer));
+      out.bytes.push_back(bytes);
+      continue;
+    }
     if (!send(o.peer, bytes.data(), bytes.size(), nullptr)) allocator_.on_send_failed(o.peer);
+  }
+  for (auto& [relay, out] : relay_out_) {
+    for (std::size_t at = 0; at < out.peers.size(); at += wire::kMaxRelayBatch) {
+      const std::size_t end = std::min(out.peers.size(), at + wire::kMaxRelayBatch);
+      if (!send_relay_batch(relay, out, at, end)) {
+        for (std::size_t i = at; i < end; ++i) allocator_.on_send_failed(out.peers[i]);
+      }
+    }
+  }
+  relay_out_.clear();
+}
+
+bool Server::send_relay_batch(const std::string& relay, const RelayOut& out, std::size_t at,
+                              std::size_t end) {
+  Counters& c = allocator_.counters();
+  try {
+    if (!router_.send(zmq::buffer(relay), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      c.send_failures += end - at;
+      return false;
+    }
+    router_.send(zmq::buffer(wire::kRelayTag), zmq::send_flags::sndmore);
+    for (std::size_t i = at; i < end; ++i) {
+      std::string_view relay_id, route;
+      (void)wire::split_relayed_peer(out.peers[i], &relay_id, &route);
+      router_.send(zmq::buffer(route), zmq::send_flags::sndmore);
+      router_.send(zmq::buffer(out.bytes[i]), i + 1 < end ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      ++c.messages_out;
+      c.bytes_out += out.bytes[i].size();
+    }
+    return true;
+  } catch (const zmq::error_t&) {
+    c.send_failures += end - at;
+    return false;
   }
 }
 

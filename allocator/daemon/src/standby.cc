@@ -33,21 +33,36 @@ std::optional<PeerView> parse_role_answer(const std::string& json) {
 }
 
 Takeover::Takeover(std::uint64_t takeover_us, std::uint64_t id, std::uint64_t now_us)
-    : takeover_us_(takeover_us), id_(id), since_us_(now_us) {}
+    : takeover_us_(takeover_us), id_(id), last_decide_us_(now_us) {}
 
 void Takeover::on_answer(const PeerView& peer, std::uint64_t now_us) {
+  standby_answers_ = peer.role == PairRole::kStandby ? standby_answers_ + 1 : 0;
   peer_ = peer;
-  heard_us_ = std::max(heard_us_, now_us);
+  on_heard(now_us);
   seen_term_ = std::max(seen_term_, peer.term);
 }
 
+void Takeover::on_heard(std::uint64_t now_us) {
+  heard_us_ = std::max(heard_us_, now_us);
+  unanswered_ = false;
+}
+
+void Takeover::on_probe_sent(std::uint64_t now_us) {
+  if (!unanswered_) unanswered_since_us_ = now_us;
+  unanswered_ = true;
+}
+
 PairRole Takeover::decide(std::uint64_t now_us) {
-  const bool silent = now_us >= std::max(since_us_, heard_us_) + takeover_us_;
+  // Our own stall (a stopped process, a paused machine) is not the peer's
+  // silence: its clock starts again with the next probe.
+  if (now_us > last_decide_us_ + takeover_us_ / 2 && unanswered_) unanswered_since_us_ = now_us;
+  last_decide_us_ = now_us;
+  const bool silent = unanswered_ && now_us >= unanswered_since_us_ + takeover_us_;
   const bool hears = peer_.has_value() && !silent;
   if (role_ == PairRole::kStandby) {
     if (silent) {
       why_ = Why::kPeerSilent;
-    } else if (hears && peer_->role == PairRole::kStandby && id_ < peer_->id) {
+    } else if (hears && peer_->role == PairRole::kStandby && standby_answers_ >= 2 && id_ < peer_->id) {
       why_ = Why::kTieBreak;
     } else {
       return role_;
@@ -60,8 +75,6 @@ PairRole Takeover::decide(std::uint64_t now_us) {
       (peer_->term > term_ || (peer_->term == term_ && peer_->id < id_))) {
     role_ = PairRole::kStandby;
     why_ = Why::kPeerNewer;
-    // Standing by from now: a later silence is counted afresh.
-    since_us_ = now_us;
   }
   return role_;
 }

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 namespace flowtune::daemon {
 namespace {
 
@@ -11,44 +13,70 @@ constexpr std::uint64_t kTakeoverUs = 500'000;
 
 PeerView peer(PairRole role, std::uint64_t term, std::uint64_t id) { return {role, term, id}; }
 
+// A probe every 100 ms from `from` to `to`, each answered with `answer`
+// (none: the peer is silent); returns the role after the last.
+PairRole probe(Takeover& t, std::uint64_t from, std::uint64_t to, std::optional<PeerView> answer) {
+  PairRole r = t.role();
+  for (std::uint64_t now = from; now <= to; now += 100'000) {
+    t.on_probe_sent(now);
+    if (answer) t.on_answer(*answer, now + 1);
+    r = t.decide(now + 1);
+  }
+  return r;
+}
+
 TEST(Takeover, AStandbyWhosePeerNeverAnswersTakesOverAfterTheTakeoverTime) {
-  Takeover t(kTakeoverUs, 7, 1'000);
-  EXPECT_EQ(t.decide(1'000 + kTakeoverUs - 1), PairRole::kStandby);
-  EXPECT_EQ(t.decide(1'000 + kTakeoverUs), PairRole::kActive);
+  Takeover t(kTakeoverUs, 7, 0);
+  // Probes every 100 ms, none answered: the first was sent at 0.
+  EXPECT_EQ(probe(t, 0, kTakeoverUs - 100'000, std::nullopt), PairRole::kStandby);
+  EXPECT_EQ(t.decide(kTakeoverUs - 1), PairRole::kStandby);
+  EXPECT_EQ(t.decide(kTakeoverUs), PairRole::kActive);
   EXPECT_EQ(t.term(), 1u);
   EXPECT_EQ(t.why(), Takeover::Why::kPeerSilent);
 }
 
 TEST(Takeover, AStandbyThatHearsAnActivePeerStaysInStandbyForever) {
   Takeover t(kTakeoverUs, 1, 0);  // the lower id: no tie-break helps it
-  for (std::uint64_t now = 0; now < 20 * kTakeoverUs; now += 100'000) {
-    t.on_answer(peer(PairRole::kActive, 3, 9), now);
-    EXPECT_EQ(t.decide(now), PairRole::kStandby) << now;
-  }
+  EXPECT_EQ(probe(t, 0, 20 * kTakeoverUs, peer(PairRole::kActive, 3, 9)), PairRole::kStandby);
 }
 
 TEST(Takeover, WhenTheActivePeerFallsSilentTheStandbyTakesOverWithAHigherTerm) {
   Takeover t(kTakeoverUs, 5, 0);
-  t.on_answer(peer(PairRole::kActive, 3, 9), 100'000);
-  EXPECT_EQ(t.decide(100'000 + kTakeoverUs - 1), PairRole::kStandby);
-  EXPECT_EQ(t.decide(100'000 + kTakeoverUs), PairRole::kActive);
+  ASSERT_EQ(probe(t, 0, 300'000, peer(PairRole::kActive, 3, 9)), PairRole::kStandby);
+  // Then silence: probes go unanswered.
+  EXPECT_EQ(probe(t, 400'000, 400'000 + kTakeoverUs - 200'000, std::nullopt), PairRole::kStandby);
+  EXPECT_EQ(probe(t, 400'000 + kTakeoverUs - 100'000, 400'000 + kTakeoverUs + 100'000, std::nullopt),
+            PairRole::kActive);
   EXPECT_EQ(t.term(), 4u);  // above every term seen
+}
+
+// A standby that was itself stopped (SIGSTOP, a paused VM) for longer than
+// the takeover time must not take its own pause for its peer's silence.
+TEST(Takeover, AStandbyThatStalledDoesNotTakeOverOnWaking) {
+  Takeover t(kTakeoverUs, 5, 0);
+  ASSERT_EQ(probe(t, 0, 300'000, peer(PairRole::kActive, 3, 9)), PairRole::kStandby);
+  t.on_probe_sent(400'000);  // sent, then the process stopped for 1.5 s
+  EXPECT_EQ(t.decide(1'900'000), PairRole::kStandby);
+  t.on_answer(peer(PairRole::kActive, 3, 9), 1'900'100);  // the answer waiting for it
+  EXPECT_EQ(probe(t, 2'000'000, 4'000'000, peer(PairRole::kActive, 3, 9)), PairRole::kStandby);
 }
 
 TEST(Takeover, TwoStandbysThatHearEachOtherLeaveItToTheLowerId) {
   Takeover low(kTakeoverUs, 3, 0), high(kTakeoverUs, 8, 0);
-  low.on_answer(peer(PairRole::kStandby, 0, 8), 10);
-  high.on_answer(peer(PairRole::kStandby, 0, 3), 10);
-  EXPECT_EQ(low.decide(20), PairRole::kActive);
+  low.on_probe_sent(10);
+  low.on_answer(peer(PairRole::kStandby, 0, 8), 11);
+  EXPECT_EQ(low.decide(12), PairRole::kStandby);  // one answer may predate the peer's takeover
+  low.on_probe_sent(100'010);
+  low.on_answer(peer(PairRole::kStandby, 0, 8), 100'011);
+  EXPECT_EQ(low.decide(100'012), PairRole::kActive);
   EXPECT_EQ(low.why(), Takeover::Why::kTieBreak);
-  EXPECT_EQ(high.decide(20), PairRole::kStandby);
-  high.on_answer(peer(PairRole::kActive, low.term(), 3), 30);
-  EXPECT_EQ(high.decide(30 + kTakeoverUs - 1), PairRole::kStandby);
+  EXPECT_EQ(probe(high, 0, 100'000, peer(PairRole::kStandby, 0, 3)), PairRole::kStandby);
+  EXPECT_EQ(probe(high, 200'000, 5 * kTakeoverUs, peer(PairRole::kActive, low.term(), 3)), PairRole::kStandby);
 }
 
 TEST(Takeover, OfTwoActivesTheOlderTermStandsDown) {
   Takeover old_primary(kTakeoverUs, 1, 0);
-  ASSERT_EQ(old_primary.decide(kTakeoverUs), PairRole::kActive);  // term 1
+  ASSERT_EQ(probe(old_primary, 0, kTakeoverUs, std::nullopt), PairRole::kActive);  // term 1
   // It hung; the standby took over as term 2 and now answers again.
   old_primary.on_answer(peer(PairRole::kActive, 2, 9), 5 * kTakeoverUs);
   EXPECT_EQ(old_primary.decide(5 * kTakeoverUs), PairRole::kStandby);
@@ -56,27 +84,35 @@ TEST(Takeover, OfTwoActivesTheOlderTermStandsDown) {
   // The newer one hears the old one active with term 1: it stays.
   Takeover newer(kTakeoverUs, 9, 0);
   newer.on_answer(peer(PairRole::kActive, 1, 1), 0);
-  ASSERT_EQ(newer.decide(2 * kTakeoverUs), PairRole::kActive);  // silent since: term 2
+  ASSERT_EQ(probe(newer, 100'000, 100'000 + kTakeoverUs, std::nullopt), PairRole::kActive);  // term 2
+  EXPECT_EQ(newer.term(), 2u);
   newer.on_answer(peer(PairRole::kActive, 1, 1), 5 * kTakeoverUs);
   EXPECT_EQ(newer.decide(5 * kTakeoverUs), PairRole::kActive);
 }
 
 TEST(Takeover, EqualTermsKeepTheLowerId) {
   Takeover a(kTakeoverUs, 2, 0), b(kTakeoverUs, 4, 0);
-  ASSERT_EQ(a.decide(kTakeoverUs), PairRole::kActive);  // each alone: both term 1
-  ASSERT_EQ(b.decide(kTakeoverUs), PairRole::kActive);
+  ASSERT_EQ(probe(a, 0, kTakeoverUs, std::nullopt), PairRole::kActive);  // each alone: both term 1
+  ASSERT_EQ(probe(b, 0, kTakeoverUs, std::nullopt), PairRole::kActive);
   a.on_answer(peer(PairRole::kActive, 1, 4), 2 * kTakeoverUs);
   b.on_answer(peer(PairRole::kActive, 1, 2), 2 * kTakeoverUs);
   EXPECT_EQ(a.decide(2 * kTakeoverUs), PairRole::kActive);
   EXPECT_EQ(b.decide(2 * kTakeoverUs), PairRole::kStandby);
 }
 
-TEST(Takeover, AnOldAnswerDoesNotCountOnceThePeerIsSilent) {
+TEST(Takeover, AnErrorAnswerIsLifeNotSilenceAndAnOldAnswerDoesNotCount) {
   Takeover t(kTakeoverUs, 9, 0);
-  t.on_answer(peer(PairRole::kActive, 1, 1), 0);
-  ASSERT_EQ(t.decide(2 * kTakeoverUs), PairRole::kActive);
+  // The peer answers, but with errors (a key it refuses, a rate limit).
+  for (std::uint64_t now = 0; now <= 3 * kTakeoverUs; now += 100'000) {
+    t.on_probe_sent(now);
+    t.on_heard(now + 1);
+    EXPECT_EQ(t.decide(now + 1), PairRole::kStandby);
+  }
+  Takeover u(kTakeoverUs, 9, 0);
+  u.on_answer(peer(PairRole::kActive, 1, 1), 0);
+  ASSERT_EQ(probe(u, 100'000, 100'000 + kTakeoverUs, std::nullopt), PairRole::kActive);
   // The old active's last answer is stale: it must not make us stand down.
-  EXPECT_EQ(t.decide(3 * kTakeoverUs), PairRole::kActive);
+  EXPECT_EQ(probe(u, 200'000 + kTakeoverUs, 200'000 + 3 * kTakeoverUs, std::nullopt), PairRole::kActive);
 }
 
 TEST(RoleAnswer, RoundTripsAndRefusesWhatIsNotOne) {

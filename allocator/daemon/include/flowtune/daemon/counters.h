@@ -80,6 +80,7 @@ struct Counters {
   std::uint64_t deadlines_missed = 0;  // ... that ended after it
   std::uint64_t iterations = 0;
   std::uint64_t control_requests = 0;
+  std::uint64_t relay_batches = 0;  // batches from flowtune-relay (wire/relay.h)
   std::array<std::uint64_t, kNumCauses> errors{};
   LatencyHistogram iteration_ns;
   // A loop turn that received messages: from the first receive to the last

@@ -18,6 +18,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <unordered_map>
+#include <vector>
 #include <string>
 
 #include <zmq.hpp>
@@ -93,6 +95,13 @@ class Server {
   bool weigh_heap(std::uint64_t now_us, std::int64_t* gap);
   void read_monitor(std::uint64_t now_us);
   void standby_turn(std::uint64_t now_us);
+  void relay_batch(std::string_view relay, const zmq::message_t& tag, bool more, std::uint64_t now_us);
+  // What the turn owes the endpoints behind one relay (peers: full keys).
+  struct RelayOut {
+    std::vector<std::string> peers;
+    std::vector<std::vector<std::uint8_t>> bytes;
+  };
+  bool send_relay_batch(const std::string& relay, const RelayOut& out, std::size_t at, std::size_t end);
   void read_probe_answers(std::uint64_t now_us);
   HaInfo ha_info(std::uint64_t now_us) const;
   void flush();
@@ -106,6 +115,8 @@ class Server {
   std::optional<Takeover> takeover_;
   std::unique_ptr<zmq::socket_t> probe_;
   std::uint64_t next_probe_us_ = 0;
+  std::uint64_t next_peer_warning_us_ = 0;
+  std::unordered_map<std::string, RelayOut> relay_out_;  // by the relay's routing id
   zmq::socket_t router_;
   std::string bound_;
   std::int64_t start_ns_;

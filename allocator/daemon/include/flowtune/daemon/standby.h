@@ -8,9 +8,15 @@
 // Takeover holds the rule, as a pure state machine (no sockets, no clock):
 //   - Everyone starts in standby with term 0. A standby whose peer has not
 //     answered for the takeover time (dead, hung, or not started) becomes
-//     active with a term above every term it has seen.
+//     active with a term above every term it has seen. Silence is counted
+//     from the first probe sent since the last answer, and restarted when
+//     this process itself stalled (turns further apart than half the
+//     takeover time): a standby that was stopped does not mistake its own
+//     pause for its peer's.
 //   - Two standbys that hear each other (both started together): the lower
-//     id becomes active at once; the other then hears it active and stays.
+//     id becomes active once it has heard "standby" twice in a row (one
+//     answer may predate the peer's own takeover); the other then hears it
+//     active and stays.
 //   - Two actives that hear each other (a partition healed, a hung primary
 //     woke up): the higher term stays and the other stands down; equal
 //     terms keep the lower id. The higher term is the one that took over
@@ -52,6 +58,11 @@ class Takeover {
   Takeover(std::uint64_t takeover_us, std::uint64_t id, std::uint64_t now_us);
 
   void on_answer(const PeerView& peer, std::uint64_t now_us);
+  // The peer answered, but not with a role (an error: a key it does not
+  // accept, a rate limit): it lives, its role is as last heard.
+  void on_heard(std::uint64_t now_us);
+  // A probe went out.
+  void on_probe_sent(std::uint64_t now_us);
   // Applies the rule at now_us; returns the role then.
   PairRole decide(std::uint64_t now_us);
 
@@ -68,8 +79,11 @@ class Takeover {
  private:
   std::uint64_t takeover_us_;
   std::uint64_t id_;
-  std::uint64_t since_us_;   // silence is counted from max(since, heard)
+  bool unanswered_ = false;               // a probe has gone out since the last answer
+  std::uint64_t unanswered_since_us_ = 0;  // the first of them
+  std::uint64_t last_decide_us_;
   std::uint64_t heard_us_ = 0;
+  int standby_answers_ = 0;  // "standby" answers in a row
   std::optional<PeerView> peer_;
   std::uint64_t seen_term_ = 0;  // the highest term heard from the peer
   PairRole role_ = PairRole::kStandby;

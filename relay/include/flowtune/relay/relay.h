@@ -1,0 +1,75 @@
+// flowtune-relay: endpoints of a rack (or any group) talk to a relay as to
+// the allocator; the relay forwards what they say upstream in batches
+// (wire/relay.h) and fans the answers back. The endpoint protocol is
+// unchanged: an endpoint cannot tell a relay from the allocator but by its
+// address. Relays stack (rack -> pod -> allocator): a relay below is one
+// more hop in each route.
+//
+// One thread, one loop: drain what the endpoints sent, send it upstream as
+// one message once the batch is full or its first message has waited
+// batch_us, and deliver what came down. The wait is what makes batches: at
+// a few thousand events a second hardly two arrive together, and the
+// allocator pays a turn (and an engine iteration) per message it receives
+// alone; gathered, one turn serves the batch. batch_us = 0 sends what each
+// drain found, waiting for nothing. A relay
+// keeps no protocol state, so its restart and the allocator's are repaired
+// by the endpoints' own rules (notRegistered or a new epoch: hello +
+// resync).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+namespace flowtune::relay {
+
+struct Config {
+  std::string listen = "tcp://0.0.0.0:5556";
+  std::string upstream = "tcp://127.0.0.1:5555";
+  std::size_t max_batch = 1024;   // (route, message) pairs per upstream message
+  std::uint64_t batch_us = 500;   // the longest a message waits for its batch
+  std::uint32_t heartbeat_ms = 1000;  // ZeroMQ's liveness checks upstream
+};
+
+struct Counters {
+  std::uint64_t messages_up = 0;    // endpoint messages forwarded upstream
+  std::uint64_t batches_up = 0;
+  std::uint64_t messages_down = 0;  // answers delivered to endpoints or relays below
+  std::uint64_t batches_down = 0;
+  std::uint64_t dropped = 0;        // a queue was full, or a route was unknown or malformed
+  std::uint64_t bad_frames = 0;     // neither a message, a batch nor a flowtune-ctl request
+};
+
+class Relay {
+ public:
+  // Binds and connects; throws std::runtime_error naming the endpoint.
+  Relay(zmq::context_t& ctx, const Config& c);
+  // Runs until a signal arrives on signal_fd (its number is returned), or
+  // for `turns` turns (tests; -1 as signal_fd).
+  int run(int signal_fd, std::uint64_t turns = UINT64_MAX);
+  const std::string& bound_endpoint() const { return bound_; }
+  const Counters& counters() const { return counters_; }
+
+ private:
+  void drain_down();
+  void drain_up();
+  void take_batch(std::string_view hop, bool more);
+  void add_up(std::string route, zmq::message_t&& body);
+  void flush_up();
+  std::string status() const;
+
+  Config config_;
+  zmq::socket_t down_;  // ROUTER: endpoints and relays below
+  zmq::socket_t up_;    // DEALER: the allocator or the relay above
+  std::string bound_;
+  // The batch going up: routes and messages, interleaved.
+  std::vector<std::string> routes_;
+  std::vector<zmq::message_t> bodies_;
+  std::chrono::steady_clock::time_point first_at_;  // when the batch's first message came
+  Counters counters_;
+};
+
+}  // namespace flowtune::relay

@@ -1,0 +1,76 @@
+// flowtune-relay: see include/flowtune/relay/relay.h. Configuration errors
+// exit with status 2 and the reason; SIGINT/SIGTERM stop it (status 0).
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <stdexcept>
+
+#include "flowtune/common/cli.h"
+#include "flowtune/relay/relay.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: flowtune-relay [options]
+
+Endpoints (libflowtune, flowtune-run) of a rack talk to this relay as they
+would to flowtune-allocator; it forwards what they say upstream in batches
+and brings the answers back, so the allocator holds one connection per
+relay instead of one per endpoint. Relays stack: --upstream may be another
+relay. flowtune-ctl --allocator ENDPOINT status shows its counters.
+
+  --listen ENDPOINT     endpoints connect here (default tcp://0.0.0.0:5556)
+  --upstream ENDPOINT   the allocator, or the relay above
+                        (default tcp://127.0.0.1:5555)
+  --max-batch N         endpoint messages per upstream message, 1-1024
+                        (default 1024); a full batch goes at once
+  --batch-us US         the longest an endpoint message waits for the batch
+                        it goes up in (default 500; 0: send what arrived
+                        together at once). Longer batches cost the
+                        allocator fewer turns and add up to US to a
+                        start's first rate
+  --heartbeat-ms MS     ZeroMQ liveness checks of the upstream connection
+                        (default 1000)
+  -h, --help            show this help
+
+exit status: 0 after SIGINT/SIGTERM, 2 on a configuration error.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  flowtune::relay::Config c;
+  flowtune::cli::Args args("flowtune-relay", kUsage, argc, argv);
+  while (args.next()) {
+    if (args.is("--listen")) c.listen = args.value();
+    else if (args.is("--upstream")) c.upstream = args.value();
+    else if (args.is("--max-batch")) c.max_batch = args.count(1024);
+    else if (args.is("--batch-us")) c.batch_us = args.count(1'000'000);
+    else if (args.is("--heartbeat-ms")) c.heartbeat_ms = static_cast<std::uint32_t>(args.count(3'600'000));
+    else args.unknown();
+  }
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  const int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+  try {
+    zmq::context_t ctx(1);
+    flowtune::relay::Relay relay(ctx, c);
+    std::cerr << "flowtune-relay: listening on " << relay.bound_endpoint() << "; upstream " << c.upstream
+              << std::endl;
+    const int sig = relay.run(sfd);
+    const auto& k = relay.counters();
+    std::cerr << "flowtune-relay: stopping on " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": "
+              << k.messages_up << " messages up in " << k.batches_up << " batches, " << k.messages_down
+              << " down, " << k.dropped << " dropped" << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "flowtune-relay: " << e.what() << "\n";
+    return 2;
+  }
+  ::close(sfd);
+  return 0;
+}

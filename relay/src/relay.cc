@@ -1,0 +1,298 @@
+#include "flowtune/relay/relay.h"
+
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <map>
+#include <stdexcept>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "flowtune/common/endpoint.h"
+#include "flowtune/wire/relay.h"
+
+namespace flowtune::relay {
+namespace {
+
+constexpr std::string_view kControlTag = "flowtune-ctl";
+// Messages taken from each side per turn, so neither starves the other.
+constexpr int kMaxPerTurn = 4096;
+
+void recv_part(zmq::socket_t& s, zmq::message_t& m) {
+  for (;;) {
+    try {
+      (void)s.recv(m, zmq::recv_flags::none);
+      return;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+  }
+}
+
+void drain_rest(zmq::socket_t& s, bool more) {
+  zmq::message_t part;
+  while (more) {
+    recv_part(s, part);
+    more = part.more();
+  }
+}
+
+}  // namespace
+
+Relay::Relay(zmq::context_t& ctx, const Config& c)
+    : config_(c), down_(ctx, zmq::socket_type::router), up_(ctx, zmq::socket_type::dealer) {
+  for (const std::string* ep : {&c.listen, &c.upstream}) {
+    if (const std::string why = endpoint_port_error(*ep); !why.empty()) throw std::runtime_error(why);
+  }
+  if (c.max_batch == 0 || c.max_batch > wire::kMaxRelayBatch) {
+    throw std::runtime_error("--max-batch must be 1.." + std::to_string(wire::kMaxRelayBatch));
+  }
+  // As the allocator's socket: unroutable answers fail visibly, a full
+  // queue fails a send instead of blocking, and reconnecting endpoints are
+  // not turned away by a short backlog.
+  down_.set(zmq::sockopt::router_mandatory, 1);
+  down_.set(zmq::sockopt::linger, 0);
+  down_.set(zmq::sockopt::sndhwm, 100000);
+  down_.set(zmq::sockopt::rcvhwm, 100000);
+  down_.set(zmq::sockopt::backlog, 4096);
+  up_.set(zmq::sockopt::linger, 0);
+  up_.set(zmq::sockopt::sndhwm, 100000);
+  up_.set(zmq::sockopt::rcvhwm, 100000);
+  const int hb = static_cast<int>(std::max<std::uint32_t>(c.heartbeat_ms, 100));
+  up_.set(zmq::sockopt::heartbeat_ivl, hb / 2);
+  up_.set(zmq::sockopt::heartbeat_timeout, hb);
+  try {
+    down_.bind(c.listen);
+  } catch (const zmq::error_t& e) {
+    throw std::runtime_error("cannot listen on " + c.listen + ": " + e.what());
+  }
+  bound_ = down_.get(zmq::sockopt::last_endpoint);
+  try {
+    up_.connect(c.upstream);
+  } catch (const zmq::error_t& e) {
+    throw std::runtime_error("cannot use upstream " + c.upstream + ": " + e.what());
+  }
+}
+
+int Relay::run(int signal_fd, std::uint64_t turns) {
+  // A batch's deadline wakes the loop through a timerfd: zmq_poll counts in
+  // milliseconds, a batch in microseconds.
+  const int timer = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (timer < 0) throw std::runtime_error("timerfd_create failed");
+  std::vector<zmq::pollitem_t> items = {{down_.handle(), 0, ZMQ_POLLIN, 0},
+                                        {up_.handle(), 0, ZMQ_POLLIN, 0},
+                                        {nullptr, timer, ZMQ_POLLIN, 0}};
+  if (signal_fd >= 0) items.push_back({nullptr, signal_fd, ZMQ_POLLIN, 0});
+  using std::chrono::steady_clock;
+  for (std::uint64_t t = 0; t < turns; ++t) {
+    // Asleep until a message, or until the batch waiting is due.
+    itimerspec spec{};
+    if (!routes_.empty()) {
+      const auto due = first_at_ + std::chrono::microseconds(config_.batch_us);
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(due - steady_clock::now()).count();
+      spec.it_value.tv_sec = left > 0 ? left / 1'000'000'000 : 0;
+      spec.it_value.tv_nsec = left > 0 ? left % 1'000'000'000 : 1;
+      if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
+    }
+    (void)timerfd_settime(timer, 0, &spec, nullptr);
+    try {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(turns == UINT64_MAX ? -1 : 10));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+    if ((items[2].revents & ZMQ_POLLIN) != 0) {
+      std::uint64_t expirations;
+      (void)!::read(timer, &expirations, sizeof expirations);
+    }
+    if (signal_fd >= 0 && (items[3].revents & ZMQ_POLLIN) != 0) {
+      signalfd_siginfo si{};
+      if (::read(signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+        ::close(timer);
+        return static_cast<int>(si.ssi_signo);
+      }
+    }
+    drain_down();
+    if (!routes_.empty() &&
+        steady_clock::now() - first_at_ >= std::chrono::microseconds(config_.batch_us)) {
+      flush_up();
+    }
+    drain_up();
+  }
+  ::close(timer);
+  return 0;
+}
+
+// What endpoints (one frame) and relays below (a batch) sent; flowtune-ctl
+// requests are answered here, about the relay.
+void Relay::drain_down() {
+  for (int n = 0; n < kMaxPerTurn; ++n) {
+    zmq::message_t hop;
+    if (!down_.recv(hop, zmq::recv_flags::dontwait)) return;
+    if (!hop.more()) {
+      ++counters_.bad_frames;
+      continue;
+    }
+    zmq::message_t first;
+    recv_part(down_, first);
+    if (first.to_string_view() == wire::kRelayTag) {
+      take_batch(hop.to_string_view(), first.more());
+      continue;
+    }
+    if (!first.more()) {
+      add_up(wire::route_push(hop.to_string_view(), {}), std::move(first));
+      continue;
+    }
+    zmq::message_t second;
+    recv_part(down_, second);
+    if (first.to_string_view() != kControlTag || second.more()) {
+      drain_rest(down_, second.more());
+      ++counters_.bad_frames;
+      continue;
+    }
+    const std::string reply = status();
+    try {
+      if (down_.send(zmq::buffer(hop.to_string_view()), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        down_.send(zmq::buffer(kControlTag), zmq::send_flags::sndmore);
+        down_.send(zmq::buffer(reply), zmq::send_flags::none);
+      }
+    } catch (const zmq::error_t&) {
+      ++counters_.dropped;
+    }
+  }
+}
+
+void Relay::take_batch(std::string_view hop, bool more) {
+  std::size_t pairs = 0;
+  while (more) {
+    zmq::message_t route, body;
+    recv_part(down_, route);
+    more = route.more();
+    if (!more || ++pairs > wire::kMaxRelayBatch) {
+      drain_rest(down_, more);
+      ++counters_.bad_frames;
+      return;
+    }
+    recv_part(down_, body);
+    more = body.more();
+    std::string r = wire::route_push(hop, route.to_string_view());
+    if (r.empty()) {
+      ++counters_.dropped;
+      continue;
+    }
+    add_up(std::move(r), std::move(body));
+  }
+}
+
+void Relay::add_up(std::string route, zmq::message_t&& body) {
+  if (route.empty()) {
+    ++counters_.dropped;
+    return;
+  }
+  if (routes_.empty()) first_at_ = std::chrono::steady_clock::now();
+  routes_.push_back(std::move(route));
+  bodies_.push_back(std::move(body));
+  if (routes_.size() >= config_.max_batch) flush_up();
+}
+
+void Relay::flush_up() {
+  if (routes_.empty()) return;
+  try {
+    if (up_.send(zmq::buffer(wire::kRelayTag), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      for (std::size_t i = 0; i < routes_.size(); ++i) {
+        up_.send(zmq::buffer(routes_[i]), zmq::send_flags::sndmore);
+        up_.send(bodies_[i], i + 1 < routes_.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      }
+      counters_.messages_up += routes_.size();
+      ++counters_.batches_up;
+    } else {
+      // Upstream's queue is full (or it was never reached): the endpoints'
+      // digests and retries repair what is lost.
+      counters_.dropped += routes_.size();
+    }
+  } catch (const zmq::error_t&) {
+    counters_.dropped += routes_.size();
+  }
+  routes_.clear();
+  bodies_.clear();
+}
+
+// Answers from upstream: each goes to the endpoint its route names, or,
+// with hops left, into one batch for the relay below.
+void Relay::drain_up() {
+  std::map<std::string, std::vector<std::pair<std::string, zmq::message_t>>> below;
+  for (int n = 0; n < kMaxPerTurn; ++n) {
+    zmq::message_t tag;
+    if (!up_.recv(tag, zmq::recv_flags::dontwait)) break;
+    bool more = tag.more();
+    if (tag.to_string_view() != wire::kRelayTag) {
+      drain_rest(up_, more);
+      ++counters_.bad_frames;  // the allocator refused a frame of ours: a bug, not traffic
+      continue;
+    }
+    while (more) {
+      zmq::message_t route, body;
+      recv_part(up_, route);
+      if (!route.more()) {
+        ++counters_.bad_frames;
+        break;
+      }
+      recv_part(up_, body);
+      more = body.more();
+      std::string_view hop, rest;
+      if (!wire::route_pop(route.to_string_view(), &hop, &rest)) {
+        ++counters_.dropped;
+        continue;
+      }
+      if (!rest.empty()) {
+        below[std::string(hop)].emplace_back(std::string(rest), std::move(body));
+        continue;
+      }
+      try {
+        if (down_.send(zmq::buffer(hop), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+          down_.send(body, zmq::send_flags::none);
+          ++counters_.messages_down;
+        } else {
+          ++counters_.dropped;
+        }
+      } catch (const zmq::error_t&) {
+        ++counters_.dropped;  // EHOSTUNREACH: the endpoint left
+      }
+    }
+  }
+  for (auto& [hop, list] : below) {
+    try {
+      if (!down_.send(zmq::buffer(hop), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        counters_.dropped += list.size();
+        continue;
+      }
+      down_.send(zmq::buffer(wire::kRelayTag), zmq::send_flags::sndmore);
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        down_.send(zmq::buffer(list[i].first), zmq::send_flags::sndmore);
+        down_.send(list[i].second, i + 1 < list.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      }
+      counters_.messages_down += list.size();
+      ++counters_.batches_down;
+    } catch (const zmq::error_t&) {
+      counters_.dropped += list.size();
+    }
+  }
+}
+
+std::string Relay::status() const {
+  const Counters& c = counters_;
+  return nlohmann::json{{"relay", true},
+                        {"listen", bound_},
+                        {"upstream", config_.upstream},
+                        {"counters",
+                         {{"messages_up", c.messages_up},
+                          {"batches_up", c.batches_up},
+                          {"messages_down", c.messages_down},
+                          {"batches_down", c.batches_down},
+                          {"dropped", c.dropped},
+                          {"bad_frames", c.bad_frames}}}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace flowtune::relay

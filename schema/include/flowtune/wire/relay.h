@@ -1,0 +1,65 @@
+// Relays (flowtune-relay, docs/scale.md#relays): endpoints talk to a relay
+// as they would to the allocator; the relay batches what they say upstream
+// and fans the answers back. Between a relay and its upstream (the
+// allocator, or another relay) one ZeroMQ message carries a batch:
+//
+//   "flowtune-relay", route_1, message_1, route_2, message_2, ...
+//
+// each message the unchanged wire frame of one endpoint (schema/), each
+// route the path back to it: the routing ids of the hops below, outermost
+// first, each as [length: 1 byte][id]. The answers come down the same way,
+// and every relay pops its own hop. ZeroMQ routing ids are 1-255 bytes.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace flowtune::wire {
+
+inline constexpr std::string_view kRelayTag = "flowtune-relay";
+// (route, message) pairs per batch.
+inline constexpr std::size_t kMaxRelayBatch = 1024;
+// A route longer than this (relays stacked 8 deep and more) is refused.
+inline constexpr std::size_t kMaxRouteBytes = 8 * 256;
+
+// `hop` in front of `rest`; empty when hop is not a routing id (0 or more
+// than 255 bytes) or the route would grow past kMaxRouteBytes.
+inline std::string route_push(std::string_view hop, std::string_view rest) {
+  if (hop.empty() || hop.size() > 255 || 1 + hop.size() + rest.size() > kMaxRouteBytes) return {};
+  std::string r;
+  r.reserve(1 + hop.size() + rest.size());
+  r += static_cast<char>(hop.size());
+  r.append(hop);
+  r.append(rest);
+  return r;
+}
+
+// The first hop of `route` and what follows it; false if malformed.
+inline bool route_pop(std::string_view route, std::string_view* hop, std::string_view* rest) {
+  if (route.empty()) return false;
+  const std::size_t n = static_cast<unsigned char>(route[0]);
+  if (n == 0 || route.size() < 1 + n) return false;
+  *hop = route.substr(1, n);
+  *rest = route.substr(1 + n);
+  return true;
+}
+
+// The allocator's name for an endpoint behind relays: a peer key no
+// connection can have (ZeroMQ reserves routing ids that start with a zero
+// byte, and its own are 5 bytes), holding the route from the allocator's
+// socket: the relay's routing id, then the route it gave.
+inline std::string relayed_peer(std::string_view relay_id, std::string_view route) {
+  const std::string r = route_push(relay_id, route);
+  return r.empty() ? std::string() : std::string("\0R", 2) + r;
+}
+inline bool is_relayed_peer(std::string_view peer) {
+  return peer.size() > 5 && peer[0] == '\0' && peer[1] == 'R';
+}
+// The relay's routing id and the route below it; false if not relayed.
+inline bool split_relayed_peer(std::string_view peer, std::string_view* relay_id,
+                               std::string_view* route) {
+  return is_relayed_peer(peer) && route_pop(peer.substr(2), relay_id, route);
+}
+
+}  // namespace flowtune::wire

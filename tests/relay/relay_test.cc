@@ -1,0 +1,252 @@
+// flowtune-relay: routes (wire/relay.h) by hand, then libflowtune clients
+// through relay processes to an allocator process: rates as if direct,
+// relays stacked, and a relay's and the allocator's restarts repaired.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "../allocator/daemon/daemon_harness.h"
+#include "flowtune/flowtune.h"
+#include "flowtune/wire/relay.h"
+
+namespace flowtune::relay {
+namespace {
+
+using daemon::testing::Clock;
+using daemon::testing::control_request;
+using daemon::testing::DaemonProcess;
+using daemon::testing::unique_endpoint;
+
+constexpr double kLinkBytes = 0.1e9 / 8 * 0.99;  // the allocator's 100 Mbit/s host links, scheduled
+
+TEST(Route, PushAndPopNestAndRefuseWhatIsNotARoute) {
+  const std::string r = wire::route_push("relay2", wire::route_push("ep", {}));
+  std::string_view hop, rest;
+  ASSERT_TRUE(wire::route_pop(r, &hop, &rest));
+  EXPECT_EQ(hop, "relay2");
+  ASSERT_TRUE(wire::route_pop(rest, &hop, &rest));
+  EXPECT_EQ(hop, "ep");
+  EXPECT_TRUE(rest.empty());
+  EXPECT_TRUE(wire::route_push("", "x").empty());
+  EXPECT_TRUE(wire::route_push(std::string(256, 'a'), "").empty());
+  EXPECT_TRUE(wire::route_push("a", std::string(wire::kMaxRouteBytes, 'b')).empty());
+  for (std::string_view bad : {std::string_view(), std::string_view("\0", 1), std::string_view("\5abc")}) {
+    EXPECT_FALSE(wire::route_pop(bad, &hop, &rest));
+  }
+  // The allocator's key for an endpoint behind a relay: never a connection's.
+  const std::string peer = wire::relayed_peer(std::string("\0abcd", 5), wire::route_push("ep", {}));
+  EXPECT_TRUE(wire::is_relayed_peer(peer));
+  EXPECT_FALSE(wire::is_relayed_peer(std::string("\0Rxyz", 5)));  // a ZeroMQ routing id's size
+  std::string_view relay, route;
+  ASSERT_TRUE(wire::split_relayed_peer(peer, &relay, &route));
+  EXPECT_EQ(relay, std::string_view("\0abcd", 5));
+  EXPECT_EQ(route, wire::route_push("ep", {}));
+}
+
+// A flowtune-relay process.
+class RelayProcess {
+ public:
+  ~RelayProcess() { kill9(); }
+  void start(const std::string& listen, const std::string& upstream) {
+    listen_ = listen;
+    pid_ = ::fork();
+    ASSERT_GE(pid_, 0);
+    if (pid_ == 0) {
+      ::close_range(3, ~0u, 0);
+      ::execl(FT_RELAY_BINARY, FT_RELAY_BINARY, "--listen", listen.c_str(), "--upstream",
+              upstream.c_str(), "--heartbeat-ms", "200", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < deadline && !status()) {
+    }
+    ASSERT_TRUE(status()) << "the relay did not answer";
+  }
+  std::optional<nlohmann::json> status() { return control_request(ctx_, listen_, nullptr, "status", 100); }
+  void kill9() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  int stop() {
+    ::kill(pid_, SIGTERM);
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    pid_ = -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  }
+
+ private:
+  zmq::context_t ctx_{1};
+  std::string listen_;
+  pid_t pid_ = -1;
+};
+
+// A connected loopback pair whose receiver is never read: only its rate matters here.
+struct Conn {
+  int send_fd = -1, recv_fd = -1;
+  Conn() {
+    const int l = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(0x7f000002);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ::listen(l, 1);
+    ::getsockname(l, reinterpret_cast<sockaddr*>(&a), &len);
+    send_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_EQ(::connect(send_fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    recv_fd = ::accept(l, nullptr, nullptr);
+    ::close(l);
+  }
+  ~Conn() {
+    ::close(send_fd);
+    ::close(recv_fd);
+  }
+};
+
+std::uint64_t rate(ft_client* c, int fd) {
+  std::uint64_t r = 0;
+  EXPECT_EQ(ft_socket_rate(c, fd, &r), FT_OK);
+  return r;
+}
+
+template <class Pred>
+bool eventually(Pred p, int ms = 5000) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(ms);
+  while (Clock::now() < deadline) {
+    if (p()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return p();
+}
+
+bool near(std::uint64_t got, double want) {
+  return static_cast<double>(got) > want * 0.97 && static_cast<double>(got) < want * 1.03;
+}
+
+class RelayTest : public ::testing::Test {
+ protected:
+  void start_allocator(const char* gbps = "0.1") {
+    daemon_.start(alloc_ep_, {"--host-gbps", gbps, "--lease-ms", "300", "--lease-refresh-ms", "100"});
+  }
+  ft_client* open(const std::string& allocator) {
+    ft_config cfg;
+    ft_config_init(&cfg);
+    cfg.allocator = allocator.c_str();
+    cfg.heartbeat_ms = 200;
+    cfg.min_flowlet_bytes = 10000;
+    ft_client* c = nullptr;
+    EXPECT_EQ(ft_client_open(&cfg, &c), FT_OK);
+    return c;
+  }
+  // n flowlets on c, each rated near `want` within the wait.
+  bool all_near(ft_client* c, std::vector<std::unique_ptr<Conn>>& conns, double want, int ms = 5000) {
+    return eventually([&] {
+      for (auto& k : conns) {
+        if (!near(rate(c, k->send_fd), want)) return false;
+      }
+      return true;
+    }, ms);
+  }
+  std::vector<std::unique_ptr<Conn>> flowlets(ft_client* c, int n) {
+    std::vector<std::unique_ptr<Conn>> v;
+    for (int i = 0; i < n; ++i) {
+      v.push_back(std::make_unique<Conn>());
+      EXPECT_EQ(ft_socket_register(c, v.back()->send_fd), FT_OK);
+      EXPECT_EQ(ft_flowlet_begin(c, v.back()->send_fd, 1ull << 30, nullptr), FT_OK);
+    }
+    return v;
+  }
+  void close(ft_client* c, std::vector<std::unique_ptr<Conn>>& conns) {
+    for (auto& k : conns) ft_socket_unregister(c, k->send_fd);
+    ft_client_close(c);
+  }
+  std::string alloc_ep_ = unique_endpoint();
+  DaemonProcess daemon_;
+};
+
+TEST_F(RelayTest, ThroughARelayFlowletsGetTheRatesTheyWouldDirectly) {
+  start_allocator();
+  const std::string relay_ep = unique_endpoint();
+  RelayProcess relay;
+  relay.start(relay_ep, alloc_ep_);
+  ft_client* c = open(relay_ep);
+  auto conns = flowlets(c, 3);
+  EXPECT_TRUE(all_near(c, conns, kLinkBytes / 3)) << daemon_.log();
+  const auto st = daemon_.status();
+  EXPECT_EQ(st["endpoints"], 1);
+  EXPECT_EQ(st["flows"], 3);
+  EXPECT_GE(st["counters"]["relay_batches"].get<int>(), 1);
+  const auto rs = relay.status();
+  ASSERT_TRUE(rs);
+  EXPECT_GE((*rs)["counters"]["messages_up"].get<int>(), 1);
+  EXPECT_GE((*rs)["counters"]["messages_down"].get<int>(), 1);
+  EXPECT_EQ((*rs)["counters"]["bad_frames"], 0);
+  // The ends go through too: the allocator holds nothing afterwards.
+  close(c, conns);
+  EXPECT_TRUE(eventually([&] { return daemon_.status()["flows"] == 0; }, 3000));
+  EXPECT_EQ(relay.stop(), 0);
+}
+
+TEST_F(RelayTest, StackedRelaysCarryBothWaysAndEndpointsBesideThemShare) {
+  start_allocator();
+  const std::string pod = unique_endpoint(), rack = unique_endpoint();
+  RelayProcess pod_relay, rack_relay;
+  pod_relay.start(pod, alloc_ep_);
+  rack_relay.start(rack, pod);
+  // One client two relays deep, one one relay deep, one direct: all share
+  // the same host link (127.0.0.1 -> 127.0.0.2), a third each.
+  ft_client* deep = open(rack);
+  ft_client* mid = open(pod);
+  ft_client* direct = open(alloc_ep_);
+  auto a = flowlets(deep, 1), b = flowlets(mid, 1), d = flowlets(direct, 1);
+  EXPECT_TRUE(all_near(deep, a, kLinkBytes / 3)) << daemon_.log();
+  EXPECT_TRUE(all_near(mid, b, kLinkBytes / 3));
+  EXPECT_TRUE(all_near(direct, d, kLinkBytes / 3));
+  EXPECT_EQ(daemon_.status()["endpoints"], 3);
+  const auto rs = rack_relay.status();
+  ASSERT_TRUE(rs);
+  EXPECT_GE((*rs)["counters"]["messages_down"].get<int>(), 1);
+  const auto ps = pod_relay.status();
+  ASSERT_TRUE(ps);
+  EXPECT_GE((*ps)["counters"]["batches_down"].get<int>(), 1);  // batches for the relay below
+  close(deep, a);
+  close(mid, b);
+  close(direct, d);
+}
+
+// A relay keeps no state: after it restarts, or after the allocator does,
+// the endpoints' own repair rules (notRegistered, a new epoch) resync them.
+TEST_F(RelayTest, ARelayRestartAndAnAllocatorRestartAreRepairedByResync) {
+  start_allocator();
+  const std::string relay_ep = unique_endpoint();
+  RelayProcess relay;
+  relay.start(relay_ep, alloc_ep_);
+  ft_client* c = open(relay_ep);
+  auto conns = flowlets(c, 2);
+  ASSERT_TRUE(all_near(c, conns, kLinkBytes / 2)) << daemon_.log();
+  // The relay killed and started again on the same endpoint.
+  relay.kill9();
+  relay.start(relay_ep, alloc_ep_);
+  // A third flowlet after the restart is rated, and the others with it.
+  auto more = flowlets(c, 1);
+  conns.push_back(std::move(more[0]));
+  EXPECT_TRUE(all_near(c, conns, kLinkBytes / 3)) << daemon_.log();
+  EXPECT_EQ(daemon_.status()["endpoints"], 1);  // its hello through the new relay replaced the old route
+  // The allocator restarted with links half as fast: the new rates reach
+  // the endpoint through the relay.
+  ASSERT_EQ(daemon_.stop(), 0);
+  start_allocator("0.05");
+  EXPECT_TRUE(all_near(c, conns, kLinkBytes / 2 / 3)) << daemon_.log();
+  EXPECT_EQ(daemon_.status()["flows"], 3);
+  close(c, conns);
+}
+
+}  // namespace
+}  // namespace flowtune::relay
