@@ -18,6 +18,7 @@
 #include "flowtune/common/cli.h"
 #include "flowtune/common/curve.h"
 #include "flowtune/common/endpoint.h"
+#include "flowtune/common/ipv4.h"
 #include "flowtune/daemon/allocator.h"
 #include "flowtune/daemon/auth.h"
 #include "flowtune/daemon/server.h"
@@ -128,6 +129,12 @@ hot standby (docs/scale.md):
   --takeover-ms MS           the peer's silence that makes a standby take over;
                              at least two probes (default 500)
 
+relays (docs/scale.md#relays):
+  --relay-from CIDR[,CIDR]   addresses flowtune-relay may connect from (TCP
+                             listeners; an ipc listener takes any). Relays
+                             carry many endpoints, so quotas by address do
+                             not apply to them: none is trusted by default
+
 operation:
   --busy-poll-us US          after traffic, keep polling without sleeping this
                              long: lower latency for bursts at the cost of CPU
@@ -156,6 +163,7 @@ struct Options {
   std::uint64_t busy_poll_us = 0;
   AuthConfig auth;
   std::string standby_of;
+  std::vector<flowtune::Cidr> relay_from;
   std::uint64_t probe_ms = 100;
   std::uint64_t takeover_ms = 500;
   bool check_config = false;
@@ -221,6 +229,18 @@ Options parse(int argc, char** argv) {
     else if (args.is("--curve-ctl")) o.auth.ctl_dir = args.value();
     else if (args.is("--curve-admin")) o.auth.admin_dir = args.value();
     else if (args.is("--standby-of")) o.standby_of = args.value();
+    else if (args.is("--relay-from")) {
+      const std::string v = args.value();
+      std::size_t at = 0;
+      while (at <= v.size()) {
+        const std::size_t c = std::min(v.find(',', at), v.size());
+        const std::string item = v.substr(at, c - at);
+        const auto net = flowtune::parse_cidr(item);
+        if (!net) usage_error("--relay-from: '" + item + "' is not an IPv4 address or a.b.c.d/n");
+        o.relay_from.push_back(*net);
+        at = c + 1;
+      }
+    }
     else if (args.is("--probe-ms")) o.probe_ms = args.count(60'000);
     else if (args.is("--takeover-ms")) o.takeover_ms = args.count(3'600'000);
     else args.unknown();
@@ -374,6 +394,7 @@ int run(const Options& o) {
   zmq::context_t ctx(1);
   Server server(ctx, allocator, log, o.listen, o.busy_poll_us, o.auth);
   server.set_reload([&] { return reload(o, allocator, server); });
+  server.set_relay_from(o.relay_from);
   if (!o.standby_of.empty()) {
     server.enable_standby(ctx, {o.standby_of, o.probe_ms * 1000, o.takeover_ms * 1000, new_epoch(), new_epoch});
   }

@@ -10,7 +10,7 @@ import hashlib
 
 # Faults where the allocator disappears for the endpoints: the promise is that
 # every socket is unpaced within a lease of the disappearance.
-DISAPPEAR = ("kill9_restart", "sigstop", "control_drop")
+DISAPPEAR = ("kill9_restart", "sigstop", "control_drop", "relay_killed")
 
 
 def caps_by_program(socks, matchers):

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flowtune/common/endpoint.h"
+#include "flowtune/wire/messages.h"
 #include "flowtune/wire/relay.h"
 
 namespace flowtune::relay {
@@ -19,6 +20,19 @@ namespace {
 constexpr std::string_view kControlTag = "flowtune-ctl";
 // Messages taken from each side per turn, so neither starves the other.
 constexpr int kMaxPerTurn = 4096;
+// A batch goes up once it holds this many bytes (each message is at most
+// kMaxMessageBytes): a batch of resyncs stays a few MB, not a GB.
+constexpr std::size_t kMaxBatchBytes = 4u << 20;
+
+// A non-blocking receive; false when nothing waits (or a signal came).
+bool try_recv(zmq::socket_t& s, zmq::message_t& m) {
+  try {
+    return s.recv(m, zmq::recv_flags::dontwait).has_value();
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EINTR) return false;
+    throw;
+  }
+}
 
 void recv_part(zmq::socket_t& s, zmq::message_t& m) {
   for (;;) {
@@ -57,8 +71,15 @@ Relay::Relay(zmq::context_t& ctx, const Config& c)
   down_.set(zmq::sockopt::sndhwm, 100000);
   down_.set(zmq::sockopt::rcvhwm, 100000);
   down_.set(zmq::sockopt::backlog, 4096);
+  // A frame the allocator would refuse (and drop this relay's connection
+  // for, with every endpoint behind it) is refused here, from its sender.
+  down_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(wire::kMaxMessageBytes));
   up_.set(zmq::sockopt::linger, 0);
-  up_.set(zmq::sockopt::sndhwm, 100000);
+  // Batches go only to a live upstream, and few wait: what an absent
+  // allocator would be told late is stale, and the endpoints repair what
+  // is dropped (their digests, resyncs).
+  up_.set(zmq::sockopt::immediate, 1);
+  up_.set(zmq::sockopt::sndhwm, 1000);
   up_.set(zmq::sockopt::rcvhwm, 100000);
   const int hb = static_cast<int>(std::max<std::uint32_t>(c.heartbeat_ms, 100));
   up_.set(zmq::sockopt::heartbeat_ivl, hb / 2);
@@ -129,7 +150,7 @@ int Relay::run(int signal_fd, std::uint64_t turns) {
 void Relay::drain_down() {
   for (int n = 0; n < kMaxPerTurn; ++n) {
     zmq::message_t hop;
-    if (!down_.recv(hop, zmq::recv_flags::dontwait)) return;
+    if (!try_recv(down_, hop)) return;
     if (!hop.more()) {
       ++counters_.bad_frames;
       continue;
@@ -191,9 +212,10 @@ void Relay::add_up(std::string route, zmq::message_t&& body) {
     return;
   }
   if (routes_.empty()) first_at_ = std::chrono::steady_clock::now();
+  batch_bytes_ += route.size() + body.size();
   routes_.push_back(std::move(route));
   bodies_.push_back(std::move(body));
-  if (routes_.size() >= config_.max_batch) flush_up();
+  if (routes_.size() >= config_.max_batch || batch_bytes_ >= kMaxBatchBytes) flush_up();
 }
 
 void Relay::flush_up() {
@@ -216,6 +238,7 @@ void Relay::flush_up() {
   }
   routes_.clear();
   bodies_.clear();
+  batch_bytes_ = 0;
 }
 
 // Answers from upstream: each goes to the endpoint its route names, or,
@@ -224,7 +247,7 @@ void Relay::drain_up() {
   std::map<std::string, std::vector<std::pair<std::string, zmq::message_t>>> below;
   for (int n = 0; n < kMaxPerTurn; ++n) {
     zmq::message_t tag;
-    if (!up_.recv(tag, zmq::recv_flags::dontwait)) break;
+    if (!try_recv(up_, tag)) break;
     bool more = tag.more();
     if (tag.to_string_view() != wire::kRelayTag) {
       drain_rest(up_, more);

@@ -53,4 +53,21 @@ TEST(FormatIpv4, MatchesInetNtopOverManyAddresses) {
 }
 
 }  // namespace
+TEST(Cidr, NetworksAndSingleAddressesContainWhatTheySayAndBadOnesAreRefused) {
+  const auto net = parse_cidr("10.1.0.0/16");
+  ASSERT_TRUE(net);
+  EXPECT_TRUE(net->contains("10.1.200.3"));
+  EXPECT_FALSE(net->contains("10.2.0.1"));
+  EXPECT_FALSE(net->contains("::1"));  // IPv6 is never inside
+  const auto one = parse_cidr("127.0.0.1");
+  ASSERT_TRUE(one);
+  EXPECT_TRUE(one->contains("127.0.0.1"));
+  EXPECT_FALSE(one->contains("127.0.0.2"));
+  EXPECT_TRUE(parse_cidr("0.0.0.0/0")->contains("192.168.1.1"));
+  EXPECT_TRUE(parse_cidr("10.1.2.3/8")->contains("10.200.0.0"));  // host bits ignored
+  for (const char* bad : {"", "10.0.0.0/", "10.0.0.0/33", "10.0.0.0/08", "10.0.0.0/x", "10.0.0/8", "a/8"}) {
+    EXPECT_FALSE(parse_cidr(bad)) << bad;
+  }
+}
+
 }  // namespace flowtune

@@ -11,6 +11,7 @@
 
 #include "../allocator/daemon/daemon_harness.h"
 #include "flowtune/flowtune.h"
+#include "flowtune/wire/codec.h"
 #include "flowtune/wire/relay.h"
 
 namespace flowtune::relay {
@@ -246,6 +247,67 @@ TEST_F(RelayTest, ARelayRestartAndAnAllocatorRestartAreRepairedByResync) {
   EXPECT_TRUE(all_near(c, conns, kLinkBytes / 2 / 3)) << daemon_.log();
   EXPECT_EQ(daemon_.status()["flows"], 3);
   close(c, conns);
+}
+
+// Relays carry the address quotas of every endpoint behind them: over TCP
+// only the addresses the operator named may send batches.
+TEST(RelayTrust, BatchesFromAnAddressNotInRelayFromAreRefused) {
+  const int port = 20000 + ::getpid() % 20000;
+  const std::string alloc_ep = "tcp://127.0.0.1:" + std::to_string(port);
+  for (const bool allowed : {false, true}) {
+    DaemonProcess d;
+    std::vector<std::string> args = {"--host-gbps", "0.1"};
+    if (allowed) args.insert(args.end(), {"--relay-from", "10.0.0.0/8,127.0.0.1"});
+    d.start(alloc_ep, args);
+    const std::string relay_ep = unique_endpoint();
+    RelayProcess relay;
+    relay.start(relay_ep, alloc_ep);
+    ft_config cfg;
+    ft_config_init(&cfg);
+    cfg.allocator = relay_ep.c_str();
+    cfg.heartbeat_ms = 200;
+    cfg.min_flowlet_bytes = 10000;
+    cfg.log_level = 0;
+    ft_client* c = nullptr;
+    ASSERT_EQ(ft_client_open(&cfg, &c), FT_OK);
+    Conn k;
+    ASSERT_EQ(ft_socket_register(c, k.send_fd), FT_OK);
+    ASSERT_EQ(ft_flowlet_begin(c, k.send_fd, 1ull << 30, nullptr), FT_OK);
+    const bool rated = eventually([&] { return rate(c, k.send_fd) > 0; }, allowed ? 5000 : 1000);
+    EXPECT_EQ(rated, allowed) << d.log();
+    const auto st = d.status();
+    EXPECT_EQ(st["endpoints"], allowed ? 1 : 0);
+    if (!allowed) {
+      EXPECT_GE(st["counters"]["errors"]["not_authorized"].get<int>(), 1) << st;
+      EXPECT_NE(d.log().find("not in --relay-from"), std::string::npos) << d.log();
+    }
+    ft_socket_unregister(c, k.send_fd);
+    ft_client_close(c);
+  }
+}
+
+// A direct connection whose chosen routing id looks like a relayed
+// endpoint's key is not taken for that endpoint: dropped unanswered.
+TEST(RelayTrust, ARoutingIdShapedLikeARelayedPeerIsDropped) {
+  const std::string ep = unique_endpoint();
+  DaemonProcess d;
+  d.start(ep, {"--host-gbps", "0.1"});
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  const std::string id = wire::relayed_peer(std::string("\0abcd", 5), wire::route_push("ep", {}));
+  s.set(zmq::sockopt::routing_id, zmq::buffer(id));
+  s.connect(ep);
+  wire::EndpointMessage m;
+  m.events.emplace_back(wire::Hello{"spoof", "h1"});
+  const auto bytes = wire::encode(m);
+  s.send(zmq::buffer(bytes), zmq::send_flags::none);
+  zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+  zmq::poll(&item, 1, std::chrono::milliseconds(500));
+  EXPECT_EQ(item.revents & ZMQ_POLLIN, 0) << "answered";
+  const auto st = d.status();
+  EXPECT_EQ(st["endpoints"], 0);
+  EXPECT_GE(st["counters"]["errors"]["not_authorized"].get<int>(), 1) << st;
 }
 
 }  // namespace

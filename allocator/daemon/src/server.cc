@@ -335,10 +335,17 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
     if (probe_) standby_turn(now_us());
     const std::int64_t drain_start = steady_ns();
     const std::int64_t drain_budget = std::max(kMinDrainNs, last_iteration_ns_);
+    // Counted in endpoint messages: a relay's batch holds up to 1,024.
     int received = 0;
-    for (; received < kMaxDrainPerTurn; ++received) {
-      if ((received & 15) == 15 && steady_ns() - drain_start > drain_budget) break;
-      if (!receive_one(static_cast<std::uint64_t>((steady_ns() - start_ns_) / 1000))) break;
+    int next_check = 16;
+    while (received < kMaxDrainPerTurn) {
+      if (received >= next_check) {
+        if (steady_ns() - drain_start > drain_budget) break;
+        next_check = received + 16;
+      }
+      const int n = receive_one(static_cast<std::uint64_t>((steady_ns() - start_ns_) / 1000));
+      if (n == 0) break;
+      received += n;
     }
     now = now_us();
     if (now >= allocator_.next_timer_us()) allocator_.on_timer(now);
@@ -358,12 +365,12 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
   return 0;
 }
 
-bool Server::receive_one(std::uint64_t now) {
+int Server::receive_one(std::uint64_t now) {
   zmq::message_t peer;
   try {
-    if (!router_.recv(peer, zmq::recv_flags::dontwait)) return false;
+    if (!router_.recv(peer, zmq::recv_flags::dontwait)) return 0;
   } catch (const zmq::error_t& e) {
-    if (e.num() == EINTR) return false;
+    if (e.num() == EINTR) return 0;
     throw;
   }
   zmq::message_t frames[2];
@@ -374,9 +381,20 @@ bool Server::receive_one(std::uint64_t now) {
     more = frames[0].more();
     count = 1;
     if (frames[0].to_string_view() == wire::kRelayTag) {
-      relay_batch(peer.to_string_view(), frames[0], more, now);
-      return true;
+      return std::max(1, relay_batch(peer.to_string_view(), frames[0], more, now));
     }
+  }
+  if (wire::is_relayed_peer(peer.to_string_view())) {
+    // A connection that chose a routing id shaped like a relayed
+    // endpoint's key would be taken for that endpoint (libzmq accepts any
+    // id): dropped unanswered (an answer would go down the relay).
+    zmq::message_t part;
+    while (more) {
+      recv_part(router_, part);
+      more = part.more();
+    }
+    allocator_.counters().count(Cause::kNotAuthorized);
+    return 1;
   }
   while (more) {
     zmq::message_t part;
@@ -396,7 +414,7 @@ bool Server::receive_one(std::uint64_t now) {
   const bool is_control = count == 2 && frames[0].to_string_view() == kControlTag;
   if (count != 1 && !is_control) {
     allocator_.on_bad_frames(peer_id, count, now);
-    return true;
+    return 1;
   }
   // With CURVE on, the key the connection proved, looked up now: a key a
   // reload removed is not heard, though its connection lives on.
@@ -406,7 +424,7 @@ bool Server::receive_one(std::uint64_t now) {
     sender = key != nullptr ? keys_.find(key) : nullptr;
     if (sender == nullptr && !is_control) {
       allocator_.on_unauthorized(peer_id, "this connection's key is in no allow-list", now);
-      return true;
+      return 1;
     }
   }
   if (!is_control) {
@@ -415,7 +433,7 @@ bool Server::receive_one(std::uint64_t now) {
                                  "key \"" + sender->principal.name +
                                      "\" is a flowtune-ctl key, not an endpoint's",
                                  now);
-      return true;
+      return 1;
     }
     // The peer's IP address for the per-source quotas: TCP only (over ipc
     // libzmq names the process, "localhost:UID:GID:PID", which would make
@@ -424,7 +442,7 @@ bool Server::receive_one(std::uint64_t now) {
     allocator_.on_message(peer_id, {frames[0].data<std::uint8_t>(), frames[0].size()}, now,
                           sender != nullptr ? &sender->principal : nullptr,
                           address != nullptr ? std::string_view(address) : std::string_view());
-    return true;
+    return 1;
   }
   ++allocator_.counters().control_requests;
   std::string reply;
@@ -445,7 +463,7 @@ bool Server::receive_one(std::uint64_t now) {
     reply = R"({"error":"too many flowtune-ctl requests; try again shortly","retry_ms":10})";
   }
   send(std::string(peer_id), reply.data(), reply.size(), kControlTag);
-  return true;
+  return 1;
 }
 
 std::string Server::control(std::string_view request, const KeyEntry* sender, std::uint64_t now) {
@@ -592,7 +610,7 @@ HaInfo Server::ha_info(std::uint64_t now) const {
 // speaks for each, so it must be allowed the hosts behind it. Source quotas
 // by address do not apply (every endpoint behind it shares the relay's);
 // quotas by host do.
-void Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool more, std::uint64_t now) {
+int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool more, std::uint64_t now) {
   auto drain = [&] {
     zmq::message_t part;
     while (more) {
@@ -600,39 +618,53 @@ void Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool
       more = part.more();
     }
   };
-  const KeyEntry* sender = nullptr;
+  // Relays are trusted with the address quotas of every endpoint behind
+  // them: only those the operator named (--relay-from) may send batches,
+  // and none with CURVE on (relays do not speak it yet).
+  std::string why;
   if (zap_) {
-    const char* key = zmq_msg_gets(tag.handle(), "User-Id");
-    sender = key != nullptr ? keys_.find(key) : nullptr;
-    if (sender == nullptr || (sender->roles & kRoleEndpoint) == 0) {
-      drain();
-      allocator_.on_unauthorized(relay, sender == nullptr ? "this connection's key is in no allow-list"
-                                                          : "a flowtune-ctl key cannot relay endpoints",
-                                 now);
-      return;
+    why = "relays do not speak CURVE yet; this allocator requires it";
+  } else if (tcp_) {
+    const char* address = zmq_msg_gets(tag.handle(), "Peer-Address");
+    if (address == nullptr || !relay_allowed(address)) {
+      why = std::string("relay batches from ") + (address != nullptr ? address : "?") +
+            " are refused: not in --relay-from";
     }
   }
+  if (!why.empty()) {
+    drain();
+    allocator_.on_unauthorized(relay, why, now);
+    return 1;
+  }
   ++allocator_.counters().relay_batches;
-  std::size_t pairs = 0;
+  int pairs = 0;
   while (more) {
     zmq::message_t route, body;
     recv_part(router_, route);
     more = route.more();
-    if (!more || ++pairs > wire::kMaxRelayBatch) {
+    if (!more || static_cast<std::size_t>(++pairs) > wire::kMaxRelayBatch) {
       drain();
-      allocator_.on_bad_frames(relay, 2 * pairs + 1, now);  // a route without its message, or too many
-      return;
+      allocator_.on_bad_frames(relay, 2 * static_cast<std::size_t>(pairs) + 1, now);  // a route without its message, or too many
+      return pairs;
     }
     recv_part(router_, body);
     more = body.more();
-    const std::string peer = wire::relayed_peer(relay, route.to_string_view());
-    if (peer.empty()) {
-      allocator_.on_bad_frames(relay, 2 * pairs + 1, now);
+    const std::string peer = wire::valid_route(route.to_string_view()) ? wire::relayed_peer(relay, route.to_string_view())
+                                                                        : std::string();
+    if (!wire::is_relayed_peer(peer)) {
+      allocator_.on_bad_frames(relay, 2 * static_cast<std::size_t>(pairs) + 1, now);
       continue;
     }
-    allocator_.on_message(peer, {body.data<std::uint8_t>(), body.size()}, now,
-                          sender != nullptr ? &sender->principal : nullptr, {});
+    allocator_.on_message(peer, {body.data<std::uint8_t>(), body.size()}, now, nullptr, {});
   }
+  return pairs;
+}
+
+bool Server::relay_allowed(std::string_view address) const {
+  for (const Cidr& c : relay_from_) {
+    if (c.contains(address)) return true;
+  }
+  return false;
 }
 
 void Server::flush() {

@@ -68,6 +68,7 @@ class Relay {
   // The batch going up: routes and messages, interleaved.
   std::vector<std::string> routes_;
   std::vector<zmq::message_t> bodies_;
+  std::size_t batch_bytes_ = 0;
   std::chrono::steady_clock::time_point first_at_;  // when the batch's first message came
   Counters counters_;
 };

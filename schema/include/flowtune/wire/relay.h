@@ -45,10 +45,22 @@ inline bool route_pop(std::string_view route, std::string_view* hop, std::string
   return true;
 }
 
-// The allocator's name for an endpoint behind relays: a peer key no
-// connection can have (ZeroMQ reserves routing ids that start with a zero
-// byte, and its own are 5 bytes), holding the route from the allocator's
-// socket: the relay's routing id, then the route it gave.
+// Every hop of `route` well formed (1-255 bytes), at least one.
+inline bool valid_route(std::string_view route) {
+  if (route.empty()) return false;
+  std::string_view hop, rest;
+  while (!route.empty()) {
+    if (!route_pop(route, &hop, &rest)) return false;
+    route = rest;
+  }
+  return true;
+}
+
+// The allocator's name for an endpoint behind relays: '\0R', the relay's
+// routing id, then the route it gave. ZeroMQ's own routing ids are 5 bytes
+// starting with a zero byte, and by its rules a chosen one does not start
+// with one; libzmq does not enforce that, so the allocator drops any
+// connection whose id has this shape.
 inline std::string relayed_peer(std::string_view relay_id, std::string_view route) {
   const std::string r = route_push(relay_id, route);
   return r.empty() ? std::string() : std::string("\0R", 2) + r;

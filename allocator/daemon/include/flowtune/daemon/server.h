@@ -24,6 +24,7 @@
 
 #include <zmq.hpp>
 
+#include "flowtune/common/ipv4.h"
 #include "flowtune/daemon/allocator.h"
 #include "flowtune/daemon/auth.h"
 #include "flowtune/daemon/control.h"
@@ -81,10 +82,14 @@ class Server {
     std::function<std::uint64_t()> new_epoch;  // for each takeover
   };
   void enable_standby(zmq::context_t& ctx, Standby s);
+  // Addresses flowtune-relay may send batches from (TCP; ipc listeners
+  // are local and take any). None: relays are refused.
+  void set_relay_from(std::vector<Cidr> nets) { relay_from_ = std::move(nets); }
   PairRole role() const { return allocator_.active() ? PairRole::kActive : PairRole::kStandby; }
 
  private:
-  bool receive_one(std::uint64_t now_us);
+  // Endpoint messages handled (a relay's batch counts each); 0: none waiting.
+  int receive_one(std::uint64_t now_us);
   // A flowtune-ctl request from `sender` (null: CURVE off).
   std::string control(std::string_view request, const KeyEntry* sender, std::uint64_t now_us);
   void enable_curve(zmq::context_t& ctx);
@@ -95,7 +100,9 @@ class Server {
   bool weigh_heap(std::uint64_t now_us, std::int64_t* gap);
   void read_monitor(std::uint64_t now_us);
   void standby_turn(std::uint64_t now_us);
-  void relay_batch(std::string_view relay, const zmq::message_t& tag, bool more, std::uint64_t now_us);
+  // A relay's batch; returns the endpoint messages it held.
+  int relay_batch(std::string_view relay, const zmq::message_t& tag, bool more, std::uint64_t now_us);
+  bool relay_allowed(std::string_view address) const;
   // What the turn owes the endpoints behind one relay (peers: full keys).
   struct RelayOut {
     std::vector<std::string> peers;
@@ -117,6 +124,7 @@ class Server {
   std::uint64_t next_probe_us_ = 0;
   std::uint64_t next_peer_warning_us_ = 0;
   std::unordered_map<std::string, RelayOut> relay_out_;  // by the relay's routing id
+  std::vector<Cidr> relay_from_;
   zmq::socket_t router_;
   std::string bound_;
   std::int64_t start_ns_;
