@@ -73,6 +73,7 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "proc_stats.h"
 #include "flowtune/common/curve.h"
 #include "flowtune/wire/codec.h"
 
@@ -169,15 +170,7 @@ class Daemon {
   }
   json status() { return ask("status").value(); }
   // User + system CPU seconds of the daemon so far.
-  double cpu_s() const {
-    std::ifstream f("/proc/" + std::to_string(pid_) + "/stat");
-    std::string tok;
-    double t = 0;
-    for (int i = 1; i <= 15 && f >> tok; ++i) {
-      if (i == 14 || i == 15) t += std::stod(tok);
-    }
-    return t / static_cast<double>(sysconf(_SC_CLK_TCK));
-  }
+  double cpu_s() const { return flowtune::bench::process_cpu_s(pid_); }
   // Resident memory, MB.
   double rss_mb() const {
     std::ifstream f("/proc/" + std::to_string(pid_) + "/status");

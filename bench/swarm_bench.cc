@@ -33,7 +33,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -47,6 +46,7 @@
 #include <zmq.hpp>
 
 #include "flowtune/wire/codec.h"
+#include "proc_stats.h"
 #include "../allocator/sim/workload.h"  // flow-size CDFs (bench/workload.h is another)
 
 extern char** environ;
@@ -79,15 +79,7 @@ class Child {
     ::kill(pid_, SIGTERM);
     ::waitpid(pid_, nullptr, 0);
   }
-  double cpu_s() const {
-    std::ifstream f("/proc/" + std::to_string(pid_) + "/stat");
-    std::string tok;
-    double t = 0;
-    for (int i = 1; i <= 15 && f >> tok; ++i) {
-      if (i == 14 || i == 15) t += std::stod(tok);
-    }
-    return t / static_cast<double>(sysconf(_SC_CLK_TCK));
-  }
+  double cpu_s() const { return flowtune::bench::process_cpu_s(pid_); }
 
  private:
   pid_t pid_ = -1;

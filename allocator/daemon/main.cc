@@ -312,6 +312,12 @@ std::string describe(const Options& o, const Network& n, const Allocator& a) {
     s += "; policy " + o.policy_file + ": " + std::to_string(c.policy.tenants.size()) +
          " tenants, " + std::to_string(c.policy.rules.size()) + " rules";
   }
+  if (!o.standby_of.empty()) {
+    s += "; standby pair with " + o.standby_of + " (probe " + std::to_string(o.probe_ms) + " ms, takeover " +
+         std::to_string(o.takeover_ms) + " ms)";
+  }
+  s += "; relays from " + (o.relay_from.empty() ? std::string("no address") :
+                           std::to_string(o.relay_from.size()) + " network(s)");
   return s;
 }
 
@@ -403,11 +409,8 @@ int run(const Options& o) {
     auth = "; authentication: CURVE, " + std::to_string(a.endpoint_keys) + " endpoint keys, " +
            std::to_string(a.reader_keys) + " ctl keys (" + std::to_string(a.admin_keys) + " admin)";
   }
-  const std::string pair = o.standby_of.empty() ? ""
-                           : "; standing by for " + o.standby_of + " (takeover after " +
-                                 std::to_string(o.takeover_ms) + " ms of silence)";
   log.write(LogLevel::kInfo, "listening on " + server.bound_endpoint() + "; epoch " +
-                                 std::to_string(allocator.epoch()) + "; " + summary + auth + pair);
+                                 std::to_string(allocator.epoch()) + "; " + summary + auth);
   if (!o.auth.enabled()) {
     for (const PolicyRule& r : allocator.config().policy.rules) {
       if (r.keys.empty()) continue;

@@ -131,21 +131,24 @@ bool near(std::uint64_t got, double want) {
   return static_cast<double>(got) > want * 0.97 && static_cast<double>(got) < want * 1.03;
 }
 
+ft_client* open_client(const std::string& allocator) {
+  ft_config cfg;
+  ft_config_init(&cfg);
+  cfg.allocator = allocator.c_str();
+  cfg.heartbeat_ms = 200;
+  cfg.min_flowlet_bytes = 10000;
+  cfg.log_level = 0;
+  ft_client* c = nullptr;
+  EXPECT_EQ(ft_client_open(&cfg, &c), FT_OK);
+  return c;
+}
+
 class RelayTest : public ::testing::Test {
  protected:
   void start_allocator(const char* gbps = "0.1") {
     daemon_.start(alloc_ep_, {"--host-gbps", gbps, "--lease-ms", "300", "--lease-refresh-ms", "100"});
   }
-  ft_client* open(const std::string& allocator) {
-    ft_config cfg;
-    ft_config_init(&cfg);
-    cfg.allocator = allocator.c_str();
-    cfg.heartbeat_ms = 200;
-    cfg.min_flowlet_bytes = 10000;
-    ft_client* c = nullptr;
-    EXPECT_EQ(ft_client_open(&cfg, &c), FT_OK);
-    return c;
-  }
+  ft_client* open(const std::string& allocator) { return open_client(allocator); }
   // n flowlets on c, each rated near `want` within the wait.
   bool all_near(ft_client* c, std::vector<std::unique_ptr<Conn>>& conns, double want, int ms = 5000) {
     return eventually([&] {
@@ -262,14 +265,8 @@ TEST(RelayTrust, BatchesFromAnAddressNotInRelayFromAreRefused) {
     const std::string relay_ep = unique_endpoint();
     RelayProcess relay;
     relay.start(relay_ep, alloc_ep);
-    ft_config cfg;
-    ft_config_init(&cfg);
-    cfg.allocator = relay_ep.c_str();
-    cfg.heartbeat_ms = 200;
-    cfg.min_flowlet_bytes = 10000;
-    cfg.log_level = 0;
-    ft_client* c = nullptr;
-    ASSERT_EQ(ft_client_open(&cfg, &c), FT_OK);
+    ft_client* c = open_client(relay_ep);
+    ASSERT_NE(c, nullptr);
     Conn k;
     ASSERT_EQ(ft_socket_register(c, k.send_fd), FT_OK);
     ASSERT_EQ(ft_flowlet_begin(c, k.send_fd, 1ull << 30, nullptr), FT_OK);
