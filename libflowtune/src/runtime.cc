@@ -748,9 +748,12 @@ void Runtime::rotate(std::uint64_t now) {
   next_move_us_ = now;
   if (++tried_in_round_ >= endpoints_.size()) {
     // A whole round without an answer (the standby has not taken over yet):
-    // the next waits, doubling up to a quarter heartbeat.
+    // the next waits, doubling up to a quarter heartbeat or 100 ms, the
+    // lesser: the endpoints reach the new active allocator within 100 ms
+    // of its takeover, and a refusal costs the standby a decode.
     tried_in_round_ = 0;
-    const std::uint64_t cap = std::max<std::uint64_t>(std::uint64_t{config_.heartbeat_ms} * 250, 10'000);
+    const std::uint64_t cap =
+        std::clamp<std::uint64_t>(std::uint64_t{config_.heartbeat_ms} * 250, 10'000, 100'000);
     round_backoff_us_ = std::min(cap, std::max<std::uint64_t>(2 * round_backoff_us_, 10'000));
     next_move_us_ = now + round_backoff_us_;
   }

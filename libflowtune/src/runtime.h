@@ -32,7 +32,7 @@
 // allocator whose connection lives). The Session then says hello and
 // resyncs to the next one at once, and ignores late messages of the one it
 // left (their epoch). After a round of the list without an answer the next
-// round waits, 10 ms doubling to a quarter heartbeat.
+// round waits, 10 ms doubling to a quarter heartbeat or 100 ms.
 #pragma once
 
 #include <sys/types.h>
