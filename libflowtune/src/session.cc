@@ -455,6 +455,10 @@ void Session::on_message(const wire::AllocatorMessage& m, std::uint64_t now_us) 
     if (link_ != LinkState::kNew) resync_after(now_us, /*backoff=*/true);
     return;
   }
+  // It serves now (a standby that took over while the runtime waited out a
+  // round's backoff, and acknowledged the hello sent again meanwhile):
+  // stay. A standby seen before must not move us off it.
+  standby_seen_ = false;
   if (epoch_ != 0 && m.epoch != epoch_) {
     // The allocator restarted: it holds nothing of ours.
     epoch_ = m.epoch;

@@ -862,6 +862,24 @@ TEST_F(FailoverTest, BackAtTheAllocatorLeftFirstItsAnswersCountAndTheStandbysDoN
   EXPECT_TRUE(s_->stats().connected);
 }
 
+// A standby answers, then takes over before the runtime has moved on (it
+// waits out a round's backoff) and acknowledges the hello sent again: the
+// session stays with it.
+TEST_F(FailoverTest, AStandbyThatTakesOverBeforeTheMoveIsKept) {
+  s_->on_begin(kSock, 1'000'000, {}, now_);
+  (void)said();
+  wire::AllocatorMessage standby = error(wire::ErrorCode::kStandby, 0);
+  standby.epoch = 77;
+  s_->on_message(standby, now_);
+  ASSERT_TRUE(s_->failover_due(now_));
+  now_ += Session::kMaxBackoffUs;  // the resync's backoff, whatever it drew
+  s_->on_timer(now_);
+  ASSERT_EQ(of<wire::Hello>(said()).size(), 1u);
+  s_->on_message(rates({}, 78), now_);  // active now, a new epoch: acknowledged
+  EXPECT_EQ(s_->link_state(), LinkState::kRegistered);
+  EXPECT_FALSE(s_->failover_due(now_));
+}
+
 TEST_F(FailoverTest, AHelloUnansweredForTwoHeartbeatsAsksToMoveOn) {
   s_->on_begin(kSock, 1'000'000, {}, now_);
   ASSERT_EQ(of<wire::Hello>(said()).size(), 1u);
