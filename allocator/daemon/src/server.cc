@@ -669,13 +669,13 @@ bool Server::relay_allowed(std::string_view address) const {
 
 void Server::flush() {
   for (Outgoing& o : allocator_.take_outbox()) {
-    const std::vector<std::uint8_t> bytes = wire::encode(o.message);
+    std::vector<std::uint8_t> bytes = wire::encode(o.message);
     std::string_view relay, route;
     if (wire::split_relayed_peer(o.peer, &relay, &route)) {
       // Batched per relay, sent below: one ZeroMQ message for many endpoints.
       RelayOut& out = relay_out_[std::string(relay)];
       out.peers.push_back(std::move(o.peer));
-      out.bytes.push_back(bytes);
+      out.bytes.push_back(std::move(bytes));
       continue;
     }
     if (!send(o.peer, bytes.data(), bytes.size(), nullptr)) allocator_.on_send_failed(o.peer);
