@@ -1,13 +1,14 @@
 // Measures the wall time of one NED + F-NORM iteration (rate update, price
 // update, normalization) on two-tier Clos networks with the paper's §5.2 sizes
 // (384 hosts / 3,072 flows up to 4,608 hosts / 49,152 flows), for the engine
-// in float and double, serial and on the TBB driver at 1..N threads, next to a
+// in float and double, serial and on the multi-core driver at 1..N threads, next to a
 // naive serial implementation (bench/naive_engine.h) on the same flows in the
 // same run. Counters: ns per flow, and core-cycles per flow = wall time x TSC
 // rate x threads / flows (TSC ticks at the nominal clock; turbo or throttling
 // shift it). bench/engine_table.py turns the JSON output into the docs table.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -28,6 +29,7 @@ using flowtune::alloc::BasicEngine;
 using flowtune::alloc::EngineConfig;
 using flowtune::alloc::FlowSpec;
 using flowtune::alloc::ParallelDriver;
+using flowtune::alloc::Schedule;
 using flowtune::alloc::Topology;
 using flowtune::alloc::TwoTierSpec;
 
@@ -69,7 +71,7 @@ void set_counters(benchmark::State& state, std::uint32_t flows, unsigned threads
 }
 
 // The engine and the naive baseline over the same flows; threads == 0 means
-// the serial engine (one block), otherwise blocks for the TBB driver.
+// the serial engine (one block), otherwise blocks for the multi-core driver.
 template <typename Real>
 std::unique_ptr<BasicEngine<Real>> make_engine(const Topology& t, const std::vector<FlowSpec>& specs,
                                                unsigned threads) {
@@ -146,12 +148,13 @@ double per_iteration_us(const benchmark::State& state, double total_s) {
   return total_s * 1e6 / (static_cast<double>(state.iterations()) * kAbBlock);
 }
 
-// One iteration of an engine: serial (threads 0) or on the TBB driver.
+// One iteration of an engine: serial (threads 0) or on the multi-core driver.
 class Stepper {
  public:
-  explicit Stepper(unsigned threads) {
-    if (threads > 0) driver_ = std::make_unique<ParallelDriver>(threads);
+  explicit Stepper(unsigned threads, Schedule schedule = Schedule::kPersistent) {
+    if (threads > 0) driver_ = std::make_unique<ParallelDriver>(threads, schedule);
   }
+  const ParallelDriver* driver() const { return driver_.get(); }
   template <typename Real>
   void operator()(BasicEngine<Real>& e) {
     if (driver_) {
@@ -191,6 +194,38 @@ void BM_EngineVsNaive(benchmark::State& state) {
   set_counters(state, flows, threads == 0 ? 1 : threads);
   state.counters["naive_us"] = per_iteration_us(state, naive_s);
   state.counters["speedup_vs_naive"] = naive_s / engine_s;
+}
+
+// The multi-core driver against the serial engine (one block, no threads),
+// interleaved A/B as above over the same flows: speedup_vs_serial > 1 means
+// the threads paid off at this size. Reported time = the driver's
+// iteration; solo_share = the share of its iterations the persistent
+// driver chose to run on one thread.
+template <Schedule kSchedule>
+void BM_ThreadsVsSerial(benchmark::State& state) {
+  auto hosts = static_cast<std::uint32_t>(state.range(0));
+  auto flows = static_cast<std::uint32_t>(state.range(1));
+  auto threads = static_cast<unsigned>(state.range(2));
+  Topology t = make_topology(hosts);
+  std::vector<FlowSpec> specs = flowtune::bench::random_host_pairs(t, flows, 42);
+  auto serial = make_engine<double>(t, specs, 0);
+  auto parallel = make_engine<double>(t, specs, threads);
+  Stepper one(0);
+  Stepper many(threads, kSchedule);
+  for (int i = 0; i < kWarmupIterations; ++i) {
+    one(*serial);
+    many(*parallel);
+  }
+  const std::uint64_t solo0 = many.driver()->solo_iterations();
+  const std::uint64_t it0 = parallel->iterations();
+  const auto [serial_s, parallel_s] =
+      interleave(state, [&] { one(*serial); }, [&] { many(*parallel); });
+  set_counters(state, flows, threads);
+  state.counters["serial_us"] = per_iteration_us(state, serial_s);
+  state.counters["speedup_vs_serial"] = serial_s / parallel_s;
+  state.counters["solo_share"] =
+      static_cast<double>(many.driver()->solo_iterations() - solo0) /
+      static_cast<double>(std::max<std::uint64_t>(1, parallel->iterations() - it0));
 }
 
 // Policy cost, interleaved A/B as above: the all-default engine against one
@@ -295,12 +330,28 @@ void ab_args(benchmark::internal::Benchmark* b) {
   b->MinTime(0.05);
 }
 
+// Driver thread counts 1..N (the serial engine is the A side).
+void threads_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hosts", "flows", "threads"});
+  for (auto [hosts, flows] : kSizes) {
+    for (auto th : thread_counts()) {
+      if (th > 0) b->Args({hosts, flows, th});
+    }
+  }
+  b->UseManualTime();
+  b->MinTime(0.05);
+}
+
 BENCHMARK(BM_Naive)->Apply(naive_args);
 BENCHMARK(BM_EngineVsNaive<float>)->Name("BM_EngineVsNaive/float")->Apply(ab_args);
 BENCHMARK(BM_EngineVsNaive<double>)->Name("BM_EngineVsNaive/double")->Apply(ab_args);
 BENCHMARK(BM_Engine<float>)->Name("BM_Ned_Iteration/float")->Apply(engine_args);
 BENCHMARK(BM_Engine<double>)->Name("BM_Ned_Iteration/double")->Apply(engine_args);
 BENCHMARK(BM_PolicyVsDefault)->Apply(ab_args);
+BENCHMARK(BM_ThreadsVsSerial<Schedule::kTbb>)->Name("BM_ThreadsVsSerial/tbb")->Apply(threads_args);
+BENCHMARK(BM_ThreadsVsSerial<Schedule::kPersistent>)
+    ->Name("BM_ThreadsVsSerial/persistent")
+    ->Apply(threads_args);
 BENCHMARK(BM_CoflowPlanVsIteration)->Apply([](benchmark::internal::Benchmark* b) {
   b->ArgNames({"hosts", "flows"});
   for (auto [hosts, flows] : kSizes) b->Args({hosts, flows});

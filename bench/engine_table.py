@@ -3,8 +3,9 @@
 markdown table in docs/engine.md: time per NED + F-NORM iteration, ns and
 core-cycles per flow, and the speed-up over the naive baseline. Prefers the
 interleaved A/B benchmark (BM_EngineVsNaive) when the run has it, else pairs
-the sequential BM_Naive and BM_Ned_Iteration rows. Uses the median
-aggregate when the run had repetitions."""
+the sequential BM_Naive and BM_Ned_Iteration rows; and the multi-core
+driver against the serial engine (BM_ThreadsVsSerial) when the run has it.
+Uses the median aggregate when the run had repetitions."""
 import json
 import re
 import sys
@@ -30,6 +31,9 @@ def load(path):
             "cycles": b.get("core_cycles_per_flow"),
             "naive_us": b.get("naive_us"),
             "speedup": b.get("speedup_vs_naive"),
+            "serial_us": b.get("serial_us"),
+            "speedup_serial": b.get("speedup_vs_serial"),
+            "solo_share": b.get("solo_share"),
         }
     return data.get("context", {}), rows
 
@@ -47,9 +51,26 @@ def ab_table(ctx, rows):
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for (k, h, f, t) in sorted(ab, key=lambda k: (k[1], k[2], k[0], k[3])):
         r = ab[(k, h, f, t)]
-        tlabel = "serial" if t == 0 else f"TBB {t}"
+        tlabel = "serial" if t == 0 else f"{t} threads"
         print(f"| {h} | {f} | {k.split('/')[1]} | {tlabel} | {r['us']:.1f} | {r['naive_us']:.1f} | "
               f"{r['speedup']:.2f}× | {r['ns_per_flow']:.2f} | {r['cycles']:.1f} |")
+    return True
+
+
+def threads_table(rows):
+    """The multi-core driver against the serial engine, interleaved in the
+    same run (BM_ThreadsVsSerial/<schedule>): speed-up > 1 means the threads
+    paid off."""
+    tv = {k: r for k, r in rows.items() if k[0].startswith("BM_ThreadsVsSerial/")}
+    if not tv:
+        return False
+    print("\n| hosts | flows | schedule | threads | driver µs / iteration | serial µs (same run) "
+          "| speed-up vs serial | iterations run solo |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|")
+    for (k, h, f, t) in sorted(tv, key=lambda k: (k[1], k[2], k[0], k[3])):
+        r = tv[(k, h, f, t)]
+        print(f"| {h} | {f} | {k.split('/')[1]} | {t} | {r['us']:.1f} | {r['serial_us']:.1f} | "
+              f"{r['speedup_serial']:.2f}× | {100 * r['solo_share']:.0f}% |")
     return True
 
 
@@ -57,7 +78,9 @@ def main():
     if len(sys.argv) != 2:
         sys.exit("usage: engine_table.py RESULTS.json")
     ctx, rows = load(sys.argv[1])
-    if ab_table(ctx, rows):
+    printed = ab_table(ctx, rows)
+    printed = threads_table(rows) or printed
+    if printed:
         return
     naive = {(h, f): r["us"] for (k, h, f, t), r in rows.items() if k == "BM_Naive"}
     print(f"Machine: {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz (TSC); "
@@ -76,7 +99,7 @@ def main():
         for k in sorted(variants):
             for t, r in sorted(variants[k]):
                 label = k.replace("BM_Ned_Iteration/", "engine ")
-                tlabel = "serial" if t == 0 else f"TBB {t}"
+                tlabel = "serial" if t == 0 else f"{t} threads"
                 print(f"| {h} | {f} | {label} | {tlabel} | {r['us']:.1f} | {r['ns_per_flow']:.2f} | "
                       f"{r['cycles']:.1f} | {naive[(h, f)] / r['us']:.2f} |")
 

@@ -2,7 +2,7 @@
 # The quick start's test command: builds and runs every test, first in the
 # release build, then under AddressSanitizer + UndefinedBehaviorSanitizer, then
 # with clang + libFuzzer (ASan + UBSan, short fuzzing runs), then the endpoint
-# library's tests under ThreadSanitizer.
+# library's tests and the engine's persistent team under ThreadSanitizer.
 #   scripts/test.sh            release + asan + fuzz + tsan
 #   scripts/test.sh release    one preset only (release, asan, fuzz, tsan, debug)
 set -euo pipefail
@@ -12,12 +12,14 @@ presets=("$@")
 for preset in "${presets[@]}"; do
   echo "==> building and testing preset '$preset'"
   if [ "$preset" = tsan ]; then
-    # Only the libflowtune suites (application threads + runtime thread):
-    # Debian's oneTBB is not instrumented, so the TBB driver's tests would
-    # report false races here.
-    echo "tsan: running the libflowtune tests only (oneTBB is not TSan-instrumented)"
-    "$top/scripts/build.sh" tsan session_test client_test pacing_test flowtune-allocator
+    # The libflowtune suites (application threads + runtime thread) and the
+    # engine's persistent worker team: Debian's oneTBB is not instrumented,
+    # so the TBB driver's tests would report false races here.
+    echo "tsan: libflowtune and the persistent engine team only (oneTBB is not TSan-instrumented)"
+    "$top/scripts/build.sh" tsan session_test client_test pacing_test flowtune-allocator \
+      alloc_parallel_test
     ctest --test-dir "$top/build/tsan" --output-on-failure -j "$(nproc)" --timeout 600 -L libflowtune
+    ctest --test-dir "$top/build/tsan" --output-on-failure --timeout 600 -R '[Pp]ersistent'
     continue
   fi
   "$top/scripts/build.sh" "$preset"

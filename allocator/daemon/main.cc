@@ -47,7 +47,10 @@ network:
   --spare-hosts N            without --topology: slots for added hosts (default 1024)
 
 engine:
-  --threads N                engine threads; > 1 iterates on TBB (default 1)
+  --threads N                engine threads (default 1)
+  --schedule persistent|tbb  with --threads > 1: a persistent team of threads
+                             that runs small engines on one thread while that is
+                             faster (default), or oneTBB's task pool
   --gamma G                  NED step size, (0, 1] (default 0.4)
   --norm fnorm|unorm|none    normalizer (default fnorm)
   --threshold T              send a rate only when it moved by more than T
@@ -186,6 +189,11 @@ Options parse(int argc, char** argv) {
     else if (args.is("--spare-hosts")) o.spare_hosts = static_cast<std::uint32_t>(args.count(1u << 24));
     else if (args.is("--unknown-hosts")) o.unknown_hosts = args.value();
     else if (args.is("--threads")) o.alloc.threads = static_cast<unsigned>(args.count(256));
+    else if (args.is("--schedule")) {
+      o.alloc.schedule = args.choice<flowtune::alloc::Schedule>(
+          {{"persistent", flowtune::alloc::Schedule::kPersistent},
+           {"tbb", flowtune::alloc::Schedule::kTbb}});
+    }
     else if (args.is("--gamma")) o.alloc.engine.gamma = args.number(0, 1);
     else if (args.is("--norm")) {
       o.alloc.engine.normalizer = args.choice<Normalizer>(
@@ -298,7 +306,10 @@ std::string describe(const Options& o, const Network& n, const Allocator& a) {
                                : " from " + o.topology_file;
   s += "; engine: NED gamma " + std::to_string(o.alloc.engine.gamma) + ", " +
        flowtune::alloc::to_string(o.alloc.engine.normalizer) + ", " +
-       std::to_string(o.alloc.threads) + " thread(s), " + a.engine().kernel_name() + " kernels";
+       std::to_string(o.alloc.threads) + " thread(s)" +
+       (o.alloc.threads > 1 ? std::string(" (") + flowtune::alloc::to_string(o.alloc.schedule) + ")"
+                            : std::string()) +
+       ", " + a.engine().kernel_name() + " kernels";
   s += "; threshold " + std::to_string(o.alloc.threshold) + ", headroom " +
        std::to_string(o.alloc.headroom) + "; unknown hosts: " + o.unknown_hosts;
   const AllocatorConfig& c = a.config();

@@ -65,7 +65,7 @@ solve options:
   --gamma G                  NED step size, (0, 1] (default 0.4)
   --step S                   Gradient step, price per Gbit/s (default 0.002)
   --alpha A                  alpha-fair utility, 0.1-10; 1 = weighted log (default 1)
-  --threads N                use the TBB-parallel driver with N threads (default: serial)
+  --threads N                use the multi-core driver with N threads (default: serial)
   --table                    print a human-readable table instead of JSON
   -h, --help                 show this help
 

@@ -26,7 +26,7 @@ struct SolveOptions {
   // Run exactly this many iterations; unset = until converged (or max_iterations).
   std::optional<std::uint64_t> iterations;
   std::uint64_t max_iterations = 100000;
-  // 0 = serial engine; otherwise the TBB driver with this many threads.
+  // 0 = serial engine; otherwise the multi-core driver with this many threads.
   unsigned threads = 0;
 };
 

@@ -74,7 +74,9 @@ Allocator::Allocator(Network network, const AllocatorConfig& config, std::uint64
   } catch (const std::invalid_argument& e) {
     throw ConfigError(std::string("engine: ") + e.what());
   }
-  if (config_.threads > 1) driver_ = std::make_unique<alloc::ParallelDriver>(config_.threads);
+  if (config_.threads > 1) {
+    driver_ = std::make_unique<alloc::ParallelDriver>(config_.threads, config_.schedule);
+  }
   strangers_ = TokenBucket(config_.max_messages_per_sec, 0);
   // Every host id there can be: an explicit topology's hosts are not its
   // topology's (links only); a big switch's slots include the spare ones.

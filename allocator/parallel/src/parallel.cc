@@ -1,29 +1,122 @@
 #include "flowtune/alloc/parallel.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <thread>
+#include <vector>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_reduce.h>
 #include <tbb/task_arena.h>
 
+#include "worker_team.h"
+
 namespace flowtune::alloc {
 
-struct ParallelDriver::Impl {
-  explicit Impl(unsigned n) : threads(n), arena(static_cast<int>(n)) {}
-  unsigned threads;
-  tbb::task_arena arena;
+const char* to_string(Schedule s) {
+  switch (s) {
+    case Schedule::kTbb: return "tbb";
+    case Schedule::kPersistent: return "persistent";
+  }
+  return "?";
+}
+
+namespace {
+
+// Chooses between running an iteration on the team and on the calling
+// thread alone, by timing both at the start, again every kPeriod
+// iterations, and whenever the engine's flow count has halved or doubled
+// since (the crossover is a matter of size). A trial alternates runs of
+// kRun iterations each way, kRuns times: alternating so both ways see the
+// same machine state (it drifts on a shared host), in runs because the
+// first iteration after a switch pays for it (blocks' data moving between
+// cores, helpers waking) and is not counted. Each way is judged by the
+// median of its counted iterations (a preempted one does not decide).
+// Trials cost at most kRun·kRuns / kPeriod of the iterations run the
+// slower way.
+class SoloOrTeam {
+ public:
+  static constexpr std::size_t kRun = 4;
+  static constexpr std::size_t kRuns = 3;
+  static constexpr std::uint64_t kPeriod = 1024;
+
+  // Whether the next iteration runs solo.
+  bool next_solo(std::size_t flows) {
+    if (!trying_ && (since_ >= kPeriod || flows > 2 * flows_ || 2 * flows < flows_)) {
+      trying_ = true;
+      team_.clear();
+      solo_.clear();
+    }
+    if (!trying_) return chose_solo_;
+    return (step_ / kRun) % 2 == 1;
+  }
+  // Records how long the iteration next_solo() chose took.
+  void ran(bool solo, double seconds, std::size_t flows) {
+    ++since_;
+    if (!trying_) return;
+    if (step_ % kRun != 0) (solo ? solo_ : team_).push_back(seconds);
+    if (++step_ < 2 * kRun * kRuns) return;
+    chose_solo_ = median(solo_) < median(team_);
+    trying_ = false;
+    step_ = 0;
+    since_ = 0;
+    flows_ = flows;
+  }
+
+ private:
+  static double median(std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t mid = v.size() / 2;
+    return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
+  }
+
+  bool trying_ = true;
+  bool chose_solo_ = false;
+  std::size_t step_ = 0;     // iterations into the current trial
+  std::uint64_t since_ = 0;  // iterations since the last decision
+  std::size_t flows_ = 0;    // the engine's flows when it was made
+  std::vector<double> team_, solo_;
 };
 
-ParallelDriver::ParallelDriver(unsigned threads) {
+}  // namespace
+
+struct ParallelDriver::Impl {
+  Impl(unsigned n, Schedule s) : threads(n), schedule(s) {
+    if (s == Schedule::kTbb) {
+      arena = std::make_unique<tbb::task_arena>(static_cast<int>(n));
+    } else {
+      team = std::make_unique<detail::WorkerTeam>(n);
+      partials.resize(n);
+    }
+  }
+  unsigned threads;
+  Schedule schedule;
+  std::unique_ptr<tbb::task_arena> arena;
+  std::unique_ptr<detail::WorkerTeam> team;
+  // One link-step result per thread, a cache line each (written by its
+  // thread, read by thread 0 after the barrier).
+  struct alignas(64) Partial {
+    double max_residual, max_raw_utilization, max_ratio;
+  };
+  std::vector<Partial> partials;
+  SoloOrTeam chooser;
+  std::uint64_t solo_iterations = 0;
+};
+
+ParallelDriver::ParallelDriver(unsigned threads, Schedule schedule) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  impl_ = std::make_unique<Impl>(threads);
+  impl_ = std::make_unique<Impl>(threads, schedule);
 }
 
 ParallelDriver::~ParallelDriver() = default;
 
 unsigned ParallelDriver::threads() const { return impl_->threads; }
+
+Schedule ParallelDriver::schedule() const { return impl_->schedule; }
+
+std::uint64_t ParallelDriver::solo_iterations() const { return impl_->solo_iterations; }
 
 std::uint32_t ParallelDriver::blocks_for_threads(unsigned threads) {
   auto b = static_cast<std::uint32_t>(std::ceil(std::sqrt(static_cast<double>(threads))));
@@ -32,9 +125,18 @@ std::uint32_t ParallelDriver::blocks_for_threads(unsigned threads) {
 
 template <typename Real>
 void ParallelDriver::iterate(BasicEngine<Real>& e) {
+  if (impl_->schedule == Schedule::kTbb) {
+    iterate_tbb(e);
+  } else {
+    iterate_persistent(e);
+  }
+}
+
+template <typename Real>
+void ParallelDriver::iterate_tbb(BasicEngine<Real>& e) {
   using Partial = typename BasicEngine<Real>::LinkPartial;
   e.prepare();
-  impl_->arena.execute([&] {
+  impl_->arena->execute([&] {
     const std::size_t nb = e.num_blocks();
     tbb::parallel_for(
         tbb::blocked_range<std::size_t>(0, nb, 1),
@@ -59,6 +161,59 @@ void ParallelDriver::iterate(BasicEngine<Real>& e) {
         },
         tbb::simple_partitioner());
   });
+}
+
+template <typename Real>
+void ParallelDriver::iterate_persistent(BasicEngine<Real>& e) {
+  if (impl_->threads == 1) {
+    e.iterate();
+    ++impl_->solo_iterations;
+    return;
+  }
+  SoloOrTeam& chooser = impl_->chooser;
+  const std::size_t flows = e.num_flows();
+  const bool solo = chooser.next_solo(flows);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (solo) {
+    e.iterate();
+    ++impl_->solo_iterations;
+  } else {
+    iterate_team(e);
+  }
+  const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+  chooser.ran(solo, dt.count(), flows);
+}
+
+// Thread t takes blocks t, t + T, ... and the t-th of T equal link ranges.
+// Thread 0 combines the link partials in thread order (a fixed order, so
+// the statistics do not depend on timing) and publishes them before any
+// block is normalized (U-NORM reads the global ratio).
+template <typename Real>
+void ParallelDriver::iterate_team(BasicEngine<Real>& e) {
+  using Partial = typename BasicEngine<Real>::LinkPartial;
+  e.prepare();
+  detail::WorkerTeam& team = *impl_->team;
+  auto& partials = impl_->partials;
+  const unsigned nt = team.threads();
+  const std::size_t nb = e.num_blocks();
+  const std::size_t nl = e.num_links();
+  auto job = [&](unsigned t) {
+    for (std::size_t b = t; b < nb; b += nt) e.rate_pass(b);
+    team.barrier();
+    const Partial p = e.update_links(nl * t / nt, nl * (t + 1) / nt);
+    partials[t] = {p.max_residual, p.max_raw_utilization, p.max_ratio};
+    team.barrier();
+    if (t == 0) {
+      Partial all;
+      for (const auto& q : partials) {
+        all = BasicEngine<Real>::combine(all, {q.max_residual, q.max_raw_utilization, q.max_ratio});
+      }
+      e.finish_links(all);
+    }
+    team.barrier();
+    for (std::size_t b = t; b < nb; b += nt) e.normalize_pass(b);
+  };
+  team.run(job);
 }
 
 template <typename Real>

@@ -154,6 +154,30 @@ TEST_F(AllocatorTest, FlowsIntoOneHostSplitItsDownlinkEvenly) {
   EXPECT_NEAR(static_cast<double>(rates.at({"c", 2})), 3 * c / 4, c * 0.01);
 }
 
+// The loop's engine on two threads, on either schedule, gives the rates
+// the single-threaded one does (the persistent team also runs some
+// iterations on the loop thread alone: both ways are exercised here).
+TEST_F(AllocatorTest, TwoEngineThreadsGiveTheSameRatesOnEitherSchedule) {
+  for (alloc::Schedule schedule : {alloc::Schedule::kPersistent, alloc::Schedule::kTbb}) {
+    SCOPED_TRACE(alloc::to_string(schedule));
+    AllocatorConfig c = config();
+    c.threads = 2;
+    c.schedule = schedule;
+    make(c);
+    hello("a", "ep-a", "h0");
+    hello("b", "ep-b", "h1");
+    hello("c", "ep-c", "h2");
+    send("a", {start_of(1, 0, 3)});
+    send("b", {start_of(1, 1, 3)});
+    send("c", {start_of(1, 2, 3), start_of(2, 2, 4)});
+    const auto rates = last_rates(settle());
+    const double s = share(1);  // as in FlowsIntoOneHostSplitItsDownlinkEvenly
+    EXPECT_NEAR(static_cast<double>(rates.at({"a", 1})), 3 * s / 8, s * 0.01);
+    EXPECT_NEAR(static_cast<double>(rates.at({"c", 1})), s / 4, s * 0.01);
+    EXPECT_NEAR(static_cast<double>(rates.at({"c", 2})), 3 * s / 4, s * 0.01);
+  }
+}
+
 TEST_F(AllocatorTest, EndFreesCapacityForTheOthers) {
   hello("a", "ep-a", "h0");
   hello("b", "ep-b", "h1");

@@ -303,6 +303,15 @@ TEST(AllocatorCli, HelpAndConfigErrors) {
   r = run(bin + " --threads");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("missing value"), std::string::npos) << r.output;
+  r = run(bin + " --schedule sometimes");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--schedule expects persistent or tbb"), std::string::npos) << r.output;
+  for (const char* schedule : {"persistent", "tbb"}) {
+    r = run(bin + " --hosts 4 --threads 2 --schedule " + schedule + " --check-config");
+    EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find(std::string("2 thread(s) (") + schedule + ")"), std::string::npos)
+        << r.output;
+  }
   r = run(bin + " --norm sometimes");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("--norm expects"), std::string::npos) << r.output;

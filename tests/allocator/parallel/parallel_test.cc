@@ -1,4 +1,5 @@
-// Differential test of the TBB driver (paper §4) against the serial engine.
+// Differential test of the multi-core driver (paper §4, TBB and persistent
+// schedules) against the serial engine.
 // The same random flow churn on a two-tier network is applied to three
 // engines: one run by ParallelDriver with B blocks per side, one run by
 // BasicEngine::iterate() with the same B, and one serial engine with B = 1.
@@ -15,11 +16,13 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "flowtune/alloc/engine.h"
@@ -165,13 +168,16 @@ void churn(const Topology& t, std::uint64_t seed, int initial_flows, int iterati
   }
 }
 
-TEST(ParallelDriver, MatchesSerialEngineBitForBitAndSingleBlockToRounding) {
+class ParallelDriverSchedule : public ::testing::TestWithParam<Schedule> {};
+
+TEST_P(ParallelDriverSchedule, MatchesSerialEngineBitForBitAndSingleBlockToRounding) {
   const Topology t = two_tier_8x8x4();
   for (std::uint32_t blocks = 1; blocks <= 4; ++blocks) {
     for (unsigned threads = 1; threads <= 4; ++threads) {
       SCOPED_TRACE("blocks " + std::to_string(blocks) + " threads " + std::to_string(threads));
-      ParallelDriver driver(threads);
+      ParallelDriver driver(threads, GetParam());
       ASSERT_EQ(driver.threads(), threads);
+      ASSERT_EQ(driver.schedule(), GetParam());
       // Alternate normalizers: U-NORM depends on the global max ratio that
       // finish_links() publishes, F-NORM on per-link ratios.
       const Normalizer norm = (blocks + threads) % 2 ? Normalizer::kUNorm : Normalizer::kFNorm;
@@ -183,6 +189,12 @@ TEST(ParallelDriver, MatchesSerialEngineBitForBitAndSingleBlockToRounding) {
         expect_identical(par, ser);
         expect_close(par, one, 1e-9);
       });
+      // The persistent driver ran iterations both ways (it times both at the
+      // start), and both matched the serial engine above.
+      if (GetParam() == Schedule::kPersistent && threads > 1) {
+        EXPECT_GT(driver.solo_iterations(), 0u);
+        EXPECT_LT(driver.solo_iterations(), par.engine->iterations());
+      }
       // The flows really were spread over the blocks.
       std::size_t nonempty = 0;
       for (std::size_t b = 0; b < par.engine->num_blocks(); ++b) {
@@ -193,11 +205,11 @@ TEST(ParallelDriver, MatchesSerialEngineBitForBitAndSingleBlockToRounding) {
   }
 }
 
-TEST(ParallelDriver, FloatEngineMatchesSerialBitForBit) {
+TEST_P(ParallelDriverSchedule, FloatEngineMatchesSerialBitForBit) {
   const Topology t = two_tier_8x8x4();
   for (std::uint32_t blocks : {2u, 3u}) {
     SCOPED_TRACE("blocks " + std::to_string(blocks));
-    ParallelDriver driver(4);
+    ParallelDriver driver(4, GetParam());
     Subject<float> par = make<float>(t, blocks);
     Subject<float> ser = make<float>(t, blocks);
     churn<float>(t, 77 + blocks, 400, 20, driver, par, ser, {},
@@ -205,7 +217,7 @@ TEST(ParallelDriver, FloatEngineMatchesSerialBitForBit) {
   }
 }
 
-TEST(ParallelDriver, SolveStopsAtTheSameIterationAsSerialSolve) {
+TEST_P(ParallelDriverSchedule, SolveStopsAtTheSameIterationAsSerialSolve) {
   const Topology t = two_tier_8x8x4();
   Rng rng(99);
   EngineConfig cfg;
@@ -219,7 +231,7 @@ TEST(ParallelDriver, SolveStopsAtTheSameIterationAsSerialSolve) {
     ids.push_back(par.add_flow(f));
     ASSERT_EQ(ser.add_flow(f), ids.back());
   }
-  ParallelDriver driver(3);
+  ParallelDriver driver(3, GetParam());
   const std::uint64_t n = driver.solve(par, 100000);
   EXPECT_EQ(ser.solve(100000), n);
   EXPECT_TRUE(par.stats().converged);
@@ -232,6 +244,36 @@ TEST(ParallelDriver, SolveStopsAtTheSameIterationAsSerialSolve) {
   EXPECT_EQ(driver.solve(fresh, 3), 3u);
   EXPECT_EQ(fresh.iterations(), 3u);
 }
+
+// The persistent team's helpers sleep once idle longer than their spin
+// budget: iterations spaced past it must still run every step on every
+// thread (a lost wake-up would hang here), and many drivers come and go.
+TEST(ParallelDriver, PersistentTeamWakesFromSleepAndShutsDown) {
+  const Topology t = two_tier_8x8x4();
+  for (unsigned threads : {2u, 3u}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    ParallelDriver driver(threads, Schedule::kPersistent);
+    Subject<double> par = make<double>(t, 2);
+    Subject<double> ser = make<double>(t, 2);
+    Rng rng(5 + threads);
+    for (int i = 0; i < 200; ++i) {
+      FlowSpec f = random_flow(t, rng);
+      add(par, f);
+      add(ser, f);
+    }
+    for (int it = 0; it < 6; ++it) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(it % 2 ? 5 : 0));
+      driver.iterate(*par.engine);
+      ser.engine->iterate();
+      expect_identical(par, ser);
+    }
+  }
+  for (int i = 0; i < 50; ++i) ParallelDriver(2, Schedule::kPersistent);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, ParallelDriverSchedule,
+                         ::testing::Values(Schedule::kTbb, Schedule::kPersistent),
+                         [](const auto& p) { return std::string(to_string(p.param)); });
 
 TEST(ParallelDriver, BlocksForThreadsGivesEveryThreadABlock) {
   // B blocks per side make B*B FlowBlocks: the smallest B with B*B >= threads.

@@ -48,7 +48,8 @@ enum class UnknownHosts { kReject, kAdd };
 
 struct AllocatorConfig {
   alloc::EngineConfig engine;  // gamma, normalizer, tolerance
-  unsigned threads = 1;        // > 1: TBB-parallel iterations
+  unsigned threads = 1;        // > 1: multi-core iterations (allocator/parallel)
+  alloc::Schedule schedule = alloc::Schedule::kPersistent;  // how, with threads > 1
   // Updates go out only when a rate moved by more than this fraction (paper
   // §5.3.2), and every link is scaled by (1 - threshold) so the stale rates it
   // leaves at endpoints cannot add up past capacity (flowtune/common/rules.h,

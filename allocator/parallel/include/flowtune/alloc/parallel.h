@@ -1,5 +1,5 @@
-// Multi-core driver for the engine (paper §4) on oneTBB. Each iteration runs
-// three parallel steps over the engine's own step functions:
+// Multi-core driver for the engine (paper §4). Each iteration runs three
+// parallel steps over the engine's own step functions:
 //   1. rate pass per FlowBlock (each writes only its private LinkBlock copies),
 //   2. aggregation + price update over disjoint ranges of global links,
 //   3. price/ratio redistribution + normalization per FlowBlock.
@@ -7,6 +7,16 @@
 // to step 2: every global link is summed by exactly one task, reading each
 // block's copy once, in block order. Results are therefore bit-identical to
 // BasicEngine::iterate() for the same block count.
+//
+// Two ways to run the steps (Schedule): on oneTBB, three fork-joins of its
+// task pool per iteration; or on a persistent team of threads that meet at
+// a spin-then-futex barrier between steps, each taking a fixed share of
+// blocks and links (no task scheduling; docs/engine.md compares the two).
+// Below some size the threads cost more in cache lines passed between cores
+// than they save (the crossover depends on the machine: ~6k flows on 2
+// cores here), so the persistent driver times both ways now and then and
+// runs every step on the calling thread while that is faster. Both ways
+// compute the same bits (blocks are summed in block order either way).
 #pragma once
 
 #include <cstdint>
@@ -16,15 +26,21 @@
 
 namespace flowtune::alloc {
 
+enum class Schedule { kTbb, kPersistent };
+const char* to_string(Schedule s);
+
 class ParallelDriver {
  public:
   // threads == 0: one per available core.
-  explicit ParallelDriver(unsigned threads = 0);
+  explicit ParallelDriver(unsigned threads = 0, Schedule schedule = Schedule::kPersistent);
   ~ParallelDriver();
   ParallelDriver(const ParallelDriver&) = delete;
   ParallelDriver& operator=(const ParallelDriver&) = delete;
 
   unsigned threads() const;
+  Schedule schedule() const;
+  // Iterations the persistent driver ran on the calling thread alone.
+  std::uint64_t solo_iterations() const;
 
   template <typename Real>
   void iterate(BasicEngine<Real>& engine);
@@ -36,6 +52,13 @@ class ParallelDriver {
   static std::uint32_t blocks_for_threads(unsigned threads);
 
  private:
+  template <typename Real>
+  void iterate_tbb(BasicEngine<Real>& engine);
+  template <typename Real>
+  void iterate_persistent(BasicEngine<Real>& engine);
+  template <typename Real>
+  void iterate_team(BasicEngine<Real>& engine);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
