@@ -1,7 +1,9 @@
 // libFuzzer differential target: arbitrary bytes drive a sequence of flow
 // arrivals, departures and iterations on a small two-tier network, applied to
 // two engines with the same block count, one iterated by BasicEngine (serial)
-// and one by the TBB ParallelDriver. Checked after every iteration:
+// and one by the multi-core ParallelDriver on a schedule the input picks (TBB,
+// or the persistent team, which also runs some iterations alone). Checked
+// after every iteration:
 //   - both engines give bit-identical rates and prices (same block order);
 //   - every rate is finite and within the flow's cap and its path capacity;
 //   - F-NORM keeps every link within capacity.
@@ -52,9 +54,10 @@ const Topology& topology() {
   return t;
 }
 
-ParallelDriver& driver() {
-  static ParallelDriver d(2);
-  return d;
+ParallelDriver& driver(bool persistent) {
+  static ParallelDriver tbb(2, Schedule::kTbb);
+  static ParallelDriver team(2, Schedule::kPersistent);
+  return persistent ? team : tbb;
 }
 
 void compare(const Engine& serial, const Engine& parallel, const std::vector<FlowId>& ids,
@@ -84,6 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   cfg.blocks = 1 + in.u8() % 3;
   cfg.algorithm = in.u8() % 4 == 0 ? Algorithm::kGradient : Algorithm::kNed;
   cfg.normalizer = Normalizer::kFNorm;
+  const bool persistent = in.u8() % 2 == 1;
   Engine serial(t.capacities_bps(), t.num_sites(), cfg);
   Engine parallel(t.capacities_bps(), t.num_sites(), cfg);
   std::vector<FlowId> ids;
@@ -113,7 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       int n = 1 + in.u8() % 8;
       for (int k = 0; k < n; ++k) {
         serial.iterate();
-        driver().iterate(parallel);
+        driver(persistent).iterate(parallel);
       }
       compare(serial, parallel, ids, caps);
     }
