@@ -48,9 +48,11 @@ network:
 
 engine:
   --threads N                engine threads (default 1)
-  --schedule persistent|tbb  with --threads > 1: a persistent team of threads
+  --schedule persistent|team|tbb
+                             with --threads > 1: a persistent team of threads
                              that runs small engines on one thread while that is
-                             faster (default), or oneTBB's task pool
+                             faster (default), the team always, or oneTBB's
+                             task pool
   --gamma G                  NED step size, (0, 1] (default 0.4)
   --norm fnorm|unorm|none    normalizer (default fnorm)
   --threshold T              send a rate only when it moved by more than T
@@ -192,6 +194,7 @@ Options parse(int argc, char** argv) {
     else if (args.is("--schedule")) {
       o.alloc.schedule = args.choice<flowtune::alloc::Schedule>(
           {{"persistent", flowtune::alloc::Schedule::kPersistent},
+           {"team", flowtune::alloc::Schedule::kTeam},
            {"tbb", flowtune::alloc::Schedule::kTbb}});
     }
     else if (args.is("--gamma")) o.alloc.engine.gamma = args.number(0, 1);

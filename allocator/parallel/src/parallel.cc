@@ -19,6 +19,7 @@ const char* to_string(Schedule s) {
   switch (s) {
     case Schedule::kTbb: return "tbb";
     case Schedule::kPersistent: return "persistent";
+    case Schedule::kTeam: return "team";
   }
   return "?";
 }
@@ -27,24 +28,31 @@ namespace {
 
 // Chooses between running an iteration on the team and on the calling
 // thread alone, by timing both at the start, again every kPeriod
-// iterations, and whenever the engine's flow count has halved or doubled
-// since (the crossover is a matter of size). A trial alternates runs of
+// iterations, and when the engine's flow count has halved or doubled since
+// (the crossover is a matter of size) and is at least kMinFlows, at most
+// once per kMinGap iterations (a few churning flows must not keep it
+// trying). A trial alternates runs of
 // kRun iterations each way, kRuns times: alternating so both ways see the
 // same machine state (it drifts on a shared host), in runs because the
 // first iteration after a switch pays for it (blocks' data moving between
 // cores, helpers waking) and is not counted. Each way is judged by the
 // median of its counted iterations (a preempted one does not decide).
 // Trials cost at most kRun·kRuns / kPeriod of the iterations run the
-// slower way.
+// slower way while the size holds, kRun·kRuns / kMinGap while it swings.
 class SoloOrTeam {
  public:
   static constexpr std::size_t kRun = 4;
   static constexpr std::size_t kRuns = 3;
   static constexpr std::uint64_t kPeriod = 1024;
+  static constexpr std::uint64_t kMinGap = 256;
+  static constexpr std::size_t kMinFlows = 256;
+  static_assert(kRun >= 2 && kRuns >= 1, "every trial must time each way at least once");
 
   // Whether the next iteration runs solo.
   bool next_solo(std::size_t flows) {
-    if (!trying_ && (since_ >= kPeriod || flows > 2 * flows_ || 2 * flows < flows_)) {
+    const bool resized = std::max(flows, flows_) >= kMinFlows &&
+                         (flows > 2 * flows_ || 2 * flows < flows_) && since_ >= kMinGap;
+    if (!trying_ && (since_ >= kPeriod || resized)) {
       trying_ = true;
       team_.clear();
       solo_.clear();
@@ -168,6 +176,10 @@ void ParallelDriver::iterate_persistent(BasicEngine<Real>& e) {
   if (impl_->threads == 1) {
     e.iterate();
     ++impl_->solo_iterations;
+    return;
+  }
+  if (impl_->schedule == Schedule::kTeam) {
+    iterate_team(e);
     return;
   }
   SoloOrTeam& chooser = impl_->chooser;

@@ -40,7 +40,23 @@ void futex_wake_all(std::atomic<std::uint32_t>* word) {
 
 WorkerTeam::WorkerTeam(unsigned threads) : threads_(threads < 1 ? 1 : threads) {
   helpers_.reserve(threads_ - 1);
-  for (unsigned t = 1; t < threads_; ++t) helpers_.emplace_back([this, t] { helper(t); });
+  try {
+    for (unsigned t = 1; t < threads_; ++t) helpers_.emplace_back([this, t] { helper(t); });
+  } catch (...) {
+    // The helpers started wait at the first barrier for a team that will
+    // never be whole: release them one by one (each needs no partner) and
+    // say why. Done by hand: the barrier counts to threads_.
+    stop_ = true;
+    for (;;) {
+      const std::uint32_t waiting = arrived_.load(std::memory_order_acquire);
+      if (waiting == helpers_.size()) break;
+      std::this_thread::yield();
+    }
+    arrived_.store(0, std::memory_order_relaxed);
+    publish(round_);
+    for (auto& h : helpers_) h.join();
+    throw;
+  }
 }
 
 WorkerTeam::~WorkerTeam() {

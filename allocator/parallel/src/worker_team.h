@@ -30,17 +30,19 @@ class WorkerTeam {
   unsigned threads() const { return threads_; }
 
   // Runs job(t) on every thread t of the team and returns when all returned.
-  // One run at a time, from one caller thread.
+  // One run at a time, from one caller thread. A job that throws ends the
+  // process (noexcept): threads left between barriers could not be
+  // brought back in step.
   template <typename Job>
   void run(Job& job) {
-    run_erased(&job, [](void* j, unsigned t) { (*static_cast<Job*>(j))(t); });
+    run_erased(&job, [](void* j, unsigned t) noexcept { (*static_cast<Job*>(j))(t); });
   }
 
   // Inside a job: returns once every thread of the team has called it.
   void barrier();
 
  private:
-  using Fn = void (*)(void*, unsigned);
+  using Fn = void (*)(void*, unsigned) noexcept;
   void run_erased(void* job, Fn fn);
   void helper(unsigned t);
   // Waits until word no longer holds seen: spin, then futex.

@@ -305,8 +305,9 @@ TEST(AllocatorCli, HelpAndConfigErrors) {
   EXPECT_NE(r.output.find("missing value"), std::string::npos) << r.output;
   r = run(bin + " --schedule sometimes");
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.output.find("--schedule expects persistent or tbb"), std::string::npos) << r.output;
-  for (const char* schedule : {"persistent", "tbb"}) {
+  EXPECT_NE(r.output.find("--schedule expects persistent, team or tbb"), std::string::npos)
+      << r.output;
+  for (const char* schedule : {"persistent", "team", "tbb"}) {
     r = run(bin + " --hosts 4 --threads 2 --schedule " + schedule + " --check-config");
     EXPECT_EQ(r.status, 0) << r.output;
     EXPECT_NE(r.output.find(std::string("2 thread(s) (") + schedule + ")"), std::string::npos)

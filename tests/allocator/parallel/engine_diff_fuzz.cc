@@ -2,8 +2,8 @@
 // arrivals, departures and iterations on a small two-tier network, applied to
 // two engines with the same block count, one iterated by BasicEngine (serial)
 // and one by the multi-core ParallelDriver on a schedule the input picks (TBB,
-// or the persistent team, which also runs some iterations alone). Checked
-// after every iteration:
+// the persistent team on every iteration, or the team that runs small
+// engines alone). Checked after every iteration:
 //   - both engines give bit-identical rates and prices (same block order);
 //   - every rate is finite and within the flow's cap and its path capacity;
 //   - F-NORM keeps every link within capacity.
@@ -54,10 +54,11 @@ const Topology& topology() {
   return t;
 }
 
-ParallelDriver& driver(bool persistent) {
+ParallelDriver& driver(std::uint8_t pick) {
   static ParallelDriver tbb(2, Schedule::kTbb);
-  static ParallelDriver team(2, Schedule::kPersistent);
-  return persistent ? team : tbb;
+  static ParallelDriver team(2, Schedule::kTeam);
+  static ParallelDriver adaptive(2, Schedule::kPersistent);
+  return pick == 0 ? tbb : pick == 1 ? team : adaptive;
 }
 
 void compare(const Engine& serial, const Engine& parallel, const std::vector<FlowId>& ids,
@@ -87,7 +88,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   cfg.blocks = 1 + in.u8() % 3;
   cfg.algorithm = in.u8() % 4 == 0 ? Algorithm::kGradient : Algorithm::kNed;
   cfg.normalizer = Normalizer::kFNorm;
-  const bool persistent = in.u8() % 2 == 1;
+  const std::uint8_t schedule = in.u8() % 3;
   Engine serial(t.capacities_bps(), t.num_sites(), cfg);
   Engine parallel(t.capacities_bps(), t.num_sites(), cfg);
   std::vector<FlowId> ids;
@@ -117,7 +118,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       int n = 1 + in.u8() % 8;
       for (int k = 0; k < n; ++k) {
         serial.iterate();
-        driver(persistent).iterate(parallel);
+        driver(schedule).iterate(parallel);
       }
       compare(serial, parallel, ids, caps);
     }

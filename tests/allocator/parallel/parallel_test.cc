@@ -195,6 +195,9 @@ TEST_P(ParallelDriverSchedule, MatchesSerialEngineBitForBitAndSingleBlockToRound
         EXPECT_GT(driver.solo_iterations(), 0u);
         EXPECT_LT(driver.solo_iterations(), par.engine->iterations());
       }
+      if (GetParam() == Schedule::kTeam && threads > 1) {
+        EXPECT_EQ(driver.solo_iterations(), 0u);
+      }
       // The flows really were spread over the blocks.
       std::size_t nonempty = 0;
       for (std::size_t b = 0; b < par.engine->num_blocks(); ++b) {
@@ -252,7 +255,7 @@ TEST(ParallelDriver, PersistentTeamWakesFromSleepAndShutsDown) {
   const Topology t = two_tier_8x8x4();
   for (unsigned threads : {2u, 3u}) {
     SCOPED_TRACE("threads " + std::to_string(threads));
-    ParallelDriver driver(threads, Schedule::kPersistent);
+    ParallelDriver driver(threads, Schedule::kTeam);
     Subject<double> par = make<double>(t, 2);
     Subject<double> ser = make<double>(t, 2);
     Rng rng(5 + threads);
@@ -268,11 +271,12 @@ TEST(ParallelDriver, PersistentTeamWakesFromSleepAndShutsDown) {
       expect_identical(par, ser);
     }
   }
-  for (int i = 0; i < 50; ++i) ParallelDriver(2, Schedule::kPersistent);
+  for (int i = 0; i < 50; ++i) ParallelDriver(2, i % 2 ? Schedule::kPersistent : Schedule::kTeam);
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, ParallelDriverSchedule,
-                         ::testing::Values(Schedule::kTbb, Schedule::kPersistent),
+                         ::testing::Values(Schedule::kTbb, Schedule::kPersistent,
+                                           Schedule::kTeam),
                          [](const auto& p) { return std::string(to_string(p.param)); });
 
 TEST(ParallelDriver, BlocksForThreadsGivesEveryThreadABlock) {

@@ -26,7 +26,9 @@
 
 namespace flowtune::alloc {
 
-enum class Schedule { kTbb, kPersistent };
+// kPersistent: the team, or the caller alone while that measures faster;
+// kTeam: the team on every iteration; kTbb: oneTBB's task pool.
+enum class Schedule { kTbb, kPersistent, kTeam };
 const char* to_string(Schedule s);
 
 class ParallelDriver {
