@@ -93,6 +93,23 @@ flowtune::bench::NaiveEngine make_naive(const Topology& t, const std::vector<Flo
   return e;
 }
 
+// A benchmark's arguments (hosts, flows, threads) and the network and flows
+// they name.
+struct Case {
+  std::uint32_t flows;
+  unsigned threads;
+  Topology topology;
+  std::vector<FlowSpec> specs;
+};
+
+Case make_case(const benchmark::State& state) {
+  const auto hosts = static_cast<std::uint32_t>(state.range(0));
+  const auto flows = static_cast<std::uint32_t>(state.range(1));
+  Topology t = make_topology(hosts);
+  std::vector<FlowSpec> specs = flowtune::bench::random_host_pairs(t, flows, 42);
+  return {flows, static_cast<unsigned>(state.range(2)), std::move(t), std::move(specs)};
+}
+
 // Args: hosts, flows, threads (0 = the serial engine, no TBB).
 template <typename Real>
 void BM_Engine(benchmark::State& state) {
@@ -176,22 +193,18 @@ class Stepper {
 // would back to back. Reported time = engine time per iteration.
 template <typename Real>
 void BM_EngineVsNaive(benchmark::State& state) {
-  auto hosts = static_cast<std::uint32_t>(state.range(0));
-  auto flows = static_cast<std::uint32_t>(state.range(1));
-  auto threads = static_cast<unsigned>(state.range(2));
-  Topology t = make_topology(hosts);
-  std::vector<FlowSpec> specs = flowtune::bench::random_host_pairs(t, flows, 42);
-  auto engine = make_engine<Real>(t, specs, threads);
+  const Case c = make_case(state);
+  auto engine = make_engine<Real>(c.topology, c.specs, c.threads);
   BasicEngine<Real>& e = *engine;
-  flowtune::bench::NaiveEngine naive = make_naive(t, specs);
-  Stepper step(threads);
+  flowtune::bench::NaiveEngine naive = make_naive(c.topology, c.specs);
+  Stepper step(c.threads);
   auto engine_step = [&] { step(e); };
   for (int i = 0; i < kWarmupIterations; ++i) {
     engine_step();
     naive.iterate();
   }
   const auto [naive_s, engine_s] = interleave(state, [&] { naive.iterate(); }, engine_step);
-  set_counters(state, flows, threads == 0 ? 1 : threads);
+  set_counters(state, c.flows, c.threads == 0 ? 1 : c.threads);
   state.counters["naive_us"] = per_iteration_us(state, naive_s);
   state.counters["speedup_vs_naive"] = naive_s / engine_s;
 }
@@ -203,15 +216,11 @@ void BM_EngineVsNaive(benchmark::State& state) {
 // driver chose to run on one thread.
 template <Schedule kSchedule>
 void BM_ThreadsVsSerial(benchmark::State& state) {
-  auto hosts = static_cast<std::uint32_t>(state.range(0));
-  auto flows = static_cast<std::uint32_t>(state.range(1));
-  auto threads = static_cast<unsigned>(state.range(2));
-  Topology t = make_topology(hosts);
-  std::vector<FlowSpec> specs = flowtune::bench::random_host_pairs(t, flows, 42);
-  auto serial = make_engine<double>(t, specs, 0);
-  auto parallel = make_engine<double>(t, specs, threads);
+  const Case c = make_case(state);
+  auto serial = make_engine<double>(c.topology, c.specs, 0);
+  auto parallel = make_engine<double>(c.topology, c.specs, c.threads);
   Stepper one(0);
-  Stepper many(threads, kSchedule);
+  Stepper many(c.threads, kSchedule);
   for (int i = 0; i < kWarmupIterations; ++i) {
     one(*serial);
     many(*parallel);
@@ -220,7 +229,7 @@ void BM_ThreadsVsSerial(benchmark::State& state) {
   const std::uint64_t it0 = parallel->iterations();
   const auto [serial_s, parallel_s] =
       interleave(state, [&] { one(*serial); }, [&] { many(*parallel); });
-  set_counters(state, flows, threads);
+  set_counters(state, c.flows, c.threads);
   state.counters["serial_us"] = per_iteration_us(state, serial_s);
   state.counters["speedup_vs_serial"] = serial_s / parallel_s;
   state.counters["solo_share"] =
@@ -233,11 +242,11 @@ void BM_ThreadsVsSerial(benchmark::State& state) {
 // tenth have floors (tenant guarantees, deadlines). Reported time = the
 // policy engine's iteration; policy_cost = its time over the default one's.
 void BM_PolicyVsDefault(benchmark::State& state) {
-  auto hosts = static_cast<std::uint32_t>(state.range(0));
-  auto flows = static_cast<std::uint32_t>(state.range(1));
-  auto threads = static_cast<unsigned>(state.range(2));
-  Topology t = make_topology(hosts);
-  std::vector<FlowSpec> specs = flowtune::bench::random_host_pairs(t, flows, 42);
+  Case c = make_case(state);
+  const Topology& t = c.topology;
+  std::vector<FlowSpec>& specs = c.specs;
+  const std::uint32_t flows = c.flows;
+  const unsigned threads = c.threads;
   auto plain = make_engine<double>(t, specs, threads);
   std::mt19937_64 rng(7);
   for (FlowSpec& f : specs) {
