@@ -167,30 +167,25 @@ def verdicts(summary, limits):
             bad.append("%s: %d bytes lost" % (fault, s["bytes_lost"]))
         if s.get("app_errors", 0) != 0:
             bad.append("%s: %d application errors" % (fault, s["app_errors"]))
+        def late(value, limit, text, missing):
+            """text names the time with %s; missing stands for a time never seen."""
+            if value is None or value > limit:
+                bad.append("%s: %s (limit %.3f s)"
+                           % (fault, text % (missing if value is None else "%.3f s" % value), limit))
+
         if fault in DISAPPEAR:
-            u = s.get("unpaced_after_s")
-            if u is None or u > limits["unpaced_s"]:
-                bad.append("%s: sockets still paced %s after the allocator went (limit %.3f s)"
-                           % (fault, "at the end" if u is None else "%.3f s" % u,
-                              limits["unpaced_s"]))
+            late(s.get("unpaced_after_s"), limits["unpaced_s"],
+                 "sockets still paced %s after the allocator went", "at the end")
         if "rate_again_after_s" in s:
-            r = s["rate_again_after_s"]
-            if r is None or r > limits["rate_again_s"]:
-                bad.append("%s: flowlets without a rate %s after the allocator came back "
-                           "(limit %.3f s)" % (fault, "at the end" if r is None else "%.3f s" % r,
-                                               limits["rate_again_s"]))
+            late(s["rate_again_after_s"], limits["rate_again_s"],
+                 "flowlets without a rate %s after the allocator came back", "at the end")
         if fault == "endpoint_killed":
-            st = s["stale_for_s"]
-            if st is None or st > limits["stale_s"]:
-                bad.append("%s: a dead endpoint's flows stayed %s (limit %.3f s)"
-                           % (fault, "past the end" if st is None else "%.3f s" % st,
-                              limits["stale_s"]))
+            late(s["stale_for_s"], limits["stale_s"],
+                 "a dead endpoint's flows stayed %s", "past the end")
         if "standby_rated_after_s" in s:
-            r = s["standby_rated_after_s"]
-            if r is None or r > limits["rate_again_s"]:
-                bad.append("%s: the standby held and rated every flow %s after kill -9 of the active "
-                           "allocator (limit %.3f s)" % (fault, "never" if r is None else "%.3f s" % r,
-                                                          limits["rate_again_s"]))
+            late(s["standby_rated_after_s"], limits["rate_again_s"],
+                 "the standby held and rated every flow %s after kill -9 of the active allocator",
+                 "never")
         if s.get("split_brain"):
             bad.append("%s: the old primary, restarted, did not stand by (split brain)" % fault)
         if s.get("not_rated_at_start"):

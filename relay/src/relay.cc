@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flowtune/common/endpoint.h"
+#include "flowtune/common/router.h"
 #include "flowtune/wire/messages.h"
 #include "flowtune/wire/relay.h"
 
@@ -63,17 +64,7 @@ Relay::Relay(zmq::context_t& ctx, const Config& c)
   if (c.max_batch == 0 || c.max_batch > wire::kMaxRelayBatch) {
     throw std::runtime_error("--max-batch must be 1.." + std::to_string(wire::kMaxRelayBatch));
   }
-  // As the allocator's socket: unroutable answers fail visibly, a full
-  // queue fails a send instead of blocking, and reconnecting endpoints are
-  // not turned away by a short backlog.
-  down_.set(zmq::sockopt::router_mandatory, 1);
-  down_.set(zmq::sockopt::linger, 0);
-  down_.set(zmq::sockopt::sndhwm, 100000);
-  down_.set(zmq::sockopt::rcvhwm, 100000);
-  down_.set(zmq::sockopt::backlog, 4096);
-  // A frame the allocator would refuse (and drop this relay's connection
-  // for, with every endpoint behind it) is refused here, from its sender.
-  down_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(wire::kMaxMessageBytes));
+  set_endpoint_router_options(down_, static_cast<std::int64_t>(wire::kMaxMessageBytes));
   up_.set(zmq::sockopt::linger, 0);
   // Batches go only to a live upstream, and few wait: what an absent
   // allocator would be told late is stale, and the endpoints repair what

@@ -17,6 +17,7 @@
 #include "allocator_internal.h"
 #include "flowtune/common/curve.h"
 #include "flowtune/common/endpoint.h"
+#include "flowtune/common/router.h"
 #include "flowtune/daemon/control.h"
 #include "flowtune/wire/codec.h"
 #include "flowtune/wire/relay.h"
@@ -85,18 +86,7 @@ Server::Server(zmq::context_t& ctx, Allocator& allocator, Log& log, const std::s
                std::uint64_t busy_poll_us, const AuthConfig& auth)
     : allocator_(allocator), log_(log), router_(ctx, zmq::socket_type::router),
       start_ns_(steady_ns()), busy_poll_us_(busy_poll_us), auth_(auth) {
-  // Unroutable replies (the peer left) fail visibly instead of vanishing, and
-  // a slow peer's full queue fails a send instead of blocking the loop.
-  router_.set(zmq::sockopt::router_mandatory, 1);
-  router_.set(zmq::sockopt::linger, 0);
-  router_.set(zmq::sockopt::sndhwm, 100000);
-  router_.set(zmq::sockopt::rcvhwm, 100000);
-  // Endpoints reconnect together (after the allocator restarts, or a
-  // partition heals): with libzmq's backlog of 100 the rest of them lost
-  // their SYNs and retried a second later (the kernel caps this at
-  // net.core.somaxconn).
-  router_.set(zmq::sockopt::backlog, 4096);
-  router_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(wire::kMaxMessageBytes));
+  set_endpoint_router_options(router_, static_cast<std::int64_t>(wire::kMaxMessageBytes));
   if (const std::string why = endpoint_port_error(listen); !why.empty()) {
     throw ConfigError("cannot listen on " + why);
   }
