@@ -155,6 +155,31 @@ def map_outputs(staged, hosts):
     return out
 
 
+def sim_trace(staged, hosts):
+    """The staged replay in the trace format flowtune-sim reads (ports =
+    hosts, arrivals in ms), so the simulator's fluid model can replay the
+    same slice as a reference. Per reducer host its exact received bytes;
+    the simulator splits them evenly over the coflow's mapper hosts and
+    leaves out a mapper's share to its own host, so a reducer that is also
+    a mapper is given M / (M - 1) of them. Per (mapper, reducer) pair the
+    split is even where the testbed's is uneven (racks merged unevenly);
+    every host's sent and received totals match when its pairs were even."""
+    lines = ["%d %d" % (hosts, len(staged))]
+    for c in staged:
+        mappers = sorted({m for m, _ in c["blocks"]})
+        received = {}
+        for (_, r), b in c["blocks"].items():
+            received[r] = received.get(r, 0) + b
+        red = []
+        for r, b in sorted(received.items()):
+            m = len(mappers)
+            red.append("%d:%.9f" % (r - 1, b * m / (m - 1 if r in mappers else m) / MIB))
+        lines.append("%d %.3f %d %s %d %s" % (c["id"], c["arrival_s"] * 1000, len(mappers),
+                                              " ".join(str(m - 1) for m in mappers), len(red),
+                                              " ".join(red)))
+    return "\n".join(lines) + "\n"
+
+
 def ccts(staged, fetches):
     """Coflow completion times from every reducer's fetches ({"coflow",
     "shuffle", "finish_s", "bytes", "failed"}), from each coflow's arrival to

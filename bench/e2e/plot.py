@@ -87,6 +87,13 @@ def coflow_trace(res, path):
         if c:
             a1.step(c, [(i + 1) / len(c) for i in range(len(c))], where="post",
                     color=COLORS.get(s), label="%s (mean %.2f s)" % (s, res["summary"][s]["cct_mean_s"]))
+    # The simulator's fluid model of the same slice, for reference.
+    for p, d in (res.get("fluid") or {}).items():
+        if p in ("pf", "stf") and "cct_s" in d:
+            c = sorted(d["cct_s"])
+            a1.step(c, [(i + 1) / len(c) for i in range(len(c))], where="post", linestyle="--",
+                    color="grey" if p == "pf" else "black",
+                    label="fluid %s (mean %.2f s)" % (p, d["cct_mean_s"]))
     a1.set_xscale("log")
     a1.set_xlabel("coflow completion time (s)")
     a1.set_ylabel("CDF over coflows")

@@ -183,6 +183,34 @@ class CoflowTrace(unittest.TestCase):
         self.assertAlmostEqual(s["cct_mean_s"], (0.5 + 10.0 - staged[1]["arrival_s"]) / 2)
 
 
+    def test_sim_trace_keeps_each_reducers_bytes_and_arrival(self):
+        # Coflow 1 on 3 hosts: h1 and h2 map, h1 and h3 reduce; h1 -> h1
+        # is local, so h1 receives only from h2.
+        staged = [{"id": 7, "arrival_s": 0.25, "blocks": {(2, 1): 300, (1, 3): 100, (2, 3): 100}},
+                  {"id": 9, "arrival_s": 1.5, "blocks": {(3, 2): 50}}]
+        text = run.coflow_trace.sim_trace(staged, 3)
+        rows = [l.split() for l in text.splitlines()]
+        self.assertEqual(rows[0], ["3", "2"])
+        self.assertEqual((rows[1][0], float(rows[1][1])), ("7", 250.0))
+        m = int(rows[1][2])
+        mappers = [int(x) + 1 for x in rows[1][3:3 + m]]
+        self.assertEqual(mappers, [1, 2])
+        # What the simulator moves: a reducer's bytes split evenly over the
+        # mappers, the share of a mapper on the reducer's own host left out.
+        got = {}
+        for tok in rows[1][4 + m:]:
+            r, mb = tok.split(":")
+            got[int(r) + 1] = sum(float(mb) * run.coflow_trace.MIB / m
+                                  for hm in mappers if hm != int(r) + 1)
+        self.assertAlmostEqual(got[1], 300, places=3)
+        self.assertAlmostEqual(got[3], 200, places=3)
+        self.assertEqual(rows[2][:5], ["9", "1500.000", "1", "2", "1"])
+
+    def test_fluid_reference_uses_the_allocators_default_share(self):
+        with open(os.path.join(os.path.dirname(_path), "..", "..", "allocator", "daemon", "include",
+                               "flowtune", "daemon", "allocator.h")) as f:
+            self.assertIn("double coflow_share = %s;" % run.ALLOCATOR_COFLOW_SHARE, f.read())
+
 
 def _spark_events():
     """An event log of two jobs: job 0 shuffles 3 MB (stage 0 writes,
