@@ -161,9 +161,9 @@ def sim_trace(staged, hosts):
     same slice as a reference. Per reducer host its exact received bytes;
     the simulator splits them evenly over the coflow's mapper hosts and
     leaves out a mapper's share to its own host, so a reducer that is also
-    a mapper is given M / (M - 1) of them. Per (mapper, reducer) pair the
-    split is even where the testbed's is uneven (racks merged unevenly);
-    every host's sent and received totals match when its pairs were even."""
+    a mapper is given M / (M - 1) of them. Every host receives exactly what
+    it receives on the testbed; where racks merged unevenly onto hosts a
+    pair's bytes, and so a mapper host's sent total, come out even instead."""
     lines = ["%d %d" % (hosts, len(staged))]
     for c in staged:
         mappers = sorted({m for m, _ in c["blocks"]})
