@@ -154,16 +154,12 @@ Options parse(int argc, char** argv) {
 // "h1,h2" as a TOML array of strings; names with quotes or backslashes are refused.
 std::string toml_hosts(const std::string& list) {
   std::string out = "[";
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    const std::size_t comma = std::min(list.find(',', start), list.size());
-    const std::string h = list.substr(start, comma - start);
+  for (const std::string& h : flowtune::cli::split_commas(list)) {
     if (h.empty() || h.find_first_of("\"\\\n") != std::string::npos) {
       std::cerr << "flowtune-ctl: --hosts: '" << h << "' is not a host name or address\n";
       std::exit(kExitUsage);
     }
     out += (out.size() > 1 ? ", \"" : "\"") + h + "\"";
-    start = comma + 1;
   }
   return out + "]";
 }

@@ -241,15 +241,10 @@ Options parse(int argc, char** argv) {
     else if (args.is("--curve-admin")) o.auth.admin_dir = args.value();
     else if (args.is("--standby-of")) o.standby_of = args.value();
     else if (args.is("--relay-from")) {
-      const std::string v = args.value();
-      std::size_t at = 0;
-      while (at <= v.size()) {
-        const std::size_t c = std::min(v.find(',', at), v.size());
-        const std::string item = v.substr(at, c - at);
+      for (const std::string& item : flowtune::cli::split_commas(args.value())) {
         const auto net = flowtune::parse_cidr(item);
         if (!net) usage_error("--relay-from: '" + item + "' is not an IPv4 address or a.b.c.d/n");
         o.relay_from.push_back(*net);
-        at = c + 1;
       }
     }
     else if (args.is("--probe-ms")) o.probe_ms = args.count(60'000);

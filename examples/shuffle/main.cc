@@ -87,16 +87,12 @@ std::uint32_t timeout_ms(Args& args) {
 
 std::vector<std::uint64_t> parse_sizes(Args& args, const std::string& v) {
   std::vector<std::uint64_t> out;
-  std::size_t at = 0;
-  while (at <= v.size()) {
-    const auto comma = std::min(v.find(',', at), v.size());
-    const std::string one = v.substr(at, comma - at);
+  for (const std::string& one : flowtune::cli::split_commas(v)) {
     std::uint64_t n = 0;
     if (!sh::parse_whole(one, n) || n > kMaxBlock) {
       args.fail("--partition-bytes expects comma-separated byte counts <= 16 GiB, got '" + one + "'");
     }
     out.push_back(n);
-    at = comma + 1;
   }
   if (out.size() > 1'000'000) args.fail("--partition-bytes: at most 1,000,000 partitions");
   return out;

@@ -28,6 +28,13 @@ class CliTest : public ::testing::Test {
   std::vector<char*> ptrs_;
 };
 
+TEST(SplitCommas, KeepsEveryItemEmptyOnesIncluded) {
+  EXPECT_EQ(split_commas("a,b,,c"), (std::vector<std::string>{"a", "b", "", "c"}));
+  EXPECT_EQ(split_commas("10.0.0.0/8"), (std::vector<std::string>{"10.0.0.0/8"}));
+  EXPECT_EQ(split_commas("a,"), (std::vector<std::string>{"a", ""}));
+  EXPECT_EQ(split_commas(""), (std::vector<std::string>{""}));
+}
+
 TEST_F(CliTest, ParsesFlagsValuesAndOperandsInOrder) {
   Args a = make({"--n", "42", "--x", "-2.5e3", "file", "-", "--mode", "b", "--q"});
   std::vector<std::string> seen;

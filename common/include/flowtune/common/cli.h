@@ -12,6 +12,7 @@
 //   }
 #pragma once
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -21,10 +22,25 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace flowtune::cli {
 
 inline constexpr int kExitUsage = 2;
+
+// "a,b,,c" -> {"a", "b", "", "c"}: every item a comma separates, empty ones
+// included (so a flag's value "" or "a," reaches its own check as an empty
+// item instead of vanishing).
+inline std::vector<std::string> split_commas(std::string_view list) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    out.emplace_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
 
 class Args {
  public:
