@@ -206,6 +206,25 @@ class CoflowTrace(unittest.TestCase):
         self.assertAlmostEqual(got[3], 200, places=3)
         self.assertEqual(rows[2][:5], ["9", "1500.000", "1", "2", "1"])
 
+    def test_shipped_ordering_trace_puts_the_small_coflows_inside_the_large(self):
+        # bench/e2e/traces/one-large-five-small.txt: the five small coflows
+        # must arrive while the large one still runs on h1's downlink (alone
+        # at the link rate it needs its bytes / rate), or the trace would
+        # not test ordering at all.
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "traces",
+                            "one-large-five-small.txt")
+        with open(path) as f:
+            _, coflows = run.coflow_trace.parse(f.read())
+        staged, left_out, _ = run.coflow_trace.plan(coflows, 8, 1e8, 0.54)
+        self.assertEqual((len(staged), left_out), (6, 0))
+        large = staged[0]
+        self.assertEqual({r for _, r in large["blocks"]}, {1})
+        alone_s = 8 * sum(large["blocks"].values()) / 1e8
+        for c in staged[1:]:
+            self.assertEqual({r for _, r in c["blocks"]}, {1})
+            self.assertLess(c["arrival_s"], 0.5 * alone_s)
+            self.assertLess(sum(c["blocks"].values()), sum(large["blocks"].values()) / 50)
+
     def test_fluid_reference_uses_the_allocators_default_share(self):
         with open(os.path.join(os.path.dirname(_path), "..", "..", "allocator", "daemon", "include",
                                "flowtune", "daemon", "allocator.h")) as f:
