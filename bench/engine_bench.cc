@@ -168,8 +168,9 @@ double per_iteration_us(const benchmark::State& state, double total_s) {
 // One iteration of an engine: serial (threads 0) or on the multi-core driver.
 class Stepper {
  public:
-  explicit Stepper(unsigned threads, Schedule schedule = Schedule::kPersistent) {
-    if (threads > 0) driver_ = std::make_unique<ParallelDriver>(threads, schedule);
+  explicit Stepper(unsigned threads, Schedule schedule = Schedule::kPersistent,
+                   bool one_block_solo = true) {
+    if (threads > 0) driver_ = std::make_unique<ParallelDriver>(threads, schedule, one_block_solo);
   }
   const ParallelDriver* driver() const { return driver_.get(); }
   template <typename Real>
@@ -213,14 +214,16 @@ void BM_EngineVsNaive(benchmark::State& state) {
 // interleaved A/B as above over the same flows: speedup_vs_serial > 1 means
 // the threads paid off at this size. Reported time = the driver's
 // iteration; solo_share = the share of its iterations the persistent
-// driver chose to run on one thread.
-template <Schedule kSchedule>
+// driver chose to run on one thread. persistent-same-layout: the persistent
+// driver running alone on the team's layout (what it did before it
+// re-partitioned), for the comparison in the same run.
+template <Schedule kSchedule, bool kOneBlockSolo = true>
 void BM_ThreadsVsSerial(benchmark::State& state) {
   const Case c = make_case(state);
   auto serial = make_engine<double>(c.topology, c.specs, 0);
   auto parallel = make_engine<double>(c.topology, c.specs, c.threads);
   Stepper one(0);
-  Stepper many(c.threads, kSchedule);
+  Stepper many(c.threads, kSchedule, kOneBlockSolo);
   for (int i = 0; i < kWarmupIterations; ++i) {
     one(*serial);
     many(*parallel);
@@ -302,6 +305,39 @@ void BM_CoflowPlanVsIteration(benchmark::State& state) {
   state.counters["plan_over_iteration"] = plan_s / iteration_s;
 }
 
+// What the persistent driver pays to switch layouts (ParallelDriver runs
+// alone on one block, the team on 2x2), interleaved with serial iterations
+// over the same flows: each timed step is one re-partition, alternately to
+// one block and back to the team's four. repartition_over_iteration says
+// what a switch costs in iterations.
+void BM_RepartitionVsIteration(benchmark::State& state) {
+  const Case c = make_case(state);
+  auto serial = make_engine<double>(c.topology, c.specs, 0);
+  auto moved = make_engine<double>(c.topology, c.specs, 4);
+  const std::uint32_t team = moved->config().blocks;
+  if (!moved->set_blocks(1)) {
+    // More links x classes than one block holds: the driver then runs
+    // alone on the team's layout and never switches.
+    state.SkipWithError("one block cannot hold this topology's links for every class");
+    return;
+  }
+  moved->set_blocks(team);
+  for (int i = 0; i < kWarmupIterations; ++i) {
+    serial->iterate();
+    moved->iterate();
+  }
+  bool one = false;
+  const auto [iteration_s, switch_s] = interleave(
+      state, [&] { serial->iterate(); },
+      [&] {
+        one = !one;
+        moved->set_blocks(one ? 1 : team);
+      });
+  set_counters(state, c.flows, 1);
+  state.counters["iteration_us"] = per_iteration_us(state, iteration_s);
+  state.counters["repartition_over_iteration"] = switch_s / iteration_s;
+}
+
 // The paper's §5.2 table: (hosts, flows).
 const std::vector<std::pair<std::int64_t, std::int64_t>> kSizes = {
     {384, 3072},    {768, 6144},    {1536, 12288}, {1536, 24576},
@@ -361,6 +397,15 @@ BENCHMARK(BM_ThreadsVsSerial<Schedule::kTbb>)->Name("BM_ThreadsVsSerial/tbb")->A
 BENCHMARK(BM_ThreadsVsSerial<Schedule::kPersistent>)
     ->Name("BM_ThreadsVsSerial/persistent")
     ->Apply(threads_args);
+BENCHMARK(BM_ThreadsVsSerial<Schedule::kPersistent, false>)
+    ->Name("BM_ThreadsVsSerial/persistent-same-layout")
+    ->Apply(threads_args);
+BENCHMARK(BM_RepartitionVsIteration)->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hosts", "flows", "threads"});
+  for (auto [hosts, flows] : kSizes) b->Args({hosts, flows, 0});
+  b->UseManualTime();
+  b->MinTime(0.05);
+});
 BENCHMARK(BM_CoflowPlanVsIteration)->Apply([](benchmark::internal::Benchmark* b) {
   b->ArgNames({"hosts", "flows"});
   for (auto [hosts, flows] : kSizes) b->Args({hosts, flows});

@@ -20,7 +20,7 @@ def load(path):
     for b in data["benchmarks"]:
         if has_median and b.get("aggregate_name") != "median":
             continue
-        m = re.match(r"(BM_\w+(?:/\w+)?)/hosts:(\d+)/flows:(\d+)/threads:(\d+)", b["name"])
+        m = re.match(r"(BM_\w+(?:/[\w-]+)?)/hosts:(\d+)/flows:(\d+)/threads:(\d+)", b["name"])
         if not m:
             continue
         kind, hosts, flows, threads = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))

@@ -140,6 +140,7 @@ template <typename Real>
 BasicEngine<Real>::BasicEngine(std::vector<double> link_capacity_bps, std::uint32_t num_sites,
                                const EngineConfig& config)
     : config_(config),
+      layout_(config.blocks),
       utility_(config.alpha),
       num_sites_(num_sites),
       kernels_(config.portable_kernels ? &detail::generic_kernels<Real>()
@@ -239,10 +240,10 @@ FlowError BasicEngine<Real>::check_flow(const FlowSpec& f) const {
 }
 
 template <typename Real>
-std::uint32_t BasicEngine<Real>::block_of(const FlowSpec& f) const {
-  std::uint64_t nb = config_.blocks;
-  std::uint64_t sb = std::uint64_t{f.src_site} * nb / num_sites_;
-  std::uint64_t db = std::uint64_t{f.dst_site} * nb / num_sites_;
+std::uint32_t BasicEngine<Real>::block_of(std::uint32_t src_site, std::uint32_t dst_site) const {
+  std::uint64_t nb = layout_;
+  std::uint64_t sb = std::uint64_t{src_site} * nb / num_sites_;
+  std::uint64_t db = std::uint64_t{dst_site} * nb / num_sites_;
   return static_cast<std::uint32_t>(sb * nb + db);
 }
 
@@ -365,7 +366,7 @@ FlowId BasicEngine<Real>::add_flow(const FlowSpec& f) {
   const FlowId id = ids_.acquire();
   if (id == slots_.size()) slots_.push_back({});
   k.id.push_back(id);
-  slots_[id] = {b, static_cast<std::uint32_t>(k.size() - 1)};
+  slots_[id] = {b, static_cast<std::uint32_t>(k.size() - 1), f.src_site, f.dst_site};
   ++live_flows_;
   return id;
 }
@@ -438,6 +439,68 @@ void BasicEngine<Real>::remove_flow(FlowId id) {
   slots_[id].index = kFreeSlot;
   ids_.release(id);
   --live_flows_;
+}
+
+template <typename Real>
+bool BasicEngine<Real>::set_blocks(std::uint32_t blocks) {
+  if (blocks == 0 || blocks > 64) throw std::invalid_argument("blocks must be between 1 and 64");
+  if (blocks == layout_) return true;
+  if (blocks == 1 && capacity_.size() * kNumClasses > detail::kMaxLocalLinks - kNullSlots) return false;
+  const std::uint32_t old = layout_;
+  layout_ = blocks;  // block_of() places by it
+  std::vector<std::unique_ptr<Block>> fresh;
+  for (std::size_t b = 0; b < std::size_t{blocks} * blocks; ++b) fresh.push_back(std::make_unique<Block>());
+  // Sized once: growing a dozen arrays flow by flow would copy each again.
+  std::vector<std::size_t> count(fresh.size(), 0);
+  for (const auto& kp : blocks_) {
+    for (FlowId id : kp->id) ++count[block_of(slots_[id].src_site, slots_[id].dst_site)];
+  }
+  for (std::size_t b = 0; b < fresh.size(); ++b) {
+    Block& n = *fresh[b];
+    for (auto& p : n.path) p.reserve(count[b]);
+    for (auto* v : {&n.weight, &n.floor_price, &n.cap, &n.limit, &n.floor, &n.x, &n.xn}) v->reserve(count[b]);
+    n.id.reserve(count[b]);
+    n.global_to_local.assign(price_.size(), 0);
+  }
+  std::vector<Slot> moved(slots_.size());
+  // Old blocks in order, slots in order: a block keeps its flows' relative
+  // order, so the sums over them do not depend on where they came from.
+  for (const auto& kp : blocks_) {
+    const Block& k = *kp;
+    for (std::size_t s = 0; s < k.size(); ++s) {
+      const Slot& sl = slots_[k.id[s]];
+      const std::uint32_t nb = block_of(sl.src_site, sl.dst_site);
+      Block& n = *fresh[nb];
+      bool created = false;
+      const auto pad = static_cast<std::uint32_t>(n.size() % kNullSlots);
+      for (int j = 0; j < kMaxPathLinks; ++j) {
+        const auto hop = k.path[j][s];
+        const std::uint32_t loc =
+            hop >= kNullSlots ? n.local_of(k.local_to_global[hop], price_.size(), &created) : pad;
+        n.path[j].push_back(static_cast<detail::LocalLink>(loc));
+      }
+      if (n.local_to_global.size() > detail::kMaxLocalLinks) {
+        layout_ = old;
+        return false;
+      }
+      n.weight.push_back(k.weight[s]);
+      n.floor_price.push_back(k.floor_price[s]);
+      n.cap.push_back(k.cap[s]);
+      n.limit.push_back(k.limit[s]);
+      n.floor.push_back(k.floor[s]);
+      n.floored += k.floor[s] > 0;
+      n.x.push_back(k.x[s]);
+      n.xn.push_back(k.xn[s]);
+      n.id.push_back(k.id[s]);
+      moved[k.id[s]] = {nb, static_cast<std::uint32_t>(n.size() - 1), sl.src_site, sl.dst_site};
+    }
+  }
+  for (const auto& k : fresh) {
+    for (FlowId id : k->id) slots_[id] = moved[id];
+  }
+  blocks_ = std::move(fresh);
+  contributions_dirty_ = true;
+  return true;
 }
 
 template <typename Real>
@@ -569,11 +632,17 @@ typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links_layered(
     const Real inv_cap = inv_capacity_[l];
     const Real reserve = cap * static_cast<Real>(config_.class_reserve);
     Real total = 0;
-    // The lowest layer with flows on this link, and how many have flows.
+    // The lowest layer with flows on this link, and how many have flows. A
+    // layer has flows where its Hessian share is positive (every flow adds
+    // x / (alpha P) > 0), not merely where some block keeps a copy of the
+    // link: a block keeps the copies its departed flows used, and a class
+    // that left a link must not hold a reserve there (nor may the answer
+    // depend on how flows are spread over blocks).
+    std::array<Acc<Real>, kNumClasses> sums;
     std::size_t last = 0, with_flows = 0;
     for (std::size_t i = 0; i < nlay; ++i) {
-      const std::uint32_t v = virtual_link(layers_by_class_[i], static_cast<LinkId>(l));
-      if (contrib_begin_[v] != contrib_begin_[v + 1]) {
+      sums[i] = link_sum(virtual_link(layers_by_class_[i], static_cast<LinkId>(l)));
+      if (sums[i].h > 0) {
         last = i;
         ++with_flows;
       }
@@ -586,9 +655,9 @@ typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links_layered(
     std::size_t below = with_flows;
     for (std::size_t i = 0; i < nlay; ++i) {
       const std::uint32_t v = virtual_link(layers_by_class_[i], static_cast<LinkId>(l));
-      const bool has_flows = contrib_begin_[v] != contrib_begin_[v + 1];
+      const Acc<Real> a = sums[i];
+      const bool has_flows = a.h > 0;
       if (has_flows) --below;
-      const Acc<Real> a = link_sum(v);
       const Real R = std::max(avail, reserve);
       const Real kept = std::max(R - reserve * static_cast<Real>(below), reserve);
       Real r = a.y / kept;

@@ -27,32 +27,38 @@ const char* to_string(Schedule s) {
 namespace {
 
 // Chooses between running an iteration on the team and on the calling
-// thread alone, by timing both at the start, again every kPeriod
+// thread alone, by timing both at the start, again every period
 // iterations, and when the engine's flow count has halved or doubled since
 // (the crossover is a matter of size) and is at least kMinFlows, at most
 // once per kMinGap iterations (a few churning flows must not keep it
-// trying). A trial alternates runs of
-// kRun iterations each way, kRuns times: alternating so both ways see the
-// same machine state (it drifts on a shared host), in runs because the
-// first iteration after a switch pays for it (blocks' data moving between
-// cores, helpers waking) and is not counted. Each way is judged by the
-// median of its counted iterations (a preempted one does not decide).
-// Trials cost at most kRun·kRuns / kPeriod of the iterations run the
-// slower way while the size holds, kRun·kRuns / kMinGap while it swings.
+// trying). The period starts at kPeriod and doubles, up to kMaxPeriod,
+// each time a trial confirms the choice before it. A trial alternates runs
+// of kRun iterations each way, kRuns times: alternating so both ways see
+// the same machine state (it drifts on a shared host), in runs because the
+// first kSkip iterations after a switch pay for it and are not counted: the
+// switch re-partitions the engine on the calling thread, so the helpers'
+// blocks start in the wrong core's cache, and helpers wake.
+// Each way is judged by the median of its counted iterations (a preempted
+// one does not decide). Trials cost at most kRun·kRuns / kPeriod of the
+// iterations run the slower way (less once the choice holds), kRun·kRuns /
+// kMinGap while the size swings.
 class SoloOrTeam {
  public:
-  static constexpr std::size_t kRun = 4;
-  static constexpr std::size_t kRuns = 3;
+  static constexpr std::size_t kRun = 6;
+  static constexpr std::size_t kSkip = 2;
+  static constexpr std::size_t kRuns = 2;
   static constexpr std::uint64_t kPeriod = 1024;
+  static constexpr std::uint64_t kMaxPeriod = 16 * kPeriod;
   static constexpr std::uint64_t kMinGap = 256;
   static constexpr std::size_t kMinFlows = 256;
-  static_assert(kRun >= 2 && kRuns >= 1, "every trial must time each way at least once");
+  static_assert(kRun > kSkip && kRuns >= 1, "every trial must time each way at least once");
 
   // Whether the next iteration runs solo.
   bool next_solo(std::size_t flows) {
     const bool resized = std::max(flows, flows_) >= kMinFlows &&
                          (flows > 2 * flows_ || 2 * flows < flows_) && since_ >= kMinGap;
-    if (!trying_ && (since_ >= kPeriod || resized)) {
+    if (!trying_ && (since_ >= period_ || resized)) {
+      if (resized) period_ = kPeriod;
       trying_ = true;
       team_.clear();
       solo_.clear();
@@ -64,9 +70,12 @@ class SoloOrTeam {
   void ran(bool solo, double seconds, std::size_t flows) {
     ++since_;
     if (!trying_) return;
-    if (step_ % kRun != 0) (solo ? solo_ : team_).push_back(seconds);
+    if (step_ % kRun >= kSkip) (solo ? solo_ : team_).push_back(seconds);
     if (++step_ < 2 * kRun * kRuns) return;
-    chose_solo_ = median(solo_) < median(team_);
+    const bool solo_wins = median(solo_) < median(team_);
+    period_ = decided_ && solo_wins == chose_solo_ ? std::min(2 * period_, kMaxPeriod) : kPeriod;
+    chose_solo_ = solo_wins;
+    decided_ = true;
     trying_ = false;
     step_ = 0;
     since_ = 0;
@@ -82,6 +91,8 @@ class SoloOrTeam {
 
   bool trying_ = true;
   bool chose_solo_ = false;
+  bool decided_ = false;            // a trial has ended
+  std::uint64_t period_ = kPeriod;  // iterations between trials
   std::size_t step_ = 0;     // iterations into the current trial
   std::uint64_t since_ = 0;  // iterations since the last decision
   std::size_t flows_ = 0;    // the engine's flows when it was made
@@ -91,7 +102,7 @@ class SoloOrTeam {
 }  // namespace
 
 struct ParallelDriver::Impl {
-  Impl(unsigned n, Schedule s) : threads(n), schedule(s) {
+  Impl(unsigned n, Schedule s, bool one) : threads(n), schedule(s), one_block_solo(one) {
     if (s == Schedule::kTbb) {
       arena = std::make_unique<tbb::task_arena>(static_cast<int>(n));
     } else {
@@ -101,6 +112,7 @@ struct ParallelDriver::Impl {
   }
   unsigned threads;
   Schedule schedule;
+  bool one_block_solo;
   std::unique_ptr<tbb::task_arena> arena;
   std::unique_ptr<detail::WorkerTeam> team;
   // One link-step result per thread, a cache line each (written by its
@@ -113,9 +125,9 @@ struct ParallelDriver::Impl {
   std::uint64_t solo_iterations = 0;
 };
 
-ParallelDriver::ParallelDriver(unsigned threads, Schedule schedule) {
+ParallelDriver::ParallelDriver(unsigned threads, Schedule schedule, bool one_block_solo) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  impl_ = std::make_unique<Impl>(threads, schedule);
+  impl_ = std::make_unique<Impl>(threads, schedule, one_block_solo);
 }
 
 ParallelDriver::~ParallelDriver() = default;
@@ -187,9 +199,13 @@ void ParallelDriver::iterate_persistent(BasicEngine<Real>& e) {
   const bool solo = chooser.next_solo(flows);
   const auto t0 = std::chrono::steady_clock::now();
   if (solo) {
+    // Refused only where one block could not hold every link: then alone on
+    // the team's layout.
+    if (impl_->one_block_solo) e.set_blocks(1);
     e.iterate();
     ++impl_->solo_iterations;
   } else {
+    if (e.blocks_per_side() != e.config().blocks) e.set_blocks(e.config().blocks);
     iterate_team(e);
   }
   const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;

@@ -175,7 +175,8 @@ TEST_P(ParallelDriverSchedule, MatchesSerialEngineBitForBitAndSingleBlockToRound
   for (std::uint32_t blocks = 1; blocks <= 4; ++blocks) {
     for (unsigned threads = 1; threads <= 4; ++threads) {
       SCOPED_TRACE("blocks " + std::to_string(blocks) + " threads " + std::to_string(threads));
-      ParallelDriver driver(threads, GetParam());
+      // The engine's own layout both ways, so bit for bit.
+      ParallelDriver driver(threads, GetParam(), /*one_block_solo=*/false);
       ASSERT_EQ(driver.threads(), threads);
       ASSERT_EQ(driver.schedule(), GetParam());
       // Alternate normalizers: U-NORM depends on the global max ratio that
@@ -212,7 +213,7 @@ TEST_P(ParallelDriverSchedule, FloatEngineMatchesSerialBitForBit) {
   const Topology t = two_tier_8x8x4();
   for (std::uint32_t blocks : {2u, 3u}) {
     SCOPED_TRACE("blocks " + std::to_string(blocks));
-    ParallelDriver driver(4, GetParam());
+    ParallelDriver driver(4, GetParam(), /*one_block_solo=*/false);
     Subject<float> par = make<float>(t, blocks);
     Subject<float> ser = make<float>(t, blocks);
     churn<float>(t, 77 + blocks, 400, 20, driver, par, ser, {},
@@ -234,7 +235,7 @@ TEST_P(ParallelDriverSchedule, SolveStopsAtTheSameIterationAsSerialSolve) {
     ids.push_back(par.add_flow(f));
     ASSERT_EQ(ser.add_flow(f), ids.back());
   }
-  ParallelDriver driver(3, GetParam());
+  ParallelDriver driver(3, GetParam(), /*one_block_solo=*/false);
   const std::uint64_t n = driver.solve(par, 100000);
   EXPECT_EQ(ser.solve(100000), n);
   EXPECT_TRUE(par.stats().converged);
@@ -246,6 +247,126 @@ TEST_P(ParallelDriverSchedule, SolveStopsAtTheSameIterationAsSerialSolve) {
   for (int i = 0; i < 50; ++i) fresh.add_flow(random_flow(t, rng));
   EXPECT_EQ(driver.solve(fresh, 3), 3u);
   EXPECT_EQ(fresh.iterations(), 3u);
+}
+
+// Alone, the persistent driver runs the engine re-partitioned into one
+// block (the team's layout costs one thread its private link copies) and
+// puts the layout back for the team: rates follow the single-block serial
+// engine to rounding whichever way each iteration ran.
+TEST(ParallelDriver, PersistentRunsAloneOnOneBlockAndTheTeamOnItsLayout) {
+  const Topology t = two_tier_8x8x4();
+  for (std::uint32_t blocks : {2u, 3u}) {
+    SCOPED_TRACE("blocks " + std::to_string(blocks));
+    ParallelDriver driver(2, Schedule::kPersistent);
+    Subject<double> par = make<double>(t, blocks);
+    Subject<double> one = make<double>(t, 1);
+    Subject<double> one_more = make<double>(t, 1);
+    bool saw_one = false, saw_team_layout = false;
+    churn<double>(t, 500 + blocks, 400, 60, driver, par, one, {&one_more}, [&] {
+      const std::uint32_t now = par.engine->blocks_per_side();
+      ASSERT_TRUE(now == 1 || now == blocks) << now;
+      saw_one |= now == 1;
+      saw_team_layout |= now == blocks;
+      expect_close(par, one, 1e-9);
+    });
+    // The first trial alternates both ways, so both layouts ran.
+    EXPECT_TRUE(saw_one);
+    EXPECT_TRUE(saw_team_layout);
+    EXPECT_GT(driver.solo_iterations(), 0u);
+    EXPECT_EQ(par.engine->config().blocks, blocks);
+  }
+}
+
+// set_blocks keeps every flow's id, limits, floor and rates and every
+// price, and a round trip back to the original count restores the layout
+// exactly: the next iterations are bit-identical to an engine that never
+// moved. In between, one block follows a single-block engine to rounding.
+TEST(EngineSetBlocks, RepartitionKeepsStateAndRoundTripsBitForBit) {
+  const Topology t = two_tier_8x8x4();
+  Rng rng(4242);
+  Subject<double> moved = make<double>(t, 3);
+  Subject<double> stayed = make<double>(t, 3);
+  Subject<double> one = make<double>(t, 1);
+  std::vector<Subject<double>*> all = {&moved, &stayed, &one};
+  auto step = [&](int arrivals, int departures) {
+    for (int j = 0; j < departures && !moved.ids.empty(); ++j) {
+      const std::size_t k = rng.below(moved.ids.size());
+      for (auto* s : all) remove_at(*s, k);
+    }
+    for (int j = 0; j < arrivals; ++j) {
+      FlowSpec f = random_flow(t, rng);
+      for (auto* s : all) add(*s, f);
+    }
+    for (auto* s : all) s->engine->iterate();
+  };
+  step(300, 0);
+  for (int i = 0; i < 20; ++i) step(10, 10);
+
+  std::vector<double> rates, raw, floors;
+  for (FlowId id : moved.ids) {
+    rates.push_back(moved.engine->rate_bps(id));
+    raw.push_back(moved.engine->raw_rate_bps(id));
+    floors.push_back(moved.engine->floor_bps(id));
+  }
+  ASSERT_TRUE(moved.engine->set_blocks(1));
+  EXPECT_EQ(moved.engine->num_blocks(), 1u);
+  EXPECT_EQ(moved.engine->blocks_per_side(), 1u);
+  EXPECT_EQ(moved.engine->config().blocks, 3u);
+  EXPECT_EQ(moved.engine->block_size(0), moved.ids.size());
+  for (std::size_t k = 0; k < moved.ids.size(); ++k) {
+    ASSERT_TRUE(moved.engine->has_flow(moved.ids[k]));
+    EXPECT_EQ(moved.engine->rate_bps(moved.ids[k]), rates[k]);
+    EXPECT_EQ(moved.engine->raw_rate_bps(moved.ids[k]), raw[k]);
+    EXPECT_EQ(moved.engine->floor_bps(moved.ids[k]), floors[k]);
+  }
+  for (LinkId l = 0; l < t.num_links(); ++l) {
+    EXPECT_EQ(moved.engine->price(l), stayed.engine->price(l));
+    EXPECT_EQ(moved.engine->reserved_bps(l), stayed.engine->reserved_bps(l));
+  }
+  // Straight back: every block holds its flows in their old order again.
+  ASSERT_TRUE(moved.engine->set_blocks(3));
+  ASSERT_TRUE(moved.engine->set_blocks(3));  // no-op
+  EXPECT_EQ(moved.engine->num_blocks(), 9u);
+  for (int i = 0; i < 8; ++i) {
+    step(5, 5);
+    expect_identical(moved, stayed);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+
+  // Churn on one block: arrivals land in it, departures leave it.
+  ASSERT_TRUE(moved.engine->set_blocks(1));
+  for (int i = 0; i < 15; ++i) {
+    step(12, 8);
+    EXPECT_EQ(moved.engine->num_blocks(), 1u);
+    expect_close(moved, stayed, 1e-9);
+    expect_close(moved, one, 1e-9);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  // And out to 2 per side, which this engine was never built with.
+  ASSERT_TRUE(moved.engine->set_blocks(2));
+  EXPECT_EQ(moved.engine->num_blocks(), 4u);
+  std::size_t placed = 0;
+  for (std::size_t b = 0; b < 4; ++b) placed += moved.engine->block_size(b);
+  EXPECT_EQ(placed, moved.ids.size());
+  for (int i = 0; i < 10; ++i) {
+    step(6, 6);
+    expect_close(moved, stayed, 1e-9);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST(EngineSetBlocks, RefusesWhatOneBlockCannotHoldAndBadCounts) {
+  EngineConfig cfg;
+  cfg.blocks = 2;
+  // 9,000 links times 8 classes: more virtual links than a block holds.
+  Engine big(std::vector<double>(9000, 1e9), 4, cfg);
+  EXPECT_FALSE(big.set_blocks(1));
+  EXPECT_EQ(big.blocks_per_side(), 2u);
+  EXPECT_EQ(big.num_blocks(), 4u);
+  EXPECT_TRUE(big.set_blocks(4));
+  EXPECT_EQ(big.num_blocks(), 16u);
+  EXPECT_THROW(big.set_blocks(0), std::invalid_argument);
+  EXPECT_THROW(big.set_blocks(65), std::invalid_argument);
 }
 
 // The persistent team's helpers sleep once idle longer than their spin

@@ -194,6 +194,17 @@ class BasicEngine {
   // Σ normalized rates on a link (bits/s); computed on demand, O(flows).
   std::vector<double> link_allocation_bps() const;
 
+  // Re-partitions the flows into blocks*blocks FlowBlocks, keeping every
+  // flow's id, limits, floor and rates and every price: O(flows + the
+  // blocks' links). The next iterations compute what an engine built with
+  // that block count would from the same state, up to the order of the
+  // float sums. A driver uses it to run one block on one thread while that
+  // is faster (allocator/parallel). Refused (false, nothing changed) where a
+  // block would exceed the local link limit (FlowError::kBlockFull), or
+  // for blocks = 1 where the links times the classes exceed it (so no later
+  // flow can be refused for it); blocks outside [1, 64] throw.
+  bool set_blocks(std::uint32_t blocks);
+
   std::size_t num_flows() const { return live_flows_; }
   std::size_t num_links() const { return capacity_.size(); }
   std::uint64_t iterations() const { return iterations_; }
@@ -215,6 +226,8 @@ class BasicEngine {
   };
   void prepare();
   std::size_t num_blocks() const { return blocks_.size(); }
+  // FlowBlocks per side now: config().blocks until set_blocks() changes it.
+  std::uint32_t blocks_per_side() const { return layout_; }
   // Flows in a block (for scheduling).
   std::size_t block_size(std::size_t b) const;
   void rate_pass(std::size_t b);
@@ -240,10 +253,12 @@ class BasicEngine {
   struct Slot {
     std::uint32_t block;
     std::uint32_t index;  // kFreeSlot when the id is unused
+    std::uint32_t src_site, dst_site;  // what places it in a block (set_blocks)
   };
   static constexpr std::uint32_t kFreeSlot = std::numeric_limits<std::uint32_t>::max();
 
-  std::uint32_t block_of(const FlowSpec& f) const;
+  std::uint32_t block_of(const FlowSpec& f) const { return block_of(f.src_site, f.dst_site); }
+  std::uint32_t block_of(std::uint32_t src_site, std::uint32_t dst_site) const;
   // kBadWeight / kBadMaxRate for values outside FlowSpec's ranges, else kOk.
   static FlowError check_limits(double weight, double max_bps);
   // A per-flow array of its block (Gbit/s), in bits/s.
@@ -265,6 +280,7 @@ class BasicEngine {
   void set_reserved(LinkId l, double gbps);
 
   EngineConfig config_;
+  std::uint32_t layout_;  // blocks per side now (set_blocks)
   AlphaFair utility_;
   std::uint32_t num_sites_;
   const detail::Kernels<Real>* kernels_;

@@ -13,10 +13,15 @@
 // a spin-then-futex barrier between steps, each taking a fixed share of
 // blocks and links (no task scheduling; docs/engine.md compares the two).
 // Below some size the threads cost more in cache lines passed between cores
-// than they save (the crossover depends on the machine: ~6k flows on 2
+// than they save (the crossover depends on the machine: ~6-12k flows on 2
 // cores here), so the persistent driver times both ways now and then and
-// runs every step on the calling thread while that is faster. Both ways
-// compute the same bits (blocks are summed in block order either way).
+// runs every step on the calling thread while that is faster. Alone, it
+// runs the engine re-partitioned into one FlowBlock (BasicEngine::
+// set_blocks), since the team's layout costs one thread ~6% in private link
+// copies, and puts the engine's own layout back for the team: rates then
+// match the serial engine's to rounding, not bit for bit. With
+// one_block_solo off both ways keep the engine's layout and compute the
+// same bits (blocks are summed in block order either way).
 #pragma once
 
 #include <cstdint>
@@ -34,7 +39,8 @@ const char* to_string(Schedule s);
 class ParallelDriver {
  public:
   // threads == 0: one per available core.
-  explicit ParallelDriver(unsigned threads = 0, Schedule schedule = Schedule::kPersistent);
+  explicit ParallelDriver(unsigned threads = 0, Schedule schedule = Schedule::kPersistent,
+                          bool one_block_solo = true);
   ~ParallelDriver();
   ParallelDriver(const ParallelDriver&) = delete;
   ParallelDriver& operator=(const ParallelDriver&) = delete;
