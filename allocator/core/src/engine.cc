@@ -460,7 +460,7 @@ bool BasicEngine<Real>::set_blocks(std::uint32_t blocks) {
     for (auto& p : n.path) p.reserve(count[b]);
     for (auto* v : {&n.weight, &n.floor_price, &n.cap, &n.limit, &n.floor, &n.x, &n.xn}) v->reserve(count[b]);
     n.id.reserve(count[b]);
-    n.global_to_local.assign(price_.size(), 0);
+    if (count[b] > 0) n.global_to_local.assign(price_.size(), 0);  // as local_of() would
   }
   std::vector<Slot> moved(slots_.size());
   // Old blocks in order, slots in order: a block keeps its flows' relative
