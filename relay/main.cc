@@ -22,8 +22,11 @@ relay instead of one per endpoint. Relays stack: --upstream may be another
 relay. flowtune-ctl --allocator ENDPOINT status shows its counters.
 
   --listen ENDPOINT     endpoints connect here (default tcp://0.0.0.0:5556)
-  --upstream ENDPOINT   the allocator, or the relay above
-                        (default tcp://127.0.0.1:5555)
+  --upstream ENDPOINT[,ENDPOINT]
+                        the allocator, or the relay above (default
+                        tcp://127.0.0.1:5555); a standby pair's two
+                        endpoints (allocator --standby-of): the relay
+                        asks both their role and follows the active one
   --max-batch N         endpoint messages per upstream message, 1-1024
                         (default 1024); a full batch goes at once
   --batch-us US         the longest an endpoint message waits for the batch
@@ -33,6 +36,9 @@ relay. flowtune-ctl --allocator ENDPOINT status shows its counters.
                         start's first rate
   --heartbeat-ms MS     ZeroMQ liveness checks of the upstream connection
                         (default 1000)
+  --probe-ms MS         with a standby pair: how often each is asked its
+                        role (default 100); a takeover reaches the relay
+                        within about 3 probes
   -h, --help            show this help
 
 exit status: 0 after SIGINT/SIGTERM, 2 on a configuration error.
@@ -45,7 +51,14 @@ int main(int argc, char** argv) {
   flowtune::cli::Args args("flowtune-relay", kUsage, argc, argv);
   while (args.next()) {
     if (args.is("--listen")) c.listen = args.value();
-    else if (args.is("--upstream")) c.upstream = args.value();
+    else if (args.is("--upstream")) {
+      c.upstream.clear();
+      for (const std::string& ep : flowtune::cli::split_commas(args.value())) {
+        if (ep.empty()) args.fail("--upstream: an empty endpoint in the list");
+        c.upstream.push_back(ep);
+      }
+    }
+    else if (args.is("--probe-ms")) c.probe_ms = static_cast<std::uint32_t>(args.count(60'000));
     else if (args.is("--max-batch")) c.max_batch = args.count(1024);
     else if (args.is("--batch-us")) c.batch_us = args.count(1'000'000);
     else if (args.is("--heartbeat-ms")) c.heartbeat_ms = static_cast<std::uint32_t>(args.count(3'600'000));
@@ -60,8 +73,9 @@ int main(int argc, char** argv) {
   try {
     zmq::context_t ctx(1);
     flowtune::relay::Relay relay(ctx, c);
-    std::cerr << "flowtune-relay: listening on " << relay.bound_endpoint() << "; upstream " << c.upstream
-              << std::endl;
+    std::string ups;
+    for (const auto& ep : c.upstream) ups += (ups.empty() ? "" : ",") + ep;
+    std::cerr << "flowtune-relay: listening on " << relay.bound_endpoint() << "; upstream " << ups << std::endl;
     const int sig = relay.run(sfd);
     const auto& k = relay.counters();
     std::cerr << "flowtune-relay: stopping on " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": "

@@ -57,34 +57,42 @@ void drain_rest(zmq::socket_t& s, bool more) {
 }  // namespace
 
 Relay::Relay(zmq::context_t& ctx, const Config& c)
-    : config_(c), down_(ctx, zmq::socket_type::router), up_(ctx, zmq::socket_type::dealer) {
-  for (const std::string* ep : {&c.listen, &c.upstream}) {
-    if (const std::string why = endpoint_port_error(*ep); !why.empty()) throw std::runtime_error(why);
+    : config_(c), down_(ctx, zmq::socket_type::router), roles_(c.upstream.size()) {
+  if (c.upstream.empty()) throw std::runtime_error("no --upstream");
+  if (const std::string why = endpoint_port_error(c.listen); !why.empty()) throw std::runtime_error(why);
+  for (const std::string& ep : c.upstream) {
+    if (const std::string why = endpoint_port_error(ep); !why.empty()) throw std::runtime_error(why);
   }
+  if (c.probe_ms == 0) throw std::runtime_error("--probe-ms must be at least 1");
   if (c.max_batch == 0 || c.max_batch > wire::kMaxRelayBatch) {
     throw std::runtime_error("--max-batch must be 1.." + std::to_string(wire::kMaxRelayBatch));
   }
   set_endpoint_router_options(down_, static_cast<std::int64_t>(wire::kMaxMessageBytes));
-  up_.set(zmq::sockopt::linger, 0);
-  // Batches go only to a live upstream, and few wait: what an absent
-  // allocator would be told late is stale, and the endpoints repair what
-  // is dropped (their digests, resyncs).
-  up_.set(zmq::sockopt::immediate, 1);
-  up_.set(zmq::sockopt::sndhwm, 1000);
-  up_.set(zmq::sockopt::rcvhwm, 100000);
   const int hb = static_cast<int>(std::max<std::uint32_t>(c.heartbeat_ms, 100));
-  up_.set(zmq::sockopt::heartbeat_ivl, hb / 2);
-  up_.set(zmq::sockopt::heartbeat_timeout, hb);
+  for (std::size_t i = 0; i < c.upstream.size(); ++i) {
+    zmq::socket_t& up = ups_.emplace_back(ctx, zmq::socket_type::dealer);
+    up.set(zmq::sockopt::linger, 0);
+    // Batches go only to a live upstream, and few wait: what an absent
+    // allocator would be told late is stale, and the endpoints repair what
+    // is dropped (their digests, resyncs).
+    up.set(zmq::sockopt::immediate, 1);
+    up.set(zmq::sockopt::sndhwm, 1000);
+    up.set(zmq::sockopt::rcvhwm, 100000);
+    up.set(zmq::sockopt::heartbeat_ivl, hb / 2);
+    up.set(zmq::sockopt::heartbeat_timeout, hb);
+  }
   try {
     down_.bind(c.listen);
   } catch (const zmq::error_t& e) {
     throw std::runtime_error("cannot listen on " + c.listen + ": " + e.what());
   }
   bound_ = down_.get(zmq::sockopt::last_endpoint);
-  try {
-    up_.connect(c.upstream);
-  } catch (const zmq::error_t& e) {
-    throw std::runtime_error("cannot use upstream " + c.upstream + ": " + e.what());
+  for (std::size_t i = 0; i < ups_.size(); ++i) {
+    try {
+      ups_[i].connect(c.upstream[i]);
+    } catch (const zmq::error_t& e) {
+      throw std::runtime_error("cannot use upstream " + c.upstream[i] + ": " + e.what());
+    }
   }
 }
 
@@ -93,10 +101,12 @@ int Relay::run(int signal_fd, std::uint64_t turns) {
   // milliseconds, a batch in microseconds.
   const int timer = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (timer < 0) throw std::runtime_error("timerfd_create failed");
-  std::vector<zmq::pollitem_t> items = {{down_.handle(), 0, ZMQ_POLLIN, 0},
-                                        {up_.handle(), 0, ZMQ_POLLIN, 0},
-                                        {nullptr, timer, ZMQ_POLLIN, 0}};
+  std::vector<zmq::pollitem_t> items = {{down_.handle(), 0, ZMQ_POLLIN, 0}};
+  for (auto& up : ups_) items.push_back({up.handle(), 0, ZMQ_POLLIN, 0});
+  const std::size_t timer_item = items.size();
+  items.push_back({nullptr, timer, ZMQ_POLLIN, 0});
   if (signal_fd >= 0) items.push_back({nullptr, signal_fd, ZMQ_POLLIN, 0});
+  const bool pair = ups_.size() > 1;
   using std::chrono::steady_clock;
   for (std::uint64_t t = 0; t < turns; ++t) {
     // Asleep until a message, or until the batch waiting is due.
@@ -109,16 +119,18 @@ int Relay::run(int signal_fd, std::uint64_t turns) {
       if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
     }
     (void)timerfd_settime(timer, 0, &spec, nullptr);
+    // Several upstreams: awake at least every probe.
+    const long wait_ms = turns != UINT64_MAX ? 10 : pair ? static_cast<long>(config_.probe_ms) : -1;
     try {
-      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(turns == UINT64_MAX ? -1 : 10));
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(wait_ms));
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
     }
-    if ((items[2].revents & ZMQ_POLLIN) != 0) {
+    if ((items[timer_item].revents & ZMQ_POLLIN) != 0) {
       std::uint64_t expirations;
       (void)!::read(timer, &expirations, sizeof expirations);
     }
-    if (signal_fd >= 0 && (items[3].revents & ZMQ_POLLIN) != 0) {
+    if (signal_fd >= 0 && (items[timer_item + 1].revents & ZMQ_POLLIN) != 0) {
       signalfd_siginfo si{};
       if (::read(signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
         ::close(timer);
@@ -130,10 +142,50 @@ int Relay::run(int signal_fd, std::uint64_t turns) {
         steady_clock::now() - first_at_ >= std::chrono::microseconds(config_.batch_us)) {
       flush_up();
     }
-    drain_up();
+    for (std::size_t i = 0; i < ups_.size(); ++i) drain_up(i);
+    if (pair) probe(steady_clock::now());
   }
   ::close(timer);
   return 0;
+}
+
+void Relay::probe(std::chrono::steady_clock::time_point now) {
+  if (now >= next_probe_) {
+    next_probe_ = now + std::chrono::milliseconds(config_.probe_ms);
+    for (auto& up : ups_) {
+      try {
+        // Refused at once while it is unreachable (ZMQ_IMMEDIATE): silence.
+        if (up.send(zmq::buffer(kControlTag), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+          up.send(zmq::buffer(std::string_view("role")), zmq::send_flags::none);
+        }
+      } catch (const zmq::error_t&) {
+      }
+    }
+  }
+  // The active one with the highest term among those heard within three
+  // probes; none: stay (a takeover is under way, or all are silent).
+  const auto stale = std::chrono::milliseconds(3 * config_.probe_ms);
+  std::size_t best = ups_.size();
+  for (std::size_t i = 0; i < roles_.size(); ++i) {
+    if (!roles_[i].active || now - roles_[i].heard > stale) continue;
+    if (best == ups_.size() || roles_[i].term > roles_[best].term) best = i;
+  }
+  if (best == ups_.size() || best == active_) return;
+  flush_up();  // what was gathered for the old one goes there (or is dropped)
+  active_ = best;
+  ++counters_.upstream_switches;
+}
+
+// {"role": "active" | "standby", "term": N, ...}: anything else (a relay's
+// status, an error) says it lives but serves no one.
+void Relay::read_role(std::size_t i, std::string_view answer, std::chrono::steady_clock::time_point now) {
+  Upstream& u = roles_[i];
+  u.heard = now;
+  u.active = false;
+  const auto j = nlohmann::json::parse(answer, nullptr, false);
+  if (!j.is_object() || !j.contains("role") || !j["role"].is_string()) return;
+  u.active = j["role"] == "active";
+  u.term = j.contains("term") && j["term"].is_number_unsigned() ? j["term"].get<std::uint64_t>() : 0;
 }
 
 // What endpoints (one frame) and relays below (a batch) sent; flowtune-ctl
@@ -211,11 +263,12 @@ void Relay::add_up(std::string route, zmq::message_t&& body) {
 
 void Relay::flush_up() {
   if (routes_.empty()) return;
+  zmq::socket_t& up = ups_[active_];
   try {
-    if (up_.send(zmq::buffer(wire::kRelayTag), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+    if (up.send(zmq::buffer(wire::kRelayTag), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
       for (std::size_t i = 0; i < routes_.size(); ++i) {
-        up_.send(zmq::buffer(routes_[i]), zmq::send_flags::sndmore);
-        up_.send(bodies_[i], i + 1 < routes_.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+        up.send(zmq::buffer(routes_[i]), zmq::send_flags::sndmore);
+        up.send(bodies_[i], i + 1 < routes_.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
       }
       counters_.messages_up += routes_.size();
       ++counters_.batches_up;
@@ -232,27 +285,37 @@ void Relay::flush_up() {
   batch_bytes_ = 0;
 }
 
-// Answers from upstream: each goes to the endpoint its route names, or,
-// with hops left, into one batch for the relay below.
-void Relay::drain_up() {
+// Answers from upstream i: each goes to the endpoint its route names, or,
+// with hops left, into one batch for the relay below. Every upstream's
+// answers are delivered, the active one's or not: an endpoint's epochs keep
+// a stale one out.
+void Relay::drain_up(std::size_t i) {
+  zmq::socket_t& up = ups_[i];
   std::map<std::string, std::vector<std::pair<std::string, zmq::message_t>>> below;
   for (int n = 0; n < kMaxPerTurn; ++n) {
     zmq::message_t tag;
-    if (!try_recv(up_, tag)) break;
+    if (!try_recv(up, tag)) break;
     bool more = tag.more();
+    if (tag.to_string_view() == kControlTag && more) {  // a role probe's answer
+      zmq::message_t answer;
+      recv_part(up, answer);
+      drain_rest(up, answer.more());
+      read_role(i, answer.to_string_view(), std::chrono::steady_clock::now());
+      continue;
+    }
     if (tag.to_string_view() != wire::kRelayTag) {
-      drain_rest(up_, more);
+      drain_rest(up, more);
       ++counters_.bad_frames;  // the allocator refused a frame of ours: a bug, not traffic
       continue;
     }
     while (more) {
       zmq::message_t route, body;
-      recv_part(up_, route);
+      recv_part(up, route);
       if (!route.more()) {
         ++counters_.bad_frames;
         break;
       }
-      recv_part(up_, body);
+      recv_part(up, body);
       more = body.more();
       std::string_view hop, rest;
       if (!wire::route_pop(route.to_string_view(), &hop, &rest)) {
@@ -282,9 +345,9 @@ void Relay::drain_up() {
         continue;
       }
       down_.send(zmq::buffer(wire::kRelayTag), zmq::send_flags::sndmore);
-      for (std::size_t i = 0; i < list.size(); ++i) {
-        down_.send(zmq::buffer(list[i].first), zmq::send_flags::sndmore);
-        down_.send(list[i].second, i + 1 < list.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      for (std::size_t k = 0; k < list.size(); ++k) {
+        down_.send(zmq::buffer(list[k].first), zmq::send_flags::sndmore);
+        down_.send(list[k].second, k + 1 < list.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
       }
       counters_.messages_down += list.size();
       ++counters_.batches_down;
@@ -298,14 +361,16 @@ std::string Relay::status() const {
   const Counters& c = counters_;
   return nlohmann::json{{"relay", true},
                         {"listen", bound_},
-                        {"upstream", config_.upstream},
+                        {"upstream", config_.upstream[active_]},
+                        {"upstreams", config_.upstream},
                         {"counters",
                          {{"messages_up", c.messages_up},
                           {"batches_up", c.batches_up},
                           {"messages_down", c.messages_down},
                           {"batches_down", c.batches_down},
                           {"dropped", c.dropped},
-                          {"bad_frames", c.bad_frames}}}}
+                          {"bad_frames", c.bad_frames},
+                          {"upstream_switches", c.upstream_switches}}}}
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -52,14 +52,20 @@ TEST(Route, PushAndPopNestAndRefuseWhatIsNotARoute) {
 class RelayProcess {
  public:
   ~RelayProcess() { kill9(); }
-  void start(const std::string& listen, const std::string& upstream) {
+  void start(const std::string& listen, const std::string& upstream,
+             std::vector<std::string> extra = {}) {
     listen_ = listen;
+    std::vector<std::string> args = {FT_RELAY_BINARY, "--listen", listen, "--upstream", upstream,
+                                      "--heartbeat-ms", "200"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_ = ::fork();
     ASSERT_GE(pid_, 0);
     if (pid_ == 0) {
       ::close_range(3, ~0u, 0);
-      ::execl(FT_RELAY_BINARY, FT_RELAY_BINARY, "--listen", listen.c_str(), "--upstream",
-              upstream.c_str(), "--heartbeat-ms", "200", static_cast<char*>(nullptr));
+      ::execv(FT_RELAY_BINARY, argv.data());
       ::_exit(127);
     }
     const auto deadline = Clock::now() + std::chrono::seconds(10);
@@ -250,6 +256,85 @@ TEST_F(RelayTest, ARelayRestartAndAnAllocatorRestartAreRepairedByResync) {
   EXPECT_TRUE(all_near(c, conns, kLinkBytes / 2 / 3)) << daemon_.log();
   EXPECT_EQ(daemon_.status()["flows"], 3);
   close(c, conns);
+}
+
+// A relay over a standby pair (allocator --standby-of) sends up to the
+// active one; when it is killed and the standby takes over, the relay
+// follows and the endpoints behind it resync there; the old primary,
+// restarted, stands by and the relay stays.
+TEST_F(RelayTest, OverAStandbyPairTheRelayFollowsTheTakeover) {
+  const std::string eps[2] = {unique_endpoint(), unique_endpoint()};
+  DaemonProcess pair[2];
+  const auto start = [&](int i) {
+    // The standby's links are half as fast: its rates tell who rated.
+    pair[i].start(eps[i], {"--host-gbps", i == 0 ? "0.1" : "0.05", "--standby-of", eps[1 - i],
+                           "--probe-ms", "50", "--takeover-ms", "300", "--lease-ms", "300",
+                           "--lease-refresh-ms", "100"});
+  };
+  const auto role = [&](int i) {
+    const auto st = pair[i].control("status", 500);
+    return st && st->contains("role") ? (*st)["role"].get<std::string>() : std::string();
+  };
+  start(0);
+  ASSERT_TRUE(eventually([&] { return role(0) == "active"; })) << pair[0].log();
+  start(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // two takeover times
+  ASSERT_EQ(role(1), "standby") << pair[1].log();
+  const std::string relay_ep = unique_endpoint();
+  RelayProcess relay;
+  relay.start(relay_ep, eps[0] + "," + eps[1], {"--probe-ms", "50"});
+  ft_client* c = open(relay_ep);
+  auto conns = flowlets(c, 2);
+  ASSERT_TRUE(all_near(c, conns, kLinkBytes / 2)) << pair[0].log();
+  EXPECT_EQ(pair[0].status()["flows"], 2);
+  auto rs = relay.status();
+  ASSERT_TRUE(rs);
+  EXPECT_EQ((*rs)["upstream"], eps[0]);
+  EXPECT_EQ((*rs)["counters"]["upstream_switches"], 0);
+
+  const auto killed = Clock::now();
+  pair[0].kill9();
+  EXPECT_TRUE(all_near(c, conns, kLinkBytes / 2 / 2, 5000)) << pair[1].log();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed).count();
+  std::printf("relay over a standby pair: every flowlet rated by the standby %lld ms after kill -9\n",
+              static_cast<long long>(ms));
+  EXPECT_EQ(role(1), "active");
+  EXPECT_EQ(pair[1].status()["flows"], 2);
+  rs = relay.status();
+  ASSERT_TRUE(rs);
+  EXPECT_EQ((*rs)["upstream"], eps[1]);
+  EXPECT_EQ((*rs)["counters"]["upstream_switches"], 1);
+
+  start(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));  // three takeover times
+  EXPECT_EQ(role(0), "standby") << pair[0].log();
+  rs = relay.status();
+  ASSERT_TRUE(rs);
+  EXPECT_EQ((*rs)["upstream"], eps[1]);
+  EXPECT_EQ(pair[0].status()["flows"], 0);
+  EXPECT_TRUE(all_near(c, conns, kLinkBytes / 2 / 2));
+  close(c, conns);
+  EXPECT_EQ(relay.stop(), 0);
+}
+
+// Bad upstream lists and probe periods are refused with the reason and
+// status 2, before anything listens.
+TEST(RelayCli, BadUpstreamListsAndProbePeriodsAreRefused) {
+  const auto run = [](const std::string& args, std::string* out) {
+    FILE* p = ::popen((std::string(FT_RELAY_BINARY) + " --listen tcp://127.0.0.1:0 " + args + " 2>&1").c_str(), "r");
+    char buf[512];
+    out->clear();
+    while (std::fgets(buf, sizeof buf, p) != nullptr) *out += buf;
+    const int st = ::pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  };
+  std::string out;
+  EXPECT_EQ(run("--upstream tcp://127.0.0.1:5555,,tcp://127.0.0.1:5556", &out), 2);
+  EXPECT_NE(out.find("--upstream: an empty endpoint"), std::string::npos) << out;
+  EXPECT_EQ(run("--upstream tcp://127.0.0.1:5555,tcp://127.0.0.1:99999", &out), 2);
+  EXPECT_NE(out.find("99999"), std::string::npos) << out;
+  EXPECT_EQ(run("--upstream tcp://127.0.0.1:5555,tcp://127.0.0.1:5556 --probe-ms 0", &out), 2);
+  EXPECT_NE(out.find("--probe-ms"), std::string::npos) << out;
 }
 
 // Relays carry the address quotas of every endpoint behind them: over TCP

@@ -14,7 +14,11 @@
 // drain found, waiting for nothing. A relay
 // keeps no protocol state, so its restart and the allocator's are repaired
 // by the endpoints' own rules (notRegistered or a new epoch: hello +
-// resync).
+// resync). Given a standby pair upstream (allocator --standby-of), it asks
+// each for its role every probe_ms, as the pair ask each other, and sends
+// up to the one that answers active (the highest term); after a takeover
+// the endpoints behind it meet an allocator that does not know them, and
+// the same rules resync them there.
 #pragma once
 
 #include <chrono>
@@ -28,10 +32,12 @@ namespace flowtune::relay {
 
 struct Config {
   std::string listen = "tcp://0.0.0.0:5556";
-  std::string upstream = "tcp://127.0.0.1:5555";
+  // The allocator or the relay above; several: a standby pair's endpoints.
+  std::vector<std::string> upstream = {"tcp://127.0.0.1:5555"};
   std::size_t max_batch = 1024;   // (route, message) pairs per upstream message
   std::uint64_t batch_us = 500;   // the longest a message waits for its batch
   std::uint32_t heartbeat_ms = 1000;  // ZeroMQ's liveness checks upstream
+  std::uint32_t probe_ms = 100;       // with several upstreams: how often each is asked its role
 };
 
 struct Counters {
@@ -41,6 +47,7 @@ struct Counters {
   std::uint64_t batches_down = 0;
   std::uint64_t dropped = 0;        // a queue was full, or a route was unknown or malformed
   std::uint64_t bad_frames = 0;     // neither a message, a batch nor a flowtune-ctl request
+  std::uint64_t upstream_switches = 0;  // a standby took over and the relay followed
 };
 
 class Relay {
@@ -55,7 +62,10 @@ class Relay {
 
  private:
   void drain_down();
-  void drain_up();
+  void drain_up(std::size_t i);
+  // Several upstreams: asks each its role, and follows the active one.
+  void probe(std::chrono::steady_clock::time_point now);
+  void read_role(std::size_t i, std::string_view answer, std::chrono::steady_clock::time_point now);
   void take_batch(std::string_view hop, bool more);
   void add_up(std::string route, zmq::message_t&& body);
   void flush_up();
@@ -63,7 +73,15 @@ class Relay {
 
   Config config_;
   zmq::socket_t down_;  // ROUTER: endpoints and relays below
-  zmq::socket_t up_;    // DEALER: the allocator or the relay above
+  std::vector<zmq::socket_t> ups_;  // DEALERs: the allocator(s) or the relay above
+  std::size_t active_ = 0;          // where batches go
+  struct Upstream {
+    bool active = false;  // its last answer said so
+    std::uint64_t term = 0;
+    std::chrono::steady_clock::time_point heard{};
+  };
+  std::vector<Upstream> roles_;
+  std::chrono::steady_clock::time_point next_probe_{};
   std::string bound_;
   // The batch going up: routes and messages, interleaved.
   std::vector<std::string> routes_;
