@@ -317,6 +317,38 @@ TEST_F(RelayTest, OverAStandbyPairTheRelayFollowsTheTakeover) {
   EXPECT_EQ(relay.stop(), 0);
 }
 
+// Endpoints may list two relays, as they list a standby pair: when the
+// one they use is killed, they move to the other (its silence, as an
+// allocator's) and resync through it.
+TEST_F(RelayTest, EndpointsListingTwoRelaysMoveOnWhenOneIsKilled) {
+  start_allocator();
+  const std::string r1 = unique_endpoint(), r2 = unique_endpoint();
+  RelayProcess first, second;
+  first.start(r1, alloc_ep_);
+  second.start(r2, alloc_ep_);
+  ft_client* c = open(r1 + "," + r2);
+  auto conns = flowlets(c, 2);
+  ASSERT_TRUE(all_near(c, conns, kLinkBytes / 2)) << daemon_.log();
+  auto s1 = first.status();
+  ASSERT_TRUE(s1);
+  EXPECT_GE((*s1)["counters"]["messages_up"].get<int>(), 1);
+  const auto killed = Clock::now();
+  first.kill9();
+  // A third flowlet after the kill is rated through the second relay, and
+  // the other two with it.
+  auto more = flowlets(c, 1);
+  conns.push_back(std::move(more[0]));
+  EXPECT_TRUE(all_near(c, conns, kLinkBytes / 3, 10'000)) << daemon_.log();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed).count();
+  std::printf("two relays: every flowlet rated through the second %lld ms after kill -9 of the first\n",
+              static_cast<long long>(ms));
+  auto s2 = second.status();
+  ASSERT_TRUE(s2);
+  EXPECT_GE((*s2)["counters"]["messages_up"].get<int>(), 1);
+  EXPECT_EQ(daemon_.status()["flows"], 3);
+  close(c, conns);
+}
+
 // Bad upstream lists and probe periods are refused with the reason and
 // status 2, before anything listens.
 TEST(RelayCli, BadUpstreamListsAndProbePeriodsAreRefused) {
