@@ -36,6 +36,13 @@ relay. flowtune-ctl --allocator ENDPOINT status shows its counters.
                         start's first rate
   --heartbeat-ms MS     ZeroMQ liveness checks of the upstream connection
                         (default 1000)
+  --curve-server KEY    the allocator's public key (Z85, or its .pub file):
+                        speak CURVE upstream (default $FLOWTUNE_CURVE_SERVER)
+  --curve-key FILE      this relay's key pair (default $FLOWTUNE_CURVE_KEY,
+                        or $FLOWTUNE_CURVE_SECRET): an endpoint key in the
+                        allocator's --curve-clients whose hosts are the
+                        ones behind this relay (docs/security.md).
+                        Endpoints talk to the relay in plain text
   --probe-ms MS         with a standby pair: how often each is asked its
                         role (default 100); a takeover reaches the relay
                         within about 3 probes
@@ -48,6 +55,7 @@ exit status: 0 after SIGINT/SIGTERM, 2 on a configuration error.
 
 int main(int argc, char** argv) {
   flowtune::relay::Config c;
+  std::string curve_server, curve_key;
   flowtune::cli::Args args("flowtune-relay", kUsage, argc, argv);
   while (args.next()) {
     if (args.is("--listen")) c.listen = args.value();
@@ -59,11 +67,19 @@ int main(int argc, char** argv) {
       }
     }
     else if (args.is("--probe-ms")) c.probe_ms = static_cast<std::uint32_t>(args.count(60'000));
+    else if (args.is("--curve-server")) curve_server = args.value();
+    else if (args.is("--curve-key")) curve_key = args.value();
     else if (args.is("--max-batch")) c.max_batch = args.count(1024);
     else if (args.is("--batch-us")) c.batch_us = args.count(1'000'000);
     else if (args.is("--heartbeat-ms")) c.heartbeat_ms = static_cast<std::uint32_t>(args.count(3'600'000));
     else args.unknown();
   }
+  flowtune::curve::ClientKeys keys;
+  bool curve = false;
+  if (const std::string why = flowtune::curve::client_keys(curve_server, curve_key, &keys, &curve); !why.empty()) {
+    args.fail("CURVE: " + why);
+  }
+  if (curve) c.curve = keys;
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGINT);

@@ -80,6 +80,9 @@ Relay::Relay(zmq::context_t& ctx, const Config& c)
     up.set(zmq::sockopt::rcvhwm, 100000);
     up.set(zmq::sockopt::heartbeat_ivl, hb / 2);
     up.set(zmq::sockopt::heartbeat_timeout, hb);
+    if (c.curve && curve::apply_client(up.handle(), *c.curve) != 0) {
+      throw std::runtime_error(std::string("cannot set the CURVE keys: ") + zmq_strerror(zmq_errno()));
+    }
   }
   try {
     down_.bind(c.listen);
@@ -363,6 +366,7 @@ std::string Relay::status() const {
                         {"listen", bound_},
                         {"upstream", config_.upstream[active_]},
                         {"upstreams", config_.upstream},
+                        {"curve", config_.curve.has_value()},
                         {"counters",
                          {{"messages_up", c.messages_up},
                           {"batches_up", c.batches_up},

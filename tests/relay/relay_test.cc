@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "../allocator/daemon/daemon_harness.h"
@@ -347,6 +348,59 @@ TEST_F(RelayTest, EndpointsListingTwoRelaysMoveOnWhenOneIsKilled) {
   EXPECT_GE((*s2)["counters"]["messages_up"].get<int>(), 1);
   EXPECT_EQ(daemon_.status()["flows"], 3);
   close(c, conns);
+}
+
+// With CURVE on the allocator, a relay speaks it upstream with an endpoint
+// key bound to the hosts behind it: those endpoints are scheduled, while a
+// relay without a key, or whose key names other hosts, is not heard for
+// them.
+TEST_F(RelayTest, UnderCurveARelaySpeaksForTheHostsItsKeyNames) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented";
+#endif
+  using daemon::testing::make_key;
+  daemon::testing::TempDir dir;
+  const std::string clients = dir.path() + "/clients", ctl = dir.path() + "/ctl";
+  std::filesystem::create_directory(clients);
+  std::filesystem::create_directory(ctl);
+  const auto server = make_key(dir.path(), "server", {}, "", "");
+  const std::string pub = server.own.public_key;
+  make_key(dir.path(), "rack", {clients}, R"(["127.0.0.1"])", pub);
+  make_key(dir.path(), "elsewhere", {clients}, R"(["10.9.9.9"])", pub);
+  daemon_.set_control_keys(make_key(dir.path(), "op", {ctl}, "", pub));
+  daemon_.start(alloc_ep_, {"--host-gbps", "0.1", "--curve-secret", dir.path() + "/server.key",
+                            "--curve-clients", clients, "--curve-ctl", ctl});
+  const auto relay_with = [&](RelayProcess& r, const std::string& ep, const char* key) {
+    std::vector<std::string> extra;
+    if (key != nullptr) extra = {"--curve-server", pub, "--curve-key", dir.path() + "/" + key + ".key"};
+    r.start(ep, alloc_ep_, extra);
+  };
+  // Keyed for 127.0.0.1, the endpoints' host: scheduled.
+  const std::string good_ep = unique_endpoint();
+  RelayProcess good;
+  relay_with(good, good_ep, "rack");
+  ft_client* c = open(good_ep);
+  auto conns = flowlets(c, 2);
+  EXPECT_TRUE(all_near(c, conns, kLinkBytes / 2)) << daemon_.log();
+  EXPECT_EQ(daemon_.status()["flows"], 2);
+  const auto rs = good.status();
+  ASSERT_TRUE(rs);
+  EXPECT_EQ((*rs)["curve"], true);
+  close(c, conns);
+  EXPECT_TRUE(eventually([&] { return daemon_.status()["flows"] == 0; }, 3000));
+  // No key, and a key for other hosts: nothing they carry is scheduled.
+  for (const char* key : {static_cast<const char*>(nullptr), "elsewhere"}) {
+    SCOPED_TRACE(key != nullptr ? key : "no key");
+    const std::string ep = unique_endpoint();
+    RelayProcess r;
+    relay_with(r, ep, key);
+    ft_client* d = open(ep);
+    auto ds = flowlets(d, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    EXPECT_EQ(rate(d, ds[0]->send_fd), 0u);
+    EXPECT_EQ(daemon_.status()["flows"], 0);
+    close(d, ds);
+  }
 }
 
 // Bad upstream lists and probe periods are refused with the reason and

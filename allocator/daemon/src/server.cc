@@ -436,14 +436,15 @@ int Server::receive_one(std::uint64_t now) {
   }
   ++allocator_.counters().control_requests;
   std::string reply;
-  if (zap_ && (sender == nullptr || (sender->roles & kRoleRead) == 0)) {
+  if (frames[1].to_string_view() == "role" && (!zap_ || sender != nullptr)) {
+    // The standby pair's probe, and a relay's over a pair (an endpoint
+    // key): O(1), says nothing secret, and never rate-limited, or a flood
+    // of flowtune-ctl requests would look like this allocator's death.
+    reply = control("role", sender, now);
+  } else if (zap_ && (sender == nullptr || (sender->roles & kRoleRead) == 0)) {
     allocator_.counters().count(Cause::kNotAuthorized);
     reply = sender == nullptr ? R"({"error":"this connection's key is in no allow-list"})"
                               : R"j({"error":"this key is not a flowtune-ctl key (--curve-ctl, --curve-admin)"})j";
-  } else if (frames[1].to_string_view() == "role") {
-    // The standby pair's probe: O(1), and never rate-limited, or a flood of
-    // flowtune-ctl requests would look like this allocator's death.
-    reply = control("role", sender, now);
   } else if (control_tokens_.take(now)) {
     reply = control(frames[1].to_string_view(), sender, now);
   } else {
@@ -609,12 +610,21 @@ int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool 
     }
   };
   // Relays are trusted with the address quotas of every endpoint behind
-  // them: only those the operator named (--relay-from) may send batches,
-  // and none with CURVE on (relays do not speak it yet).
+  // them: only those the operator named (--relay-from) may send batches.
+  // With CURVE on, the relay's key must also be an endpoint key, and its
+  // hosts are the ones the endpoints behind it may speak for.
   std::string why;
+  const KeyEntry* sender = nullptr;
   if (zap_) {
-    why = "relays do not speak CURVE yet; this allocator requires it";
-  } else if (tcp_) {
+    const char* key = zmq_msg_gets(tag.handle(), "User-Id");
+    sender = key != nullptr ? keys_.find(key) : nullptr;
+    if (sender == nullptr) {
+      why = "this relay's key is in no allow-list";
+    } else if ((sender->roles & kRoleEndpoint) == 0) {
+      why = "key \"" + sender->principal.name + "\" is a flowtune-ctl key, not a relay's (--curve-clients)";
+    }
+  }
+  if (why.empty() && tcp_) {
     const char* address = zmq_msg_gets(tag.handle(), "Peer-Address");
     if (address == nullptr || !relay_allowed(address)) {
       why = std::string("relay batches from ") + (address != nullptr ? address : "?") +
@@ -645,7 +655,8 @@ int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool 
       allocator_.on_bad_frames(relay, 2 * static_cast<std::size_t>(pairs) + 1, now);
       continue;
     }
-    allocator_.on_message(peer, {body.data<std::uint8_t>(), body.size()}, now, nullptr, {});
+    allocator_.on_message(peer, {body.data<std::uint8_t>(), body.size()}, now,
+                          sender != nullptr ? &sender->principal : nullptr, {});
   }
   return pairs;
 }

@@ -22,11 +22,14 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <zmq.hpp>
+
+#include "flowtune/common/curve.h"
 
 namespace flowtune::relay {
 
@@ -38,6 +41,9 @@ struct Config {
   std::uint64_t batch_us = 500;   // the longest a message waits for its batch
   std::uint32_t heartbeat_ms = 1000;  // ZeroMQ's liveness checks upstream
   std::uint32_t probe_ms = 100;       // with several upstreams: how often each is asked its role
+  // CURVE upstream: the relay's key pair, an endpoint key of the allocator's
+  // --curve-clients bound to the hosts behind it (unset: plain).
+  std::optional<curve::ClientKeys> curve;
 };
 
 struct Counters {
