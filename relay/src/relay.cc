@@ -122,8 +122,12 @@ int Relay::run(int signal_fd, std::uint64_t turns) {
       if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
     }
     (void)timerfd_settime(timer, 0, &spec, nullptr);
-    // Several upstreams: awake at least every probe.
-    const long wait_ms = turns != UINT64_MAX ? 10 : pair ? static_cast<long>(config_.probe_ms) : -1;
+    // Several upstreams: awake for the next probe.
+    long wait_ms = turns != UINT64_MAX ? 10 : -1;
+    if (pair && turns == UINT64_MAX) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_probe_ - steady_clock::now());
+      wait_ms = std::max<long>(1, static_cast<long>(left.count()) + 1);
+    }
     try {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(wait_ms));
     } catch (const zmq::error_t& e) {
