@@ -332,6 +332,7 @@ void BM_RepartitionVsIteration(benchmark::State& state) {
       [&] {
         one = !one;
         moved->set_blocks(one ? 1 : team);
+        moved->prepare();  // the link sums' table, rebuilt before the next iteration
       });
   set_counters(state, c.flows, 1);
   state.counters["iteration_us"] = per_iteration_us(state, iteration_s);

@@ -169,18 +169,22 @@ void Relay::probe(std::chrono::steady_clock::time_point now) {
       }
     }
   }
-  // The active one with the highest term among those heard within three
-  // probes; none: stay (a takeover is under way, or all are silent).
+  // The active one heard within three probes, by the pair's own rule when
+  // two say so (a split healing): the higher term, then the lower id. None:
+  // stay (a takeover is under way, or all are silent).
   const auto stale = std::chrono::milliseconds(3 * config_.probe_ms);
   std::size_t best = ups_.size();
   for (std::size_t i = 0; i < roles_.size(); ++i) {
     if (!roles_[i].active || now - roles_[i].heard > stale) continue;
-    if (best == ups_.size() || roles_[i].term > roles_[best].term) best = i;
+    const Upstream& b = roles_[best < ups_.size() ? best : i];
+    if (best == ups_.size() || roles_[i].term > b.term || (roles_[i].term == b.term && roles_[i].id < b.id)) {
+      best = i;
+    }
   }
   if (best == ups_.size() || best == active_) return;
-  flush_up();  // what was gathered for the old one goes there (or is dropped)
   active_ = best;
   ++counters_.upstream_switches;
+  flush_up();  // what was gathered goes to the one now active
 }
 
 // {"role": "active" | "standby", "term": N, ...}: anything else (a relay's
@@ -193,6 +197,7 @@ void Relay::read_role(std::size_t i, std::string_view answer, std::chrono::stead
   if (!j.is_object() || !j.contains("role") || !j["role"].is_string()) return;
   u.active = j["role"] == "active";
   u.term = j.contains("term") && j["term"].is_number_unsigned() ? j["term"].get<std::uint64_t>() : 0;
+  u.id = j.contains("id") && j["id"].is_number_unsigned() ? j["id"].get<std::uint64_t>() : 0;
 }
 
 // What endpoints (one frame) and relays below (a batch) sent; flowtune-ctl

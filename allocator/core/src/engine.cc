@@ -240,8 +240,9 @@ FlowError BasicEngine<Real>::check_flow(const FlowSpec& f) const {
 }
 
 template <typename Real>
-std::uint32_t BasicEngine<Real>::block_of(std::uint32_t src_site, std::uint32_t dst_site) const {
-  std::uint64_t nb = layout_;
+std::uint32_t BasicEngine<Real>::block_in(std::uint32_t layout, std::uint32_t src_site,
+                                          std::uint32_t dst_site) const {
+  std::uint64_t nb = layout;
   std::uint64_t sb = std::uint64_t{src_site} * nb / num_sites_;
   std::uint64_t db = std::uint64_t{dst_site} * nb / num_sites_;
   return static_cast<std::uint32_t>(sb * nb + db);
@@ -446,14 +447,15 @@ bool BasicEngine<Real>::set_blocks(std::uint32_t blocks) {
   if (blocks == 0 || blocks > 64) throw std::invalid_argument("blocks must be between 1 and 64");
   if (blocks == layout_) return true;
   if (blocks == 1 && capacity_.size() * kNumClasses > detail::kMaxLocalLinks - kNullSlots) return false;
-  const std::uint32_t old = layout_;
-  layout_ = blocks;  // block_of() places by it
+  // Placed by the new count; layout_ changes only once the new blocks are
+  // whole, so a refusal or a failed allocation leaves the engine as it was.
+  const auto place = [&](const Slot& sl) { return block_in(blocks, sl.src_site, sl.dst_site); };
   std::vector<std::unique_ptr<Block>> fresh;
   for (std::size_t b = 0; b < std::size_t{blocks} * blocks; ++b) fresh.push_back(std::make_unique<Block>());
   // Sized once: growing a dozen arrays flow by flow would copy each again.
   std::vector<std::size_t> count(fresh.size(), 0);
   for (const auto& kp : blocks_) {
-    for (FlowId id : kp->id) ++count[block_of(slots_[id].src_site, slots_[id].dst_site)];
+    for (FlowId id : kp->id) ++count[place(slots_[id])];
   }
   for (std::size_t b = 0; b < fresh.size(); ++b) {
     Block& n = *fresh[b];
@@ -469,7 +471,7 @@ bool BasicEngine<Real>::set_blocks(std::uint32_t blocks) {
     const Block& k = *kp;
     for (std::size_t s = 0; s < k.size(); ++s) {
       const Slot& sl = slots_[k.id[s]];
-      const std::uint32_t nb = block_of(sl.src_site, sl.dst_site);
+      const std::uint32_t nb = place(sl);
       Block& n = *fresh[nb];
       bool created = false;
       const auto pad = static_cast<std::uint32_t>(n.size() % kNullSlots);
@@ -479,10 +481,7 @@ bool BasicEngine<Real>::set_blocks(std::uint32_t blocks) {
             hop >= kNullSlots ? n.local_of(k.local_to_global[hop], price_.size(), &created) : pad;
         n.path[j].push_back(static_cast<detail::LocalLink>(loc));
       }
-      if (n.local_to_global.size() > detail::kMaxLocalLinks) {
-        layout_ = old;
-        return false;
-      }
+      if (n.local_to_global.size() > detail::kMaxLocalLinks) return false;
       n.weight.push_back(k.weight[s]);
       n.floor_price.push_back(k.floor_price[s]);
       n.cap.push_back(k.cap[s]);
@@ -499,6 +498,7 @@ bool BasicEngine<Real>::set_blocks(std::uint32_t blocks) {
     for (FlowId id : k->id) slots_[id] = moved[id];
   }
   blocks_ = std::move(fresh);
+  layout_ = blocks;
   contributions_dirty_ = true;
   return true;
 }

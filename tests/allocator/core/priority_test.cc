@@ -191,22 +191,27 @@ TEST(Priority, ReservesKeepAStarvedClassTricklingAndTheLinkWhole) {
 TEST(Priority, AClassThatLeftALinkKeepsNoReserveThere) {
   // Classes 0 and 6 on one 10 Gbit/s link: class 0 gets c - f while class 6
   // is there. Once class 6's flow is gone, class 0 takes the whole link:
-  // the block keeps its copy of the link for class 6, but no flow of class 6
-  // crosses it any more. The same with the engine split into blocks.
+  // the class-6 flow's block keeps its copy of the link, but no flow of
+  // class 6 crosses it any more. Two sites, so with 2 blocks per side the
+  // two flows sit in different blocks.
   for (std::uint32_t blocks : {1u, 2u}) {
     SCOPED_TRACE("blocks " + std::to_string(blocks));
-    Classed c;
-    c.pb.capacity = {10};
-    c.pb.flows = {{{0}, 1, oracle::kInf}, {{0}, 1, oracle::kInf}};
-    c.cls = {0, 6};
     EngineConfig cfg = config(1e-10, Normalizer::kFNorm, 0.05);
     cfg.blocks = blocks;
-    Built b = build(c, cfg);
-    solve_converged(*b.engine);
-    EXPECT_NEAR(rates_gbps(b)[0], 10 * 0.95, 1e-6);
-    b.engine->remove_flow(b.ids[1]);
-    solve_converged(*b.engine);
-    EXPECT_NEAR(b.engine->rate_bps(b.ids[0]) / kBpsPerGbps, 10, 1e-6);
+    Engine e({10 * kBpsPerGbps}, 2, cfg);
+    FlowSpec high, low;
+    high.path.push(0);
+    low.path.push(0);
+    high.priority = 0;
+    low.priority = 6;
+    low.src_site = low.dst_site = 1;
+    const FlowId h = e.add_flow(high);
+    const FlowId l = e.add_flow(low);
+    solve_converged(e);
+    EXPECT_NEAR(e.rate_bps(h) / kBpsPerGbps, 10 * 0.95, 1e-6);
+    e.remove_flow(l);
+    solve_converged(e);
+    EXPECT_NEAR(e.rate_bps(h) / kBpsPerGbps, 10, 1e-6);
   }
 }
 

@@ -6,7 +6,7 @@
 // alone on the team's layout, or alone on one block). Checked after every
 // iteration:
 //   - both engines give bit-identical rates and prices (same block order),
-//     or, where the driver ran alone on one block, equal to 1e-9 relative
+//     or, where the driver ran alone on one block, equal to 1e-6 relative
 //     (the same sums in another order);
 //   - every rate is finite and within the flow's cap and its path capacity;
 //   - F-NORM keeps every link within capacity.
@@ -65,8 +65,10 @@ ParallelDriver& driver(std::uint8_t pick) {
   return pick == 0 ? tbb : pick == 1 ? team : pick == 2 ? adaptive : one_block;
 }
 
+// Alone on one block the sums run in another order; thousands of Gradient
+// iterations carry that rounding further than NED's contraction does.
 bool same(double a, double b, bool exact) {
-  return exact ? a == b : std::fabs(a - b) <= 1e-9 * std::fabs(b) + 1e-15;
+  return exact ? a == b : std::fabs(a - b) <= 1e-6 * std::fabs(b) + 1e-12;
 }
 
 void compare(const Engine& serial, const Engine& parallel, const std::vector<FlowId>& ids,

@@ -84,6 +84,7 @@ class Relay {
   struct Upstream {
     bool active = false;  // its last answer said so
     std::uint64_t term = 0;
+    std::uint64_t id = 0;
     std::chrono::steady_clock::time_point heard{};
   };
   std::vector<Upstream> roles_;

@@ -257,8 +257,9 @@ class BasicEngine {
   };
   static constexpr std::uint32_t kFreeSlot = std::numeric_limits<std::uint32_t>::max();
 
-  std::uint32_t block_of(const FlowSpec& f) const { return block_of(f.src_site, f.dst_site); }
-  std::uint32_t block_of(std::uint32_t src_site, std::uint32_t dst_site) const;
+  std::uint32_t block_of(const FlowSpec& f) const { return block_in(layout_, f.src_site, f.dst_site); }
+  // The FlowBlock of a flow between two sites with `layout` blocks per side.
+  std::uint32_t block_in(std::uint32_t layout, std::uint32_t src_site, std::uint32_t dst_site) const;
   // kBadWeight / kBadMaxRate for values outside FlowSpec's ranges, else kOk.
   static FlowError check_limits(double weight, double max_bps);
   // A per-flow array of its block (Gbit/s), in bits/s.
