@@ -1,6 +1,7 @@
 #include "flowtune/alloc/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <stdexcept>
 
@@ -113,6 +114,13 @@ struct BasicEngine<Real>::Block {
   AlignedVector<Acc<Real>> acc = AlignedVector<Acc<Real>>(kNullSlots, Acc<Real>{});
 
   std::size_t size() const { return id.size(); }
+
+  // The per-slot values a flow carries when it moves (path and id aside):
+  // remove_flow and set_blocks move each of them alike.
+  static constexpr auto per_slot() {
+    return std::array{&Block::weight, &Block::floor_price, &Block::cap, &Block::limit,
+                      &Block::floor, &Block::x, &Block::xn};
+  }
 
   detail::FlowArrays<Real> arrays() {
     return {size(),
@@ -428,13 +436,7 @@ void BasicEngine<Real>::remove_flow(FlowId id) {
     v.pop_back();
   };
   for (auto& p : k.path) move_last(p);
-  move_last(k.weight);
-  move_last(k.floor_price);
-  move_last(k.cap);
-  move_last(k.limit);
-  move_last(k.floor);
-  move_last(k.x);
-  move_last(k.xn);
+  for (auto field : Block::per_slot()) move_last(k.*field);
   if (s.index != last) slots_[k.id[last]].index = s.index;
   move_last(k.id);
   slots_[id].index = kFreeSlot;
@@ -460,7 +462,7 @@ bool BasicEngine<Real>::set_blocks(std::uint32_t blocks) {
   for (std::size_t b = 0; b < fresh.size(); ++b) {
     Block& n = *fresh[b];
     for (auto& p : n.path) p.reserve(count[b]);
-    for (auto* v : {&n.weight, &n.floor_price, &n.cap, &n.limit, &n.floor, &n.x, &n.xn}) v->reserve(count[b]);
+    for (auto field : Block::per_slot()) (n.*field).reserve(count[b]);
     n.id.reserve(count[b]);
     if (count[b] > 0) n.global_to_local.assign(price_.size(), 0);  // as local_of() would
   }
@@ -482,14 +484,8 @@ bool BasicEngine<Real>::set_blocks(std::uint32_t blocks) {
         n.path[j].push_back(static_cast<detail::LocalLink>(loc));
       }
       if (n.local_to_global.size() > detail::kMaxLocalLinks) return false;
-      n.weight.push_back(k.weight[s]);
-      n.floor_price.push_back(k.floor_price[s]);
-      n.cap.push_back(k.cap[s]);
-      n.limit.push_back(k.limit[s]);
-      n.floor.push_back(k.floor[s]);
+      for (auto field : Block::per_slot()) (n.*field).push_back((k.*field)[s]);
       n.floored += k.floor[s] > 0;
-      n.x.push_back(k.x[s]);
-      n.xn.push_back(k.xn[s]);
       n.id.push_back(k.id[s]);
       moved[k.id[s]] = {nb, static_cast<std::uint32_t>(n.size() - 1), sl.src_site, sl.dst_site};
     }
