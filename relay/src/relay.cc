@@ -14,6 +14,7 @@
 #include "flowtune/common/router.h"
 #include "flowtune/wire/messages.h"
 #include "flowtune/wire/relay.h"
+#include "flowtune/wire/role.h"
 
 namespace flowtune::relay {
 namespace {
@@ -54,10 +55,16 @@ void drain_rest(zmq::socket_t& s, bool more) {
   }
 }
 
+// {"error": ..., "retry_ms": N}: refused for now, not for good.
+bool is_retry_later(std::string_view answer) {
+  const auto j = nlohmann::json::parse(answer, nullptr, false);
+  return j.is_object() && j.contains("retry_ms");
+}
+
 }  // namespace
 
 Relay::Relay(zmq::context_t& ctx, const Config& c)
-    : config_(c), down_(ctx, zmq::socket_type::router), roles_(c.upstream.size()) {
+    : config_(c), down_(ctx, zmq::socket_type::router), chosen_(c.upstream.size() == 1), roles_(c.upstream.size()) {
   if (c.upstream.empty()) throw std::runtime_error("no --upstream");
   if (const std::string why = endpoint_port_error(c.listen); !why.empty()) throw std::runtime_error(why);
   for (const std::string& ep : c.upstream) {
@@ -114,7 +121,7 @@ int Relay::run(int signal_fd, std::uint64_t turns) {
   for (std::uint64_t t = 0; t < turns; ++t) {
     // Asleep until a message, or until the batch waiting is due.
     itimerspec spec{};
-    if (!routes_.empty()) {
+    if (!routes_.empty() && chosen_) {
       const auto due = first_at_ + std::chrono::microseconds(config_.batch_us);
       const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(due - steady_clock::now()).count();
       spec.it_value.tv_sec = left > 0 ? left / 1'000'000'000 : 0;
@@ -145,7 +152,7 @@ int Relay::run(int signal_fd, std::uint64_t turns) {
       }
     }
     drain_down();
-    if (!routes_.empty() &&
+    if (!routes_.empty() && chosen_ &&
         steady_clock::now() - first_at_ >= std::chrono::microseconds(config_.batch_us)) {
       flush_up();
     }
@@ -169,9 +176,32 @@ void Relay::probe(std::chrono::steady_clock::time_point now) {
       }
     }
   }
-  // The active one heard within three probes, by the pair's own rule when
-  // two say so (a split healing): the higher term, then the lower id. None:
-  // stay (a takeover is under way, or all are silent).
+}
+
+// {"role": "active" | "standby", "term": N, "id": N} (wire/role.h). A
+// refusal to be asked again shortly (a rate limit) says it lives, its role
+// as last heard; anything else (a relay's status, an error) says it lives
+// but serves no one.
+void Relay::read_role(std::size_t i, std::string_view answer, std::chrono::steady_clock::time_point now) {
+  Upstream& u = roles_[i];
+  u.heard = now;
+  const auto peer = wire::parse_role_answer(answer);
+  if (!peer && is_retry_later(answer)) {
+    choose_upstream(now);
+    return;
+  }
+  u.active = peer && peer->role == wire::PairRole::kActive;
+  u.term = peer ? peer->term : 0;
+  u.id = peer ? peer->id : 0;
+  choose_upstream(now);
+}
+
+// The active one heard within three probes, by the pair's own rule when
+// two say so (a split healing): the higher term, then the lower id. None:
+// stay (a takeover is under way, or all are silent). Answers come every
+// probe period, so one that went silent is passed over at the next answer
+// from the other.
+void Relay::choose_upstream(std::chrono::steady_clock::time_point now) {
   const auto stale = std::chrono::milliseconds(3 * config_.probe_ms);
   std::size_t best = ups_.size();
   for (std::size_t i = 0; i < roles_.size(); ++i) {
@@ -181,23 +211,11 @@ void Relay::probe(std::chrono::steady_clock::time_point now) {
       best = i;
     }
   }
-  if (best == ups_.size() || best == active_) return;
+  if (best == ups_.size() || (chosen_ && best == active_)) return;
+  chosen_ = true;
+  if (best != active_) ++counters_.upstream_switches;
   active_ = best;
-  ++counters_.upstream_switches;
   flush_up();  // what was gathered goes to the one now active
-}
-
-// {"role": "active" | "standby", "term": N, ...}: anything else (a relay's
-// status, an error) says it lives but serves no one.
-void Relay::read_role(std::size_t i, std::string_view answer, std::chrono::steady_clock::time_point now) {
-  Upstream& u = roles_[i];
-  u.heard = now;
-  u.active = false;
-  const auto j = nlohmann::json::parse(answer, nullptr, false);
-  if (!j.is_object() || !j.contains("role") || !j["role"].is_string()) return;
-  u.active = j["role"] == "active";
-  u.term = j.contains("term") && j["term"].is_number_unsigned() ? j["term"].get<std::uint64_t>() : 0;
-  u.id = j.contains("id") && j["id"].is_number_unsigned() ? j["id"].get<std::uint64_t>() : 0;
 }
 
 // What endpoints (one frame) and relays below (a batch) sent; flowtune-ctl
@@ -262,7 +280,11 @@ void Relay::take_batch(std::string_view hop, bool more) {
 }
 
 void Relay::add_up(std::string route, zmq::message_t&& body) {
-  if (route.empty()) {
+  // Until an upstream of a pair has said it is active, one batch is held
+  // (a standby would turn the endpoints away); what comes beyond it is lost
+  // and repaired by the endpoints' retries.
+  const bool full = routes_.size() >= config_.max_batch || batch_bytes_ >= kMaxBatchBytes;
+  if (route.empty() || (!chosen_ && full)) {
     ++counters_.dropped;
     return;
   }
@@ -274,7 +296,7 @@ void Relay::add_up(std::string route, zmq::message_t&& body) {
 }
 
 void Relay::flush_up() {
-  if (routes_.empty()) return;
+  if (routes_.empty() || !chosen_) return;
   zmq::socket_t& up = ups_[active_];
   try {
     if (up.send(zmq::buffer(wire::kRelayTag), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {

@@ -14,6 +14,8 @@
 #include "flowtune/flowtune.h"
 #include "flowtune/wire/codec.h"
 #include "flowtune/wire/relay.h"
+#include "flowtune/wire/role.h"
+#include <zmq_addon.hpp>
 
 namespace flowtune::relay {
 namespace {
@@ -421,6 +423,77 @@ TEST(RelayCli, BadUpstreamListsAndProbePeriodsAreRefused) {
   EXPECT_NE(out.find("99999"), std::string::npos) << out;
   EXPECT_EQ(run("--upstream tcp://127.0.0.1:5555,tcp://127.0.0.1:5556 --probe-ms 0", &out), 2);
   EXPECT_NE(out.find("--probe-ms"), std::string::npos) << out;
+}
+
+// A stand-in for one allocator of a pair: a ROUTER that answers the relay's
+// role probes with `answer` (none while empty) and keeps the batches it gets.
+struct FakeUpstream {
+  explicit FakeUpstream(zmq::context_t& ctx) : sock(ctx, zmq::socket_type::router) {
+    sock.set(zmq::sockopt::linger, 0);
+    sock.bind("tcp://127.0.0.1:0");
+    endpoint = sock.get(zmq::sockopt::last_endpoint);
+  }
+  void serve(const std::string& answer) {
+    std::vector<zmq::message_t> f;
+    while (zmq::recv_multipart(sock, std::back_inserter(f), zmq::recv_flags::dontwait)) {
+      if (f.size() == 3 && f[1].to_string_view() == daemon::kControlTag) {
+        ++probes;
+        if (!answer.empty()) {
+          sock.send(f[0], zmq::send_flags::sndmore);
+          sock.send(zmq::buffer(std::string_view(daemon::kControlTag)), zmq::send_flags::sndmore);
+          sock.send(zmq::buffer(answer), zmq::send_flags::none);
+        }
+      } else if (f.size() >= 2 && f[1].to_string_view() == wire::kRelayTag) {
+        ++batches;
+      }
+      f.clear();
+    }
+  }
+  zmq::socket_t sock;
+  std::string endpoint;
+  int probes = 0, batches = 0;
+};
+
+// Over a pair, what endpoints say before either upstream has answered a
+// probe waits for the active one: the first-listed may be the standby, which
+// would turn them away.
+TEST(RelayPair, TheFirstBatchWaitsForAnActiveAnswer) {
+  zmq::context_t ctx(1);
+  FakeUpstream standby(ctx), active(ctx);
+  const std::string relay_ep = unique_endpoint();
+  RelayProcess relay;
+  relay.start(relay_ep, standby.endpoint + "," + active.endpoint, {"--probe-ms", "20"});
+  zmq::socket_t ep(ctx, zmq::socket_type::dealer);
+  ep.set(zmq::sockopt::linger, 0);
+  ep.connect(relay_ep);
+  ep.send(zmq::buffer(std::string_view("an endpoint's frame")), zmq::send_flags::none);
+  // The standby answers at once; the active one stays silent for 300 ms.
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < std::chrono::milliseconds(300)) {
+    standby.serve(wire::role_answer(wire::PairRole::kStandby, 0, 5));
+    active.serve("");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_GT(standby.probes, 3);
+  EXPECT_GT(active.probes, 3);
+  EXPECT_EQ(standby.batches, 0) << "the batch went to an upstream that never said it was active";
+  EXPECT_EQ(active.batches, 0);
+  EXPECT_TRUE(eventually([&] {
+    standby.serve(wire::role_answer(wire::PairRole::kStandby, 0, 5));
+    active.serve(wire::role_answer(wire::PairRole::kActive, 1, 7));
+    return active.batches == 1;
+  }, 2000));
+  EXPECT_EQ(standby.batches, 0);
+  // A rate limit is not a change of role: the relay stays where it is, and
+  // what comes next goes there too.
+  ep.send(zmq::buffer(std::string_view("the next frame")), zmq::send_flags::none);
+  EXPECT_TRUE(eventually([&] {
+    standby.serve(wire::role_answer(wire::PairRole::kStandby, 0, 5));
+    active.serve(R"({"error":"too many role probes; try again shortly","retry_ms":10})");
+    return active.batches == 2;
+  }, 2000));
+  EXPECT_EQ(standby.batches, 0);
+  EXPECT_EQ(relay.status().value()["counters"]["upstream_switches"], 1);
 }
 
 // Relays carry the address quotas of every endpoint behind them: over TCP

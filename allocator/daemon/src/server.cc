@@ -438,9 +438,14 @@ int Server::receive_one(std::uint64_t now) {
   std::string reply;
   if (frames[1].to_string_view() == "role" && (!zap_ || sender != nullptr)) {
     // The standby pair's probe, and a relay's over a pair (an endpoint
-    // key): O(1), says nothing secret, and never rate-limited, or a flood
-    // of flowtune-ctl requests would look like this allocator's death.
-    reply = control("role", sender, now);
+    // key): O(1) and says nothing secret. Refused, it is still an answer:
+    // the prober hears this allocator alive, its role as last heard.
+    if (role_tokens_.take(now)) {
+      reply = control("role", sender, now);
+    } else {
+      allocator_.counters().count(Cause::kRateLimited);
+      reply = R"({"error":"too many role probes; try again shortly","retry_ms":10})";
+    }
   } else if (zap_ && (sender == nullptr || (sender->roles & kRoleRead) == 0)) {
     allocator_.counters().count(Cause::kNotAuthorized);
     reply = sender == nullptr ? R"({"error":"this connection's key is in no allow-list"})"

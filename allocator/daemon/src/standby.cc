@@ -2,35 +2,7 @@
 
 #include <algorithm>
 
-#include <nlohmann/json.hpp>
-
 namespace flowtune::daemon {
-
-const char* to_string(PairRole r) { return r == PairRole::kActive ? "active" : "standby"; }
-
-std::string role_answer(PairRole role, std::uint64_t term, std::uint64_t id) {
-  return nlohmann::json{{"role", to_string(role)}, {"term", term}, {"id", id}}.dump();
-}
-
-std::optional<PeerView> parse_role_answer(const std::string& json) {
-  const nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return std::nullopt;
-  const auto role = j.find("role");
-  const auto term = j.find("term");
-  const auto id = j.find("id");
-  if (role == j.end() || term == j.end() || id == j.end() || !role->is_string() ||
-      !term->is_number_unsigned() || !id->is_number_unsigned()) {
-    return std::nullopt;
-  }
-  PeerView p;
-  const std::string r = role->get<std::string>();
-  if (r == "active") p.role = PairRole::kActive;
-  else if (r == "standby") p.role = PairRole::kStandby;
-  else return std::nullopt;
-  p.term = term->get<std::uint64_t>();
-  p.id = id->get<std::uint64_t>();
-  return p;
-}
 
 Takeover::Takeover(std::uint64_t takeover_us, std::uint64_t id, std::uint64_t now_us)
     : takeover_us_(takeover_us), id_(id), last_decide_us_(now_us) {}

@@ -392,6 +392,41 @@ TEST_F(DaemonTest, CtlShowsFlowsLinksAndCounters) {
   EXPECT_NE(r.output.find("no reply"), std::string::npos) << r.output;
 }
 
+// Role probes have a bucket of their own: a flood of them is answered, then
+// refused with a retry (which a prober reads as life), and flowtune-ctl's
+// own requests still get through.
+TEST_F(DaemonTest, ARoleProbeFloodIsRateLimitedApartFromCtl) {
+  daemon_.start(listen_, big_switch_args());
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::sndhwm, 0);
+  s.set(zmq::sockopt::rcvhwm, 0);
+  s.connect(listen_);
+  constexpr int kProbes = 30'000;  // 1.4 s worth at the refill rate, sent in far less
+  for (int i = 0; i < kProbes; ++i) {
+    s.send(zmq::buffer(std::string_view(kControlTag)), zmq::send_flags::sndmore);
+    s.send(zmq::buffer(std::string_view("role")), zmq::send_flags::none);
+  }
+  int roles = 0, refused = 0;
+  zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+  while (roles + refused < kProbes && zmq::poll(&item, 1, std::chrono::milliseconds(kWaitMs)) > 0) {
+    zmq::message_t tag, body;
+    ASSERT_TRUE(s.recv(tag));
+    ASSERT_TRUE(tag.more());
+    ASSERT_TRUE(s.recv(body));
+    const json j = json::parse(body.to_string_view());
+    if (j.contains("role")) ++roles;
+    else if (j.contains("retry_ms")) ++refused;
+  }
+  EXPECT_EQ(roles + refused, kProbes) << "every probe gets an answer";
+  EXPECT_GE(roles, 1000) << "a burst of probes is answered";
+  EXPECT_GE(refused, 1) << "past the burst, probes are refused";
+  const json st = daemon_.status();
+  ASSERT_TRUE(st.contains("counters")) << "flowtune-ctl is not starved by the probes";
+  EXPECT_EQ(st["counters"]["errors"]["rate_limited"].get<int>(), refused) << st;
+}
+
 // A flows reply is at most a page (500), however many are asked for, so no
 // request stalls the loop for long (100,000 in one reply took 2.3 s);
 // flowtune-ctl pages through them.

@@ -72,6 +72,7 @@ class Relay {
   // Several upstreams: asks each its role, and follows the active one.
   void probe(std::chrono::steady_clock::time_point now);
   void read_role(std::size_t i, std::string_view answer, std::chrono::steady_clock::time_point now);
+  void choose_upstream(std::chrono::steady_clock::time_point now);
   void take_batch(std::string_view hop, bool more);
   void add_up(std::string route, zmq::message_t&& body);
   void flush_up();
@@ -81,6 +82,7 @@ class Relay {
   zmq::socket_t down_;  // ROUTER: endpoints and relays below
   std::vector<zmq::socket_t> ups_;  // DEALERs: the allocator(s) or the relay above
   std::size_t active_ = 0;          // where batches go
+  bool chosen_ = false;             // one upstream, or one of a pair said it is active
   struct Upstream {
     bool active = false;  // its last answer said so
     std::uint64_t term = 0;

@@ -135,6 +135,12 @@ class Server {
   // a burst of a tenth): a state dump is O(flows) and must not stall the loop.
   static constexpr double kControlRequestsPerSec = 200;
   TokenBucket control_tokens_{kControlRequestsPerSec, 0};
+  // `role` probes (the standby peer's, relays'): a bucket of their own, far
+  // above what a pair and a relay per rack send (one each per probe period),
+  // so that a flood of flowtune-ctl requests never reads as this
+  // allocator's death and a flood of probes costs the loop a bounded share.
+  static constexpr double kRoleRequestsPerSec = 20'000;
+  TokenBucket role_tokens_{kRoleRequestsPerSec, 0};
 
   AuthConfig auth_;
   KeyRing keys_;

@@ -34,22 +34,16 @@
 #include <optional>
 #include <string>
 
+#include "flowtune/wire/role.h"
+
 namespace flowtune::daemon {
 
-enum class PairRole : std::uint8_t { kStandby, kActive };
-const char* to_string(PairRole r);
-
-// What a peer said of itself in answer to a probe.
-struct PeerView {
-  PairRole role = PairRole::kStandby;
-  std::uint64_t term = 0;
-  std::uint64_t id = 0;
-};
-
-// Parses a `role` answer ({"role": "active"|"standby", "term": N, "id": N});
-// nothing when it is not one.
-std::optional<PeerView> parse_role_answer(const std::string& json);
-std::string role_answer(PairRole role, std::uint64_t term, std::uint64_t id);
+// The role answer's format lives with the wire (relays parse it too).
+using wire::PairRole;
+using wire::PeerView;
+using wire::parse_role_answer;
+using wire::role_answer;
+using wire::to_string;
 
 class Takeover {
  public:
