@@ -121,7 +121,7 @@ Curve make_curve(const std::string& dir) {
   }
   return {{"--curve-secret", dir + "/server.key", "--curve-clients", dir + "/clients",
            "--curve-ctl", dir + "/ctl"},
-          {server.public_key, client}};
+          {server.public_key, client, {}}};
 }
 
 double seconds_since(Clock::time_point t) {

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -202,7 +203,8 @@ class Link {
  public:
   // `endpoint` passed endpoint_port_error in parse().
   // keys: null, or CURVE's (parse() loaded them).
-  Link(const std::string& endpoint, const flowtune::curve::ClientKeys* keys) {
+  Link(const std::string& endpoint, const flowtune::curve::ClientKeys* keys) : endpoint_(endpoint) {
+    if (keys != nullptr) keys_ = *keys;
     ctx_ = zmq_ctx_new();
     sock_ = ctx_ != nullptr ? zmq_socket(ctx_, ZMQ_DEALER) : nullptr;
     const int linger = 0;
@@ -215,6 +217,24 @@ class Link {
   ~Link() {
     if (sock_ != nullptr) zmq_close(sock_);
     if (ctx_ != nullptr) zmq_ctx_term(ctx_);
+  }
+  // The allocator rotated its key (docs/security.md): with its key named by
+  // a file, the file is read again; a new key is connected with. Called
+  // while the allocator is silent, at most once a second.
+  void follow_server_key() {
+    if (!keys_) return;
+    std::string why;
+    if (!flowtune::curve::follow_server_key(&*keys_, &why)) {
+      if (!why.empty() && why != key_error_) std::fprintf(stderr, "flowtune-pacer: %s; the key in use stays\n", why.c_str());
+      key_error_ = why;
+      return;
+    }
+    key_error_.clear();
+    if (flowtune::curve::apply_client(sock_, *keys_) != 0) return;
+    (void)zmq_disconnect(sock_, endpoint_.c_str());
+    (void)zmq_connect(sock_, endpoint_.c_str());
+    std::fprintf(stderr, "flowtune-pacer: the allocator's key changed (%s); reconnected\n",
+                 keys_->server_file.c_str());
   }
   void send(std::vector<wire::EndpointEvent> events) {
     wire::EndpointMessage m;
@@ -244,6 +264,9 @@ class Link {
   }
 
  private:
+  std::string endpoint_;
+  std::optional<flowtune::curve::ClientKeys> keys_;
+  std::string key_error_;  // the last one told
   void* ctx_ = nullptr;
   void* sock_ = nullptr;
   std::uint64_t seq_ = 0;
@@ -431,6 +454,7 @@ int run(const Options& o) {
   constexpr std::uint64_t kHeartbeatUs = 1'000'000;
   bool registered = false, told_unknown = false, said_registered = false;
   std::uint64_t epoch = 0, backoff_us = 10'000, next_send_us = 0;
+  std::uint64_t heard_us = now_us(), next_key_check_us = 0;
   const auto apply = [&](std::optional<pacer::Shape> s, const char* why) {
     packets.follow(state);
     if (!s) return true;
@@ -462,8 +486,15 @@ int run(const Options& o) {
     bool owner_gone = false;
     if (!link.receive(timeout_ms, &m, pidfd, &owner_gone)) {
       if (owner_gone) break;
+      // Silent for a heartbeat: the allocator's key may have rotated.
+      const std::uint64_t t = now_us();
+      if (t - heard_us > kHeartbeatUs && t >= next_key_check_us) {
+        next_key_check_us = t + kHeartbeatUs;
+        link.follow_server_key();
+      }
       continue;
     }
+    heard_us = now_us();
     if (epoch != 0 && m.epoch != epoch) registered = false;  // a new allocator: hello again
     epoch = m.epoch;
     bool refused = false;

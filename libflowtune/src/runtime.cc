@@ -326,6 +326,7 @@ int Runtime::open_all() {
     log(1, std::string("CURVE: ") + zmq_strerror(zmq_errno()) + "; not connecting to the allocator");
     return FT_ECONNECT;
   }
+  if (curve_on) curve_ = std::move(keys);
   for (const std::string& ep : endpoints_) {
     // Each is checked here, so a bad one in the list fails the start, not a
     // failover later.
@@ -335,7 +336,8 @@ int Runtime::open_all() {
     }
     if (&ep != &endpoints_.front()) (void)zmq_disconnect(zmq_sock_.get(), ep.c_str());
   }
-  if (endpoints_.size() > 1 && open_monitor() != FT_OK) return FT_ERUNTIME;
+  const bool key_file = curve_ && !curve_->server_file.empty();
+  if ((endpoints_.size() > 1 || key_file) && open_monitor() != FT_OK) return FT_ERUNTIME;
   timer_fd_ = UniqueFd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
   if (timer_fd_.get() < 0) return FT_ERUNTIME;
   sigset_t wake_set;
@@ -526,7 +528,7 @@ void Runtime::turn() {
   drain(now_us());
   receive();
   timers(now_us());
-  if (endpoints_.size() > 1 && !stopping) failover(now_us());
+  if (monitor_ && !stopping) watch_connection(now_us());
   flush(now_us(), stopping);
   publish();
   if (stopping) {
@@ -722,8 +724,42 @@ bool Runtime::failover_wanted(std::uint64_t now) const {
   return endpoint_lost_ || session_.failover_due(now);
 }
 
-void Runtime::failover(std::uint64_t now) {
+void Runtime::watch_connection(std::uint64_t now) {
   read_monitor();
+  if (endpoint_lost_) follow_server_key(now);
+  if (endpoints_.size() > 1) failover(now);
+  else endpoint_lost_ = false;  // libzmq reconnects on its own
+}
+
+// The connection dropped or its handshake failed: if the allocator's key
+// file now names another key (a rotation, docs/security.md), reconnect with
+// it, to the same allocator. Read at most every 100 ms (a refused handshake
+// repeats at each reconnection).
+void Runtime::follow_server_key(std::uint64_t now) {
+  if (!curve_ || curve_->server_file.empty() || now < next_key_check_us_) return;
+  next_key_check_us_ = now + 100'000;
+  std::string why;
+  if (!curve::follow_server_key(&*curve_, &why)) {
+    if (!why.empty() && why != key_error_logged_) log(1, "CURVE: " + why + "; the key in use stays");
+    key_error_logged_ = why;
+    return;
+  }
+  key_error_logged_.clear();
+  // Options apply to connections made after them: set, then reconnect.
+  const std::string& ep = endpoints_[current_];
+  if (curve::apply_client(zmq_sock_.get(), *curve_) != 0) {
+    log(1, std::string("CURVE: cannot use the allocator's new key: ") + zmq_strerror(zmq_errno()));
+    return;
+  }
+  (void)zmq_disconnect(zmq_sock_.get(), ep.c_str());
+  if (zmq_connect(zmq_sock_.get(), ep.c_str()) != 0) {
+    log(1, std::string("CURVE: cannot reconnect to ") + ep + ": " + zmq_strerror(zmq_errno()));
+  }
+  log(2, "the allocator's key changed (" + curve_->server_file + "); reconnected to " + ep);
+  endpoint_lost_ = false;
+}
+
+void Runtime::failover(std::uint64_t now) {
   const bool registered = session_.link_state() == LinkState::kRegistered;
   if (registered) {
     tried_in_round_ = 0;

@@ -41,6 +41,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <future>
 #include <thread>
@@ -48,6 +49,7 @@
 #include <utility>
 #include <vector>
 
+#include "flowtune/common/curve.h"
 #include "flowtune/flowtune.h"
 #include "pacing.h"
 #include "session.h"
@@ -219,6 +221,9 @@ class Runtime {
   // Hot standby (several allocators listed): see the top of this file.
   int open_monitor();
   void read_monitor();
+  // The monitor's news: a new allocator key to follow, a failover.
+  void watch_connection(std::uint64_t now);
+  void follow_server_key(std::uint64_t now);
   void failover(std::uint64_t now);
   void rotate(std::uint64_t now);
   bool failover_wanted(std::uint64_t now) const;
@@ -234,7 +239,7 @@ class Runtime {
   // fds below) goes first, the ZeroMQ context last.
   ZmqContext zmq_ctx_;
   ZmqSocket zmq_sock_;
-  ZmqSocket monitor_;  // the DEALER's connection events (several allocators)
+  ZmqSocket monitor_;  // the DEALER's connection events (several allocators, or a key file)
   UniqueFd timer_fd_;
   UniqueFd signal_fd_;
   UniqueFd pidfd_;
@@ -276,6 +281,10 @@ class Runtime {
   std::uint64_t round_backoff_us_ = 0;
   std::uint64_t next_move_us_ = 0;     // not before then
   bool was_registered_ = false;
+  // CURVE's keys, the allocator's followed from its file when it rotates.
+  std::optional<curve::ClientKeys> curve_;
+  std::uint64_t next_key_check_us_ = 0;
+  std::string key_error_logged_;
 
   // Published by the runtime thread for ft_client_stats().
   // Every counter of FT_STATS_COUNTERS (flowtune.h), generated from it.

@@ -4,6 +4,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <iostream>
 #include <map>
 #include <stdexcept>
 #include <vector>
@@ -117,7 +118,9 @@ int Relay::run(int signal_fd, std::uint64_t turns) {
   items.push_back({nullptr, timer, ZMQ_POLLIN, 0});
   if (signal_fd >= 0) items.push_back({nullptr, signal_fd, ZMQ_POLLIN, 0});
   const bool pair = ups_.size() > 1;
+  const bool key_file = config_.curve && !config_.curve->server_file.empty();
   using std::chrono::steady_clock;
+  up_heard_ = steady_clock::now();
   for (std::uint64_t t = 0; t < turns; ++t) {
     // Asleep until a message, or until the batch waiting is due.
     itimerspec spec{};
@@ -135,6 +138,8 @@ int Relay::run(int signal_fd, std::uint64_t turns) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_probe_ - steady_clock::now());
       wait_ms = std::max<long>(1, static_cast<long>(left.count()) + 1);
     }
+    // The allocator's key file is read again while upstream is silent.
+    if (key_file && (wait_ms < 0 || wait_ms > kKeyCheckMs)) wait_ms = kKeyCheckMs;
     try {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(wait_ms));
     } catch (const zmq::error_t& e) {
@@ -158,6 +163,7 @@ int Relay::run(int signal_fd, std::uint64_t turns) {
     }
     for (std::size_t i = 0; i < ups_.size(); ++i) drain_up(i);
     if (pair) probe(steady_clock::now());
+    if (key_file) follow_server_key(steady_clock::now());
   }
   ::close(timer);
   return 0;
@@ -216,6 +222,35 @@ void Relay::choose_upstream(std::chrono::steady_clock::time_point now) {
   if (best != active_) ++counters_.upstream_switches;
   active_ = best;
   flush_up();  // what was gathered goes to the one now active
+}
+
+// The allocator rotated its key (docs/security.md): a relay that names the
+// key by its file and has heard nothing from upstream for kKeyCheckMs reads
+// the file again (at most that often) and, if it names another key,
+// connects again with it.
+void Relay::follow_server_key(std::chrono::steady_clock::time_point now) {
+  const auto period = std::chrono::milliseconds(kKeyCheckMs);
+  if (now - up_heard_ < period || now < next_key_check_) return;
+  next_key_check_ = now + period;
+  std::string why;
+  if (!curve::follow_server_key(&*config_.curve, &why)) {
+    if (!why.empty() && why != key_error_) std::cerr << "flowtune-relay: " << why << "; the key in use stays\n";
+    key_error_ = why;
+    return;
+  }
+  key_error_.clear();
+  for (std::size_t i = 0; i < ups_.size(); ++i) {
+    try {
+      if (curve::apply_client(ups_[i].handle(), *config_.curve) != 0) continue;
+      ups_[i].disconnect(config_.upstream[i]);
+      ups_[i].connect(config_.upstream[i]);
+    } catch (const zmq::error_t& e) {
+      std::cerr << "flowtune-relay: reconnecting to " << config_.upstream[i] << ": " << e.what() << "\n";
+    }
+  }
+  ++counters_.key_changes;
+  std::cerr << "flowtune-relay: the allocator's key changed (" << config_.curve->server_file
+            << "); reconnected upstream\n";
 }
 
 // What endpoints (one frame) and relays below (a batch) sent; flowtune-ctl
@@ -329,6 +364,7 @@ void Relay::drain_up(std::size_t i) {
   for (int n = 0; n < kMaxPerTurn; ++n) {
     zmq::message_t tag;
     if (!try_recv(up, tag)) break;
+    if (n == 0) up_heard_ = std::chrono::steady_clock::now();
     bool more = tag.more();
     if (tag.to_string_view() == kControlTag && more) {  // a role probe's answer
       zmq::message_t answer;
@@ -405,7 +441,8 @@ std::string Relay::status() const {
                           {"batches_down", c.batches_down},
                           {"dropped", c.dropped},
                           {"bad_frames", c.bad_frames},
-                          {"upstream_switches", c.upstream_switches}}}}
+                          {"upstream_switches", c.upstream_switches},
+                          {"key_changes", c.key_changes}}}}
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -12,12 +12,14 @@
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "../allocator/daemon/daemon_harness.h"
@@ -731,6 +733,110 @@ TEST_F(ClientTest, UnderCurveTheLibraryUsesTheKeysTheEnvironmentNames) {
   EXPECT_GE(status["auth"]["unauthenticated"].get<int>() + status["auth"]["bad_handshakes"].get<int>(), 1);
 }
 
+// The allocator's key rotates without a restart (docs/security.md): on a
+// reload that finds a new --curve-secret it listens again with it; a client
+// that names the allocator's key by its file follows the file when its
+// connection fails, and keeps its flowlets; a client given the old key
+// itself is not heard. Both orders: the clients' file first, and the
+// allocator first (the clients then follow once the file changes).
+TEST_F(ClientTest, UnderCurveTheAllocatorsKeyRotatesWithoutARestart) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented";
+#endif
+  using daemon::testing::make_key;
+  using daemon::testing::write_file;
+  daemon::testing::TempDir dir;
+  const std::string clients = dir.path() + "/clients", ctl = dir.path() + "/ctl";
+  std::filesystem::create_directory(clients);
+  std::filesystem::create_directory(ctl);
+  const auto server = make_key(dir.path(), "server", {}, "", "");
+  make_key(dir.path(), "host", {clients}, R"(["127.0.0.1"])", server.own.public_key);
+  auto op = make_key(dir.path(), "op", {ctl}, "", server.own.public_key);
+  daemon_.set_control_keys(op);
+  const std::string server_pub = dir.path() + "/allocator.pub";
+  const auto install = [&](const curve::KeyPair& k, bool secret) {
+    if (secret) {
+      write_file(dir.path() + "/server.key",
+                 "public-key = \"" + k.public_key + "\"\nsecret-key = \"" + k.secret_key + "\"\n", 0600);
+    } else {
+      write_file(server_pub, "public-key = \"" + k.public_key + "\"\n");
+    }
+  };
+  install(server.own, false);
+  start_allocator({"--curve-secret", dir.path() + "/server.key", "--curve-clients", clients,
+                   "--curve-ctl", ctl});
+  const auto keyed = [&](const std::string& server_key) {
+    ::setenv("FLOWTUNE_CURVE_SERVER", server_key.c_str(), 1);
+    ::setenv("FLOWTUNE_CURVE_KEY", (dir.path() + "/host.key").c_str(), 1);
+    ft_client* c = open(200);
+    ::unsetenv("FLOWTUNE_CURVE_SERVER");
+    ::unsetenv("FLOWTUNE_CURVE_KEY");
+    return c;
+  };
+  const auto rotations = [&] {
+    const auto st = daemon_.status();
+    return st.contains("auth") ? st["auth"]["key_rotations"].get<int>() : -1;
+  };
+  ft_client* c = keyed(server_pub);
+  std::vector<std::unique_ptr<Transfer>> flowlets;
+  const auto begin_one = [&] {
+    flowlets.push_back(std::make_unique<Transfer>());
+    ASSERT_EQ(ft_socket_register(c, flowlets.back()->send_fd), FT_OK);
+    ASSERT_EQ(ft_flowlet_begin(c, flowlets.back()->send_fd, 100 << 20, nullptr), FT_OK);
+  };
+  const auto all_share = [&] {
+    return eventually([&] {
+      for (auto& f : flowlets) {
+        if (!near(rate(c, f->send_fd), kLinkBytes / static_cast<double>(flowlets.size()))) return false;
+      }
+      return true;
+    });
+  };
+  begin_one();
+  ASSERT_TRUE(all_share()) << daemon_.log();
+
+  // When: a new key goes where the client reads it, then into the
+  // allocator's file, and the allocator reloads.
+  const curve::KeyPair second = curve::generate();
+  install(second, false);
+  install(second, true);
+  ASSERT_EQ(::kill(daemon_.pid(), SIGHUP), 0);
+  op.server_public = second.public_key;
+  daemon_.set_control_keys(op);
+  // Expect: the allocator speaks the new key, and the client, following it,
+  // keeps its flowlet and gets a rate for a new one.
+  ASSERT_TRUE(eventually([&] { return rotations() == 1; })) << daemon_.log();
+  EXPECT_EQ(daemon_.status()["auth"]["public_key"], second.public_key);
+  begin_one();
+  EXPECT_TRUE(all_share()) << rate(c, flowlets[0]->send_fd) << " " << rate(c, flowlets[1]->send_fd) << "\n"
+                           << daemon_.log();
+
+  // When: the allocator rotates first, the clients' file a moment later.
+  const curve::KeyPair third = curve::generate();
+  install(third, true);
+  ASSERT_EQ(::kill(daemon_.pid(), SIGHUP), 0);
+  op.server_public = third.public_key;
+  daemon_.set_control_keys(op);
+  ASSERT_TRUE(eventually([&] { return rotations() == 2; })) << daemon_.log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  install(third, false);
+  // Expect: the client follows once the file names the key.
+  begin_one();
+  EXPECT_TRUE(all_share()) << daemon_.log();
+  ft_stats st{};
+  ASSERT_EQ(ft_client_stats(c, &st), FT_OK);
+  EXPECT_EQ(st.connected, 1);
+
+  // A client holding the old key itself is never heard, and its bytes
+  // arrive unpaced.
+  ft_client* stale = keyed(second.public_key);
+  expect_unpaced_and_intact(stale, 1 << 20);
+  EXPECT_EQ(ft_client_close(stale), FT_OK);
+  for (auto& f : flowlets) ft_socket_unregister(c, f->send_fd);
+  EXPECT_EQ(ft_client_close(c), FT_OK);
+  EXPECT_TRUE(eventually([&] { return daemon_.status()["flows"] == 0; })) << daemon_.status();
+}
+
 TEST(ClientConfig, MinFlowletBytesFromTheEnvironmentOnlyWhenWhole) {
   const auto with = [](const char* v) {
     ::setenv("FLOWTUNE_MIN_FLOWLET_BYTES", v, 1);
@@ -876,6 +982,53 @@ TEST_F(StandbyPairTest, StartedTogetherExactlyOneServes) {
   const std::string a = role(0), b = role(1);
   EXPECT_TRUE((a == "active" && b == "standby") || (a == "standby" && b == "active"))
       << a << " " << b << "\n" << daemons_[0].log() << daemons_[1].log();
+}
+
+// A pair shares one CURVE key. Rotated in the active one first (the new
+// key already in both files), the standby's probes follow the file, so the
+// standby keeps hearing its peer and does not take over; then it reloads
+// too, and still one serves.
+TEST_F(StandbyPairTest, UnderCurveARotationOneAtATimeKeepsOneActive) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented";
+#endif
+  using daemon::testing::make_key;
+  using daemon::testing::write_file;
+  daemon::testing::TempDir dir;
+  const std::string clients = dir.path() + "/clients", ctl = dir.path() + "/ctl";
+  std::filesystem::create_directory(clients);
+  std::filesystem::create_directory(ctl);
+  // The pair's key is a known (ctl) key too: its probes are answered.
+  const auto server = make_key(dir.path(), "server", {ctl}, "", "");
+  make_key(dir.path(), "host", {clients}, R"(["127.0.0.1"])", server.own.public_key);
+  auto op = make_key(dir.path(), "op", {ctl}, "", server.own.public_key);
+  for (int i = 0; i < 2; ++i) {
+    daemons_[i].set_control_keys(op);
+    daemons_[i].start(eps_[i], {"--host-gbps", "0.1", "--standby-of", eps_[1 - i], "--probe-ms", "50",
+                                "--takeover-ms", "300", "--log-level", "debug", "--curve-secret",
+                                dir.path() + "/server.key", "--curve-clients", clients, "--curve-ctl", ctl});
+    if (i == 0) {
+      ASSERT_TRUE(eventually([&] { return role(0) == "active"; })) << daemons_[0].log();
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  ASSERT_EQ(role(1), "standby") << daemons_[1].log();
+  const curve::KeyPair next = curve::generate();
+  write_file(ctl + "/next.pub", "public-key = \"" + next.public_key + "\"\n");
+  write_file(dir.path() + "/server.key",
+             "public-key = \"" + next.public_key + "\"\nsecret-key = \"" + next.secret_key + "\"\n", 0600);
+  op.server_public = next.public_key;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(::kill(daemons_[i].pid(), SIGHUP), 0);
+    daemons_[i].set_control_keys(op);
+    ASSERT_TRUE(eventually([&] {
+      const auto st = daemons_[i].control("status", 500);
+      return st && (*st)["auth"]["key_rotations"] == 1;
+    })) << daemons_[i].log();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // three takeover times
+    EXPECT_EQ(role(0), "active") << daemons_[0].log();
+    EXPECT_EQ(role(1), "standby") << "after " << i + 1 << " reloads\n" << daemons_[1].log();
+  }
 }
 
 // The issue's goal: after kill -9 of the primary, every flowlet has a rate

@@ -405,6 +405,53 @@ TEST_F(RelayTest, UnderCurveARelaySpeaksForTheHostsItsKeyNames) {
   }
 }
 
+// The allocator's key rotates (docs/security.md): a relay that names it by
+// its file follows the file once upstream falls silent, and the flowlets
+// behind it keep their rates and new ones get theirs.
+TEST_F(RelayTest, UnderCurveARelayFollowsTheAllocatorsKeyFile) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented";
+#endif
+  using daemon::testing::make_key;
+  using daemon::testing::write_file;
+  daemon::testing::TempDir dir;
+  const std::string clients = dir.path() + "/clients", ctl = dir.path() + "/ctl";
+  std::filesystem::create_directory(clients);
+  std::filesystem::create_directory(ctl);
+  const auto server = make_key(dir.path(), "server", {}, "", "");
+  make_key(dir.path(), "rack", {clients}, R"(["127.0.0.1"])", server.own.public_key);
+  auto op = make_key(dir.path(), "op", {ctl}, "", server.own.public_key);
+  daemon_.set_control_keys(op);
+  const std::string pub_file = dir.path() + "/allocator.pub";
+  write_file(pub_file, "public-key = \"" + server.own.public_key + "\"\n");
+  daemon_.start(alloc_ep_, {"--host-gbps", "0.1", "--curve-secret", dir.path() + "/server.key",
+                            "--curve-clients", clients, "--curve-ctl", ctl});
+  const std::string relay_ep = unique_endpoint();
+  RelayProcess relay;
+  relay.start(relay_ep, alloc_ep_, {"--curve-server", pub_file, "--curve-key", dir.path() + "/rack.key"});
+  ft_client* c = open(relay_ep);
+  auto conns = flowlets(c, 1);
+  ASSERT_TRUE(all_near(c, conns, kLinkBytes)) << daemon_.log();
+  // When: the new key goes to the relay's file, then the allocator's.
+  const curve::KeyPair next = curve::generate();
+  write_file(pub_file, "public-key = \"" + next.public_key + "\"\n");
+  write_file(dir.path() + "/server.key",
+             "public-key = \"" + next.public_key + "\"\nsecret-key = \"" + next.secret_key + "\"\n", 0600);
+  ASSERT_EQ(::kill(daemon_.pid(), SIGHUP), 0);
+  op.server_public = next.public_key;
+  daemon_.set_control_keys(op);
+  // Expect: the relay follows, and two flowlets share the link.
+  EXPECT_TRUE(eventually([&] {
+    const auto st = relay.status();
+    return st && (*st)["counters"]["key_changes"] == 1;
+  })) << relay.status().value_or(nlohmann::json{});
+  auto more = flowlets(c, 1);
+  conns.push_back(std::move(more[0]));
+  EXPECT_TRUE(all_near(c, conns, kLinkBytes / 2)) << daemon_.log();
+  EXPECT_EQ(daemon_.status()["auth"]["key_rotations"], 1);
+  close(c, conns);
+}
+
 // Bad upstream lists and probe periods are refused with the reason and
 // status 2, before anything listens.
 TEST(RelayCli, BadUpstreamListsAndProbePeriodsAreRefused) {

@@ -117,7 +117,9 @@ json auth_json(const AuthInfo& au) {
           {"bad_handshakes", au.bad_handshakes},
           {"reloads", au.reloads},
           {"reload_failures", au.reload_failures},
-          {"last_reload_error", au.last_reload_error}};
+          {"last_reload_error", au.last_reload_error},
+          {"public_key", au.public_key},
+          {"key_rotations", au.key_rotations}};
 }
 
 // What glibc's heap held at the loop's last memory check, and how long ago.

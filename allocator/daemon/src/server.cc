@@ -163,6 +163,8 @@ void Server::enable_curve(zmq::context_t& ctx) {
   }
   router_.set(zmq::sockopt::curve_server, 1);
   router_.set(zmq::sockopt::curve_secretkey, own.secret_key);
+  own_ = own;
+  auth_info_.public_key = own.public_key;
   router_.set(zmq::sockopt::zap_domain, "flowtune");
   const std::string monitor = "inproc://flowtune-handshakes-" +
                               std::to_string(reinterpret_cast<std::uintptr_t>(this));
@@ -186,16 +188,25 @@ void Server::count_keys() {
 
 Server::Reload Server::reload_keys() {
   if (!zap_) return {true, "keys: CURVE is off"};
+  const auto refuse = [this](const std::string& why) -> Reload {
+    ++auth_info_.reload_failures;
+    auth_info_.last_reload_error = why;
+    return {false, "keys refused, the old ones stay: " + why};
+  };
+  curve::KeyPair own;
+  if (const std::string why = curve::read_key_file(auth_.secret_file, true, &own); !why.empty()) {
+    return refuse("--curve-secret: " + why);
+  }
   try {
     keys_ = KeyRing::load(auth_);
   } catch (const ConfigError& e) {
-    ++auth_info_.reload_failures;
-    auth_info_.last_reload_error = e.what();
-    return {false, std::string("keys refused, the old ones stay: ") + e.what()};
+    return refuse(e.what());
   }
   ++auth_info_.reloads;
   auth_info_.last_reload_error.clear();
   count_keys();
+  std::string rotated;
+  if (own.secret_key != own_.secret_key) rotated = rotate_key(own);
   const std::size_t dropped = allocator_.revalidate_keys([this](std::string_view key) {
     const KeyEntry* k = keys_.find(key);
     return k != nullptr && (k->roles & kRoleEndpoint) != 0 ? &k->principal : nullptr;
@@ -206,7 +217,41 @@ Server::Reload Server::reload_keys() {
   if (dropped > 0) {
     text += "; " + std::to_string(dropped) + " endpoints dropped (their key or host is no longer allowed)";
   }
+  if (!rotated.empty()) text += "; " + rotated;
   return {true, text};
+}
+
+// A new --curve-secret: libzmq applies a socket's key to the connections a
+// listener accepts after it is bound, so the listener is bound again, at the
+// same address, with the new key. Every connection made under the old key
+// closes with it; clients that read the allocator's key from a file follow
+// it there and reconnect (curve::follow_server_key), and each endpoint
+// keeps its flows across the reconnection (same id, new connection). A
+// rebind that fails puts the old key back.
+std::string Server::rotate_key(const curve::KeyPair& own) {
+  router_.set(zmq::sockopt::curve_secretkey, own.secret_key);
+  try {
+    router_.unbind(bound_);
+    router_.bind(bound_);
+  } catch (const zmq::error_t& e) {
+    router_.set(zmq::sockopt::curve_secretkey, own_.secret_key);
+    std::string why = std::string("the new key is not in use: cannot listen again on ") + bound_ + ": " + e.what();
+    try {
+      router_.bind(bound_);
+    } catch (const zmq::error_t& again) {
+      why += "; nor with the old key: " + std::string(again.what()) + " (listening nowhere; restart)";
+    }
+    log_.write(LogLevel::kError, why);
+    ++auth_info_.reload_failures;
+    auth_info_.last_reload_error = why;
+    return why;
+  }
+  own_ = own;
+  auth_info_.public_key = own.public_key;
+  ++auth_info_.key_rotations;
+  if (probe_) rekey_probe(/*alternate=*/false);
+  log_.write(LogLevel::kInfo, "rotated the allocator's key: now " + own.public_key);
+  return "the allocator's key rotated (now " + own.public_key + "); clients reconnect with it";
 }
 
 // ZAP (RFC 27): request frames are version, request id, domain, address,
@@ -504,12 +549,13 @@ void Server::enable_standby(zmq::context_t& ctx, Standby s) {
   probe_->set(zmq::sockopt::sndhwm, 4);
   probe_->set(zmq::sockopt::reconnect_ivl, static_cast<int>(std::max<std::uint64_t>(s.probe_us / 1000, 1)));
   if (auth_.enabled()) {
-    curve::ClientKeys keys;
-    if (const std::string why = curve::read_key_file(auth_.secret_file, true, &keys.own); !why.empty()) {
+    curve::KeyPair own;
+    if (const std::string why = curve::read_key_file(auth_.secret_file, true, &own); !why.empty()) {
       throw ConfigError("--curve-secret: " + why);
     }
-    keys.server_public = keys.own.public_key;
-    if (curve::apply_client(probe_->handle(), keys) != 0) {
+    // The pair shares one key: the probe speaks to the peer with it.
+    probe_key_ = own;
+    if (curve::apply_client(probe_->handle(), {own.public_key, own, {}}) != 0) {
       throw ConfigError(std::string("CURVE on the standby probe: ") + zmq_strerror(zmq_errno()));
     }
   }
@@ -553,11 +599,42 @@ void Server::read_probe_answers(std::uint64_t now) {
   }
 }
 
+// The probe speaks the pair's key as --curve-secret holds it now; with
+// `alternate`, when that is the key it already speaks, the one before it
+// (the peer silent: a key staged in this allocator's file, not yet in the
+// peer's, must not leave the two unable to hear each other).
+void Server::rekey_probe(bool alternate) {
+  curve::KeyPair own;
+  if (!curve::read_key_file(auth_.secret_file, true, &own).empty()) return;
+  if (own.secret_key == probe_key_.secret_key) {
+    if (!alternate || probe_prev_key_.secret_key.empty()) return;
+    own = probe_prev_key_;
+  }
+  if (curve::apply_client(probe_->handle(), {own.public_key, own, {}}) != 0) return;
+  probe_prev_key_ = probe_key_;
+  probe_key_ = own;
+  try {
+    probe_->disconnect(standby_->peer);
+    probe_->connect(standby_->peer);
+  } catch (const zmq::error_t&) {
+  }
+}
+
 // Each turn of a pair: the peer's answers, a probe when due, and the rule.
 void Server::standby_turn(std::uint64_t now) {
   read_probe_answers(now);
   if (now >= next_probe_us_) {
     next_probe_us_ = now + standby_->probe_us;
+    // Unanswered for a probe period: the peer may have rotated the pair's
+    // key before this allocator's reload. The file says (a key installed
+    // on both before either reloads), so the pair keeps hearing itself.
+    // Each key is given two probes (a reconnection and its handshake)
+    // before the other is tried.
+    if (zap_ && now - takeover_->peer_heard_us() > standby_->probe_us &&
+        now - last_rekey_check_us_ > 2 * standby_->probe_us) {
+      last_rekey_check_us_ = now;
+      rekey_probe(/*alternate=*/true);
+    }
     try {
       if (probe_->send(zmq::buffer(std::string_view(kControlTag)),
                        zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {

@@ -198,7 +198,7 @@ class CurveDaemonTest : public ::testing::Test {
 TEST_F(CurveDaemonTest, OnlyAllowedKeysAreHeardAndRefusalsAreCounted) {
   // Given: a peer without CURVE, one with a key in no list, one allowed.
   Endpoint plain(listen_);
-  const curve::ClientKeys stranger{server_, curve::generate()};
+  const curve::ClientKeys stranger{server_, curve::generate(), {}};
   Endpoint unknown(listen_, &stranger);
   Endpoint allowed(listen_, &h1_);
   // When: each says hello and starts a flow from h1.

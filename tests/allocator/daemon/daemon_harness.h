@@ -277,7 +277,7 @@ inline curve::ClientKeys make_key(const std::string& dir, const std::string& nam
     if (!hosts.empty()) pub += "hosts = " + hosts + "\n";
     write_file(list + "/" + name + ".pub", pub);
   }
-  return {server_public, k};
+  return {server_public, k, {}};
 }
 
 inline wire::FlowletStart host_flow(std::uint64_t key, std::uint32_t src, std::uint32_t dst) {

@@ -42,6 +42,10 @@ struct KeyPair {
 struct ClientKeys {
   std::string server_public;
   KeyPair own;
+  // Where server_public was read from (empty: given as the key itself).
+  // A client follows the file when the allocator's key rotates
+  // (follow_server_key).
+  std::string server_file;
 };
 
 // Empty if `z85` is a well-formed 40-character Z85 key; else why not.
@@ -140,10 +144,13 @@ inline std::string read_key_file(const std::string& path, bool need_secret, KeyP
 }
 
 // A public key given as a key file or as its 40 Z85 characters. A file is
-// looked for first: a path of 40 characters can be valid Z85 too.
-inline std::string read_public_key(const std::string& key_or_file, std::string* out) {
+// looked for first: a path of 40 characters can be valid Z85 too. *file
+// (if given) is set to the path when it was one, else cleared.
+inline std::string read_public_key(const std::string& key_or_file, std::string* out,
+                                   std::string* file = nullptr) {
   struct stat st{};
   const bool is_file = ::stat(key_or_file.c_str(), &st) == 0;
+  if (file != nullptr) file->clear();
   if (!is_file && key_or_file.size() == kZ85KeyChars && key_error(key_or_file).empty()) {
     *out = key_or_file;
     return {};
@@ -151,7 +158,25 @@ inline std::string read_public_key(const std::string& key_or_file, std::string* 
   KeyPair k;
   if (std::string why = read_key_file(key_or_file, false, &k); !why.empty()) return why;
   *out = k.public_key;
+  if (file != nullptr) *file = key_or_file;
   return {};
+}
+
+// The allocator rotated its key (docs/security.md): a client whose
+// connection failed reads the allocator's key file again. True when it now
+// names another key, which *k then holds; false when it is unchanged or
+// cannot be read (*why says why; the key in use stays).
+inline bool follow_server_key(ClientKeys* k, std::string* why) {
+  why->clear();
+  if (k->server_file.empty()) return false;
+  std::string key;
+  if (std::string e = read_public_key(k->server_file, &key); !e.empty()) {
+    *why = "the allocator's public key: " + e;
+    return false;
+  }
+  if (key == k->server_public) return false;
+  k->server_public = key;
+  return true;
 }
 
 // Client keys from explicit values (empty: not given) falling back to the
@@ -174,7 +199,7 @@ inline std::string client_keys(std::string server, std::string key_file, ClientK
     return {};
   }
   ClientKeys k;
-  if (std::string why = read_public_key(server, &k.server_public); !why.empty()) {
+  if (std::string why = read_public_key(server, &k.server_public, &k.server_file); !why.empty()) {
     return "the allocator's public key: " + why;
   }
   if (!key_file.empty()) {

@@ -54,6 +54,7 @@ struct Counters {
   std::uint64_t dropped = 0;        // a queue was full, or a route was unknown or malformed
   std::uint64_t bad_frames = 0;     // neither a message, a batch nor a flowtune-ctl request
   std::uint64_t upstream_switches = 0;  // a standby took over and the relay followed
+  std::uint64_t key_changes = 0;        // the allocator's key file named a new key
 };
 
 class Relay {
@@ -73,6 +74,7 @@ class Relay {
   void probe(std::chrono::steady_clock::time_point now);
   void read_role(std::size_t i, std::string_view answer, std::chrono::steady_clock::time_point now);
   void choose_upstream(std::chrono::steady_clock::time_point now);
+  void follow_server_key(std::chrono::steady_clock::time_point now);
   void take_batch(std::string_view hop, bool more);
   void add_up(std::string route, zmq::message_t&& body);
   void flush_up();
@@ -91,6 +93,10 @@ class Relay {
   };
   std::vector<Upstream> roles_;
   std::chrono::steady_clock::time_point next_probe_{};
+  std::chrono::steady_clock::time_point up_heard_{};       // anything from upstream
+  std::chrono::steady_clock::time_point next_key_check_{};
+  std::string key_error_;  // the last one told
+  static constexpr long kKeyCheckMs = 1000;
   std::string bound_;
   // The batch going up: routes and messages, interleaved.
   std::vector<std::string> routes_;

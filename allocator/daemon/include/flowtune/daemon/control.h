@@ -22,6 +22,8 @@ struct AuthInfo {
   std::uint64_t bad_handshakes = 0;   // other failures (a wrong server key, garbage)
   std::uint64_t reloads = 0, reload_failures = 0;
   std::string last_reload_error;
+  std::string public_key;            // the allocator's own, now (Z85)
+  std::uint64_t key_rotations = 0;   // reloads that found a new --curve-secret
 };
 
 // The heap as the loop's last memory check weighed it (a walk of the heap:

@@ -24,6 +24,7 @@
 
 #include <zmq.hpp>
 
+#include "flowtune/common/curve.h"
 #include "flowtune/common/ipv4.h"
 #include "flowtune/daemon/allocator.h"
 #include "flowtune/daemon/auth.h"
@@ -64,6 +65,9 @@ class Server {
   // ones. Endpoints whose key is gone, or no longer names their host, are
   // dropped with their flows (Allocator::revalidate_keys).
   Reload reload_keys();
+  // A new --curve-secret: the listener again, with it; what happened.
+  std::string rotate_key(const curve::KeyPair& own);
+  void rekey_probe(bool alternate);
   // What `flowtune-ctl reload` (an admin request) runs: the daemon's reload
   // of its policy and keys.
   void set_reload(std::function<Reload()> reload) { reload_ = std::move(reload); }
@@ -121,6 +125,9 @@ class Server {
   std::optional<Standby> standby_;
   std::optional<Takeover> takeover_;
   std::unique_ptr<zmq::socket_t> probe_;
+  curve::KeyPair own_;                       // the key the listener speaks
+  curve::KeyPair probe_key_, probe_prev_key_;  // the probe's, and the one before
+  std::uint64_t last_rekey_check_us_ = 0;
   std::uint64_t next_probe_us_ = 0;
   std::uint64_t next_peer_warning_us_ = 0;
   std::unordered_map<std::string, RelayOut> relay_out_;  // by the relay's routing id
