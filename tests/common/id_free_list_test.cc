@@ -58,6 +58,30 @@ TEST(IdFreeList, AgreesWithANaiveOracleOverRandomOperations) {
   }
 }
 
+// trim() takes back the free ids at the top; the rest are then reused
+// lowest first, and every live id stays live.
+TEST(IdFreeList, TrimTakesBackTheTopAndThenReusesTheLowestFirst) {
+  IdFreeList<std::uint32_t> ids;
+  for (int i = 0; i < 10; ++i) ids.acquire();
+  for (std::uint32_t id : {9u, 2u, 7u, 8u, 5u, 6u}) ids.release(id);  // live: 0 1 3 4
+  ids.trim();
+  EXPECT_EQ(ids.issued(), 5u);
+  EXPECT_EQ(ids.live(), 4u);
+  EXPECT_EQ(ids.acquire(), 2u);
+  EXPECT_EQ(ids.acquire(), 5u);
+  ids.release(0);
+  ids.release(1);
+  ids.trim();  // nothing free at the top: the bound stays
+  EXPECT_EQ(ids.issued(), 6u);
+  EXPECT_EQ(ids.acquire(), 0u);
+  EXPECT_EQ(ids.acquire(), 1u);
+  EXPECT_EQ(ids.acquire(), 6u);
+  for (std::uint32_t id = 0; id < 7; ++id) ids.release(id);
+  ids.trim();
+  EXPECT_EQ(ids.issued(), 0u);
+  EXPECT_EQ(ids.acquire(), 0u);
+}
+
 TEST(IdFreeListDeathTest, ReleasingAnIdNeverIssuedAborts) {
   IdFreeList<std::uint32_t> ids;
   ids.acquire();

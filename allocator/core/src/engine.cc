@@ -122,6 +122,14 @@ struct BasicEngine<Real>::Block {
                       &Block::floor, &Block::x, &Block::xn};
   }
 
+  // Spare capacity back to the heap (after a burst of flows has gone).
+  void shrink() {
+    for (auto& p : path) p.shrink_to_fit();
+    for (auto field : per_slot()) (this->*field).shrink_to_fit();
+    d.shrink_to_fit();
+    id.shrink_to_fit();
+  }
+
   detail::FlowArrays<Real> arrays() {
     return {size(),
             {path[0].data(), path[1].data(), path[2].data(), path[3].data()},
@@ -442,6 +450,14 @@ void BasicEngine<Real>::remove_flow(FlowId id) {
   slots_[id].index = kFreeSlot;
   ids_.release(id);
   --live_flows_;
+}
+
+template <typename Real>
+void BasicEngine<Real>::compact() {
+  ids_.trim();
+  slots_.resize(ids_.issued());
+  slots_.shrink_to_fit();
+  for (auto& k : blocks_) k->shrink();
 }
 
 template <typename Real>

@@ -643,4 +643,47 @@ std::vector<FlowView> Allocator::flows(std::uint64_t now_us, std::size_t limit, 
   return v;
 }
 
+namespace {
+
+// Fewer slots than this are not worth a pass.
+constexpr std::size_t kMinCompactSlots = 4096;
+
+template <class Map>
+void shrink_map(Map& m) {
+  if (m.bucket_count() > 4 * (m.size() + 1)) m.rehash(0);
+}
+
+}  // namespace
+
+bool Allocator::compact_if_sparse() {
+  const std::size_t flow_room = flows_.capacity(), endpoint_room = endpoints_.capacity();
+  const bool sparse_flows = flow_room >= kMinCompactSlots && engine_->num_flows() * 4 < flow_room;
+  const bool sparse_endpoints =
+      endpoint_room >= kMinCompactSlots && endpoint_ids_.live() * 4 < endpoint_room;
+  if (!sparse_flows && !sparse_endpoints) return false;
+  engine_->compact();
+  flows_.resize(engine_->id_bound());
+  flows_.shrink_to_fit();
+  sent_.resize(flows_.size());
+  sent_.shrink_to_fit();
+  endpoint_ids_.trim();
+  endpoints_.resize(endpoint_ids_.issued());
+  endpoints_.shrink_to_fit();
+  shrink_map(by_peer_);
+  shrink_map(by_endpoint_id_);
+  shrink_map(co_holders_);
+  shrink_map(by_socket_);
+  shrink_map(pacers_);
+  shrink_map(stray_);
+  shrink_map(sources_);
+  for (auto& e : endpoints_) {
+    if (e) shrink_map(e->flows);
+  }
+  dirty_.shrink_to_fit();
+  pacer_dirty_.shrink_to_fit();
+  maybe_unused_.shrink_to_fit();
+  ++counters_.compactions;
+  return true;
+}
+
 }  // namespace flowtune::daemon

@@ -65,6 +65,7 @@ json counters_json(const Counters& c) {
           {"flows_expired", c.flows_expired},
           {"flows_joined", c.flows_joined},
           {"memory_trims", c.memory_trims},
+          {"compactions", c.compactions},
           {"classes_lowered", c.classes_lowered},
           {"flows_by_class", c.flows_by_class},
           {"deadlines_met", c.deadlines_met},

@@ -111,20 +111,22 @@ Server::Server(zmq::context_t& ctx, Allocator& allocator, Log& log, const std::s
 // least it has been since the last trim, hands the free pages back
 // (malloc_trim). Both walk the heap's free chunks: 0.1-0.5 ms typically,
 // 10 ms and more on a heap left in tens of thousands of pieces, hence the
-// long period (the turn's replies have gone out by then).
+// long period (the turn's replies have gone out by then). Before weighing,
+// tables left mostly empty by a burst are shrunk (Allocator::
+// compact_if_sparse), and what that frees is handed back at once.
 void Server::return_memory(std::uint64_t now) {
   if (now < next_memory_check_us_) return;
   next_memory_check_us_ = now + kMemoryCheckUs;
   const std::int64_t t0 = steady_ns();
-  trim_if_worth_it(now);
+  trim_if_worth_it(now, allocator_.compact_if_sparse());
   allocator_.counters().memory_check_ns.record(static_cast<std::uint64_t>(steady_ns() - t0));
 }
 
-void Server::trim_if_worth_it(std::uint64_t now) {
+void Server::trim_if_worth_it(std::uint64_t now, bool compacted) {
   std::int64_t gap = 0;
   if (!weigh_heap(now, &gap)) return;
   least_gap_ = std::min(least_gap_, gap);
-  if (gap - least_gap_ < static_cast<std::int64_t>(kTrimFreeBytes)) return;
+  if (!compacted && gap - least_gap_ < static_cast<std::int64_t>(kTrimFreeBytes)) return;
   ::malloc_trim(0);
   ++allocator_.counters().memory_trims;
   if (weigh_heap(now, &gap)) least_gap_ = gap;

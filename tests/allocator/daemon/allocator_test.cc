@@ -221,6 +221,48 @@ TEST_F(AllocatorTest, EndFreesCapacityForTheOthers) {
   EXPECT_EQ(alloc_->num_flows(), 1u);
 }
 
+// After a burst has gone (a flood's endpoints timed out), compaction
+// shrinks the tables to what is left: the engine's id range falls to the
+// flows still live, which keep their rates and keep being served; a
+// start and an end afterwards work as before; and a second call, with the
+// tables no longer sparse, does nothing.
+TEST_F(AllocatorTest, AfterABurstCompactionShrinksTheTablesAndServiceGoesOn) {
+  hello("b", "ep-b", "h1");
+  send("b", {start_of(1, 1, 2)});
+  settle();
+  EXPECT_FALSE(alloc_->compact_if_sparse()) << "nothing to shrink yet";
+  for (int e = 0; e < 20; ++e) {
+    const std::string peer = "f" + std::to_string(e);
+    hello(peer, "ep-" + peer, "h" + std::to_string(3 + e % 5));
+    std::vector<wire::EndpointEvent> starts;
+    for (std::uint64_t k = 1; k <= 400; ++k) starts.push_back(start_of(k, static_cast<std::uint32_t>(3 + e % 5), 0));
+    send(peer, std::move(starts));
+  }
+  const auto flood = settle();
+  ASSERT_EQ(alloc_->num_flows(), 8001u) << (errors_to(flood, "f0").empty() ? "" : errors_to(flood, "f0")[0].text);
+  only_b_heartbeats_past_the_timeout();
+  settle();
+  ASSERT_EQ(alloc_->num_flows(), 1u);
+  EXPECT_GE(alloc_->engine().id_bound(), 8001u);
+  // When: compacted.
+  ASSERT_TRUE(alloc_->compact_if_sparse());
+  EXPECT_EQ(alloc_->counters().compactions, 1u);
+  // Expect: b's flow (the first id) is all that is left of the range.
+  EXPECT_EQ(alloc_->engine().id_bound(), 1u);
+  EXPECT_FALSE(alloc_->compact_if_sparse());
+  // And service goes on: a second flowlet into h2 halves b's rate, and b's
+  // end gives the newcomer the whole link.
+  hello("c", "ep-c", "h0");
+  send("c", {start_of(7, 0, 2)});
+  auto rates = last_rates(settle());
+  EXPECT_NEAR(static_cast<double>(rates.at({"b", 1})), share(2), share(2) * 0.01);
+  EXPECT_NEAR(static_cast<double>(rates.at({"c", 7})), share(2), share(2) * 0.01);
+  send("b", {wire::FlowletEnd{1}});
+  rates = last_rates(settle());
+  EXPECT_NEAR(static_cast<double>(rates.at({"c", 7})), share(1), share(1) * 0.01);
+  EXPECT_EQ(alloc_->num_flows(), 1u);
+}
+
 TEST_F(AllocatorTest, SmallMovesAreSuppressedAndTheSlackCannotOverAllocate) {
   AllocatorConfig c = config();
   c.threshold = 0.05;

@@ -277,6 +277,58 @@ TEST(ParallelDriver, PersistentRunsAloneOnOneBlockAndTheTeamOnItsLayout) {
   }
 }
 
+// compact() after a burst: the ids freed at the top come back (id_bound()
+// falls to one past the highest live id), live flows keep their ids and
+// rates, and the engine goes on computing bit for bit what one never
+// compacted computes, through later churn (new flows take the lowest free
+// ids, so the bound stays low).
+TEST(EngineCompact, AfterABurstIdsShrinkAndTheEngineComputesTheSame) {
+  const Topology t = two_tier_8x8x4();
+  Rng rng(77);
+  Subject<double> compacted = make<double>(t, 3);
+  Subject<double> plain = make<double>(t, 3);
+  std::vector<Subject<double>*> all = {&compacted, &plain};
+  for (int j = 0; j < 3000; ++j) {
+    const FlowSpec f = random_flow(t, rng);
+    for (auto* s : all) add(*s, f);
+  }
+  for (auto* s : all) s->engine->iterate();
+  // The burst ends: all but a few scattered flows go, the highest id among them.
+  constexpr FlowId kKeptBelow = 40;
+  for (std::size_t k = compacted.ids.size(); k-- > 0;) {
+    const FlowId id = compacted.ids[k];
+    if (id < kKeptBelow && id % 3 == 0) continue;
+    for (auto* s : all) remove_at(*s, k);
+  }
+  for (auto* s : all) s->engine->iterate();
+  ASSERT_EQ(compacted.engine->id_bound(), 3000u);
+  std::vector<double> before;
+  for (FlowId id : compacted.ids) before.push_back(compacted.engine->rate_bps(id));
+  compacted.engine->compact();
+  FlowId highest = 0;
+  for (FlowId id : compacted.ids) highest = std::max(highest, id);
+  EXPECT_EQ(compacted.engine->id_bound(), highest + 1);
+  EXPECT_LE(compacted.engine->id_bound(), kKeptBelow);
+  for (std::size_t k = 0; k < compacted.ids.size(); ++k) {
+    ASSERT_TRUE(compacted.engine->has_flow(compacted.ids[k]));
+    EXPECT_EQ(compacted.engine->rate_bps(compacted.ids[k]), before[k]);
+  }
+  for (int i = 0; i < 12; ++i) {
+    for (int j = 0; j < 4 && !compacted.ids.empty(); ++j) {
+      const std::size_t k = rng.below(compacted.ids.size());
+      for (auto* s : all) remove_at(*s, k);
+    }
+    for (int j = 0; j < 6; ++j) {
+      const FlowSpec f = random_flow(t, rng);
+      for (auto* s : all) add(*s, f);
+    }
+    for (auto* s : all) s->engine->iterate();
+    expect_identical(compacted, plain);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_LE(compacted.engine->id_bound(), compacted.ids.size() + kKeptBelow);
+}
+
 // set_blocks keeps every flow's id, limits, floor and rates and every
 // price, and a round trip back to the original count restores the layout
 // exactly: the next iterations are bit-identical to an engine that never

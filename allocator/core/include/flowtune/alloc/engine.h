@@ -205,6 +205,15 @@ class BasicEngine {
   // flow can be refused for it); blocks outside [1, 64] throw.
   bool set_blocks(std::uint32_t blocks);
 
+  // Hands back what a burst of flows left behind: the ids freed at the top
+  // of the range (id_bound() falls to one past the highest live id, so
+  // tables indexed by FlowId may shrink to it) and the blocks' spare
+  // capacity. Live flows keep their ids; nothing else changes. O(free ids
+  // log + flows): for an idle moment, not every turn.
+  void compact();
+  // Every live FlowId is below it.
+  FlowId id_bound() const { return static_cast<FlowId>(slots_.size()); }
+
   std::size_t num_flows() const { return live_flows_; }
   std::size_t num_links() const { return capacity_.size(); }
   std::uint64_t iterations() const { return iterations_; }

@@ -250,6 +250,12 @@ class Allocator {
   const alloc::Engine& engine() const { return *engine_; }
   const AllocatorConfig& config() const { return config_; }
   std::size_t num_flows() const { return engine_->num_flows(); }
+  // After a burst has gone (a flood's flows and endpoints expired): when
+  // the tables hold under a quarter of what they have room for, those
+  // indexed by id shrink to the ids still live (live ones keep theirs) and
+  // the hash tables to their contents. True when it compacted. O(state):
+  // for the server's periodic memory check, not every turn.
+  bool compact_if_sparse();
   std::size_t num_endpoints() const { return by_endpoint_id_.size(); }
   // Link capacities as the engine sees them (after threshold and headroom).
   double scheduled_capacity_bps(alloc::LinkId l) const { return engine_->capacity_bps(l); }

@@ -73,6 +73,7 @@ struct Counters {
   std::uint64_t flows_expired = 0;  // holds released with a timed-out endpoint
   std::uint64_t flows_joined = 0;   // starts that joined a live flow of the same socket
   std::uint64_t memory_trims = 0;   // freed heap handed back (Server::return_memory)
+  std::uint64_t compactions = 0;    // tables shrunk after a burst (Allocator::compact_if_sparse)
   std::uint64_t classes_lowered = 0;  // starts and resync entries that asked above --top-class
   // Flows taken up (from starts and resyncs) per strict priority class.
   std::array<std::uint64_t, wire::kNumClasses> flows_by_class{};

@@ -100,7 +100,7 @@ class Server {
   void count_keys();
   void answer_zap(std::uint64_t now_us);
   void return_memory(std::uint64_t now_us);
-  void trim_if_worth_it(std::uint64_t now_us);
+  void trim_if_worth_it(std::uint64_t now_us, bool compacted);
   bool weigh_heap(std::uint64_t now_us, std::int64_t* gap);
   void read_monitor(std::uint64_t now_us);
   void standby_turn(std::uint64_t now_us);
