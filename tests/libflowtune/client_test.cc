@@ -678,18 +678,11 @@ TEST_F(ClientTest, UnderCurveTheLibraryUsesTheKeysTheEnvironmentNames) {
   // builds run it.
   GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented";
 #endif
-  using daemon::testing::make_key;
-  daemon::testing::TempDir dir;
-  const std::string clients = dir.path() + "/clients";
-  std::filesystem::create_directory(clients);
-  const auto server = make_key(dir.path(), "server", {}, "", "");
-  const auto host = make_key(dir.path(), "host", {clients}, R"(["127.0.0.1"])", server.own.public_key);
-  const std::string ctl = dir.path() + "/ctl";
-  std::filesystem::create_directory(ctl);
-  const auto op = make_key(dir.path(), "op", {ctl}, "", server.own.public_key);
-  daemon_.set_control_keys(op);
-  start_allocator({"--curve-secret", dir.path() + "/server.key", "--curve-clients", clients,
-                   "--curve-ctl", ctl});
+  daemon::testing::CurveSetup keys;
+  keys.endpoint("host", R"(["127.0.0.1"])");
+  const auto& server = keys.server;
+  daemon_.set_control_keys(keys.op);
+  start_allocator(keys.allocator_args());
   struct Env {
     Env(const std::string& server_key, const std::string& key_file) {
       ::setenv("FLOWTUNE_CURVE_SERVER", server_key.c_str(), 1);
@@ -702,7 +695,7 @@ TEST_F(ClientTest, UnderCurveTheLibraryUsesTheKeysTheEnvironmentNames) {
   };
   {
     // Given the host's key: scheduled.
-    Env env(server.own.public_key, dir.path() + "/host.key");
+    Env env(server.own.public_key, keys.key_file("host"));
     ft_client* c = open();
     Transfer t;
     ASSERT_EQ(ft_socket_register(c, t.send_fd), FT_OK);
@@ -713,7 +706,7 @@ TEST_F(ClientTest, UnderCurveTheLibraryUsesTheKeysTheEnvironmentNames) {
   }
   {
     // A key file that is not there: the open fails and says why.
-    Env env(server.own.public_key, dir.path() + "/missing.key");
+    Env env(server.own.public_key, keys.key_file("missing"));
     ft_client* c = nullptr;
     ft_config cfg;
     ft_config_init(&cfg);
@@ -743,31 +736,20 @@ TEST_F(ClientTest, UnderCurveTheAllocatorsKeyRotatesWithoutARestart) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented";
 #endif
-  using daemon::testing::make_key;
-  using daemon::testing::write_file;
-  daemon::testing::TempDir dir;
-  const std::string clients = dir.path() + "/clients", ctl = dir.path() + "/ctl";
-  std::filesystem::create_directory(clients);
-  std::filesystem::create_directory(ctl);
-  const auto server = make_key(dir.path(), "server", {}, "", "");
-  make_key(dir.path(), "host", {clients}, R"(["127.0.0.1"])", server.own.public_key);
-  auto op = make_key(dir.path(), "op", {ctl}, "", server.own.public_key);
+  daemon::testing::CurveSetup keys;
+  keys.endpoint("host", R"(["127.0.0.1"])");
+  auto op = keys.op;
   daemon_.set_control_keys(op);
-  const std::string server_pub = dir.path() + "/allocator.pub";
+  const std::string server_pub = keys.public_file();
   const auto install = [&](const curve::KeyPair& k, bool secret) {
-    if (secret) {
-      write_file(dir.path() + "/server.key",
-                 "public-key = \"" + k.public_key + "\"\nsecret-key = \"" + k.secret_key + "\"\n", 0600);
-    } else {
-      write_file(server_pub, "public-key = \"" + k.public_key + "\"\n");
-    }
+    if (secret) keys.write_secret(k);
+    else keys.write_public(k);
   };
-  install(server.own, false);
-  start_allocator({"--curve-secret", dir.path() + "/server.key", "--curve-clients", clients,
-                   "--curve-ctl", ctl});
+  install(keys.server.own, false);
+  start_allocator(keys.allocator_args());
   const auto keyed = [&](const std::string& server_key) {
     ::setenv("FLOWTUNE_CURVE_SERVER", server_key.c_str(), 1);
-    ::setenv("FLOWTUNE_CURVE_KEY", (dir.path() + "/host.key").c_str(), 1);
+    ::setenv("FLOWTUNE_CURVE_KEY", keys.key_file("host").c_str(), 1);
     ft_client* c = open(200);
     ::unsetenv("FLOWTUNE_CURVE_SERVER");
     ::unsetenv("FLOWTUNE_CURVE_KEY");
@@ -992,21 +974,16 @@ TEST_F(StandbyPairTest, UnderCurveARotationOneAtATimeKeepsOneActive) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented";
 #endif
-  using daemon::testing::make_key;
   using daemon::testing::write_file;
-  daemon::testing::TempDir dir;
-  const std::string clients = dir.path() + "/clients", ctl = dir.path() + "/ctl";
-  std::filesystem::create_directory(clients);
-  std::filesystem::create_directory(ctl);
   // The pair's key is a known (ctl) key too: its probes are answered.
-  const auto server = make_key(dir.path(), "server", {ctl}, "", "");
-  make_key(dir.path(), "host", {clients}, R"(["127.0.0.1"])", server.own.public_key);
-  auto op = make_key(dir.path(), "op", {ctl}, "", server.own.public_key);
+  daemon::testing::CurveSetup keys(/*server_known=*/true);
+  keys.endpoint("host", R"(["127.0.0.1"])");
+  auto op = keys.op;
   for (int i = 0; i < 2; ++i) {
     daemons_[i].set_control_keys(op);
     daemons_[i].start(eps_[i], {"--host-gbps", "0.1", "--standby-of", eps_[1 - i], "--probe-ms", "50",
                                 "--takeover-ms", "300", "--log-level", "debug", "--curve-secret",
-                                dir.path() + "/server.key", "--curve-clients", clients, "--curve-ctl", ctl});
+                                keys.secret_file(), "--curve-clients", keys.clients, "--curve-ctl", keys.ctl});
     if (i == 0) {
       ASSERT_TRUE(eventually([&] { return role(0) == "active"; })) << daemons_[0].log();
     }
@@ -1014,9 +991,8 @@ TEST_F(StandbyPairTest, UnderCurveARotationOneAtATimeKeepsOneActive) {
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
   ASSERT_EQ(role(1), "standby") << daemons_[1].log();
   const curve::KeyPair next = curve::generate();
-  write_file(ctl + "/next.pub", "public-key = \"" + next.public_key + "\"\n");
-  write_file(dir.path() + "/server.key",
-             "public-key = \"" + next.public_key + "\"\nsecret-key = \"" + next.secret_key + "\"\n", 0600);
+  write_file(keys.ctl + "/next.pub", "public-key = \"" + next.public_key + "\"\n");
+  keys.write_secret(next);
   op.server_public = next.public_key;
   for (int i = 0; i < 2; ++i) {
     ASSERT_EQ(::kill(daemons_[i].pid(), SIGHUP), 0);

@@ -157,6 +157,12 @@ class RelayTest : public ::testing::Test {
   void start_allocator(const char* gbps = "0.1") {
     daemon_.start(alloc_ep_, {"--host-gbps", gbps, "--lease-ms", "300", "--lease-refresh-ms", "100"});
   }
+  void start_curve_allocator(const daemon::testing::CurveSetup& keys) {
+    std::vector<std::string> args = {"--host-gbps", "0.1"};
+    const auto curve = keys.allocator_args();
+    args.insert(args.end(), curve.begin(), curve.end());
+    daemon_.start(alloc_ep_, args);
+  }
   ft_client* open(const std::string& allocator) { return open_client(allocator); }
   // n flowlets on c, each rated near `want` within the wait.
   bool all_near(ft_client* c, std::vector<std::unique_ptr<Conn>>& conns, double want, int ms = 5000) {
@@ -360,21 +366,15 @@ TEST_F(RelayTest, UnderCurveARelaySpeaksForTheHostsItsKeyNames) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented";
 #endif
-  using daemon::testing::make_key;
-  daemon::testing::TempDir dir;
-  const std::string clients = dir.path() + "/clients", ctl = dir.path() + "/ctl";
-  std::filesystem::create_directory(clients);
-  std::filesystem::create_directory(ctl);
-  const auto server = make_key(dir.path(), "server", {}, "", "");
-  const std::string pub = server.own.public_key;
-  make_key(dir.path(), "rack", {clients}, R"(["127.0.0.1"])", pub);
-  make_key(dir.path(), "elsewhere", {clients}, R"(["10.9.9.9"])", pub);
-  daemon_.set_control_keys(make_key(dir.path(), "op", {ctl}, "", pub));
-  daemon_.start(alloc_ep_, {"--host-gbps", "0.1", "--curve-secret", dir.path() + "/server.key",
-                            "--curve-clients", clients, "--curve-ctl", ctl});
+  daemon::testing::CurveSetup keys;
+  const std::string pub = keys.server.own.public_key;
+  keys.endpoint("rack", R"(["127.0.0.1"])");
+  keys.endpoint("elsewhere", R"(["10.9.9.9"])");
+  daemon_.set_control_keys(keys.op);
+  start_curve_allocator(keys);
   const auto relay_with = [&](RelayProcess& r, const std::string& ep, const char* key) {
     std::vector<std::string> extra;
-    if (key != nullptr) extra = {"--curve-server", pub, "--curve-key", dir.path() + "/" + key + ".key"};
+    if (key != nullptr) extra = {"--curve-server", pub, "--curve-key", keys.key_file(key)};
     r.start(ep, alloc_ep_, extra);
   };
   // Keyed for 127.0.0.1, the endpoints' host: scheduled.
@@ -412,31 +412,22 @@ TEST_F(RelayTest, UnderCurveARelayFollowsTheAllocatorsKeyFile) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented";
 #endif
-  using daemon::testing::make_key;
-  using daemon::testing::write_file;
-  daemon::testing::TempDir dir;
-  const std::string clients = dir.path() + "/clients", ctl = dir.path() + "/ctl";
-  std::filesystem::create_directory(clients);
-  std::filesystem::create_directory(ctl);
-  const auto server = make_key(dir.path(), "server", {}, "", "");
-  make_key(dir.path(), "rack", {clients}, R"(["127.0.0.1"])", server.own.public_key);
-  auto op = make_key(dir.path(), "op", {ctl}, "", server.own.public_key);
+  daemon::testing::CurveSetup keys;
+  keys.endpoint("rack", R"(["127.0.0.1"])");
+  auto op = keys.op;
   daemon_.set_control_keys(op);
-  const std::string pub_file = dir.path() + "/allocator.pub";
-  write_file(pub_file, "public-key = \"" + server.own.public_key + "\"\n");
-  daemon_.start(alloc_ep_, {"--host-gbps", "0.1", "--curve-secret", dir.path() + "/server.key",
-                            "--curve-clients", clients, "--curve-ctl", ctl});
+  keys.write_public(keys.server.own);
+  start_curve_allocator(keys);
   const std::string relay_ep = unique_endpoint();
   RelayProcess relay;
-  relay.start(relay_ep, alloc_ep_, {"--curve-server", pub_file, "--curve-key", dir.path() + "/rack.key"});
+  relay.start(relay_ep, alloc_ep_, {"--curve-server", keys.public_file(), "--curve-key", keys.key_file("rack")});
   ft_client* c = open(relay_ep);
   auto conns = flowlets(c, 1);
   ASSERT_TRUE(all_near(c, conns, kLinkBytes)) << daemon_.log();
   // When: the new key goes to the relay's file, then the allocator's.
   const curve::KeyPair next = curve::generate();
-  write_file(pub_file, "public-key = \"" + next.public_key + "\"\n");
-  write_file(dir.path() + "/server.key",
-             "public-key = \"" + next.public_key + "\"\nsecret-key = \"" + next.secret_key + "\"\n", 0600);
+  keys.write_public(next);
+  keys.write_secret(next);
   ASSERT_EQ(::kill(daemon_.pid(), SIGHUP), 0);
   op.server_public = next.public_key;
   daemon_.set_control_keys(op);

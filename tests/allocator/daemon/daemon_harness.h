@@ -280,6 +280,43 @@ inline curve::ClientKeys make_key(const std::string& dir, const std::string& nam
   return {server_public, k, {}};
 }
 
+// An allocator's CURVE keys in a temporary directory: its pair (also in the
+// ctl list when `server_known`, so a standby pair's probes are answered),
+// the endpoint allow-list `clients`, the flowtune-ctl list `ctl` with an
+// operator key `op`, and the files a rotation writes.
+struct CurveSetup {
+  explicit CurveSetup(bool server_known = false) {
+    std::filesystem::create_directory(clients);
+    std::filesystem::create_directory(ctl);
+    server = make_key(dir.path(), "server", server_known ? std::vector<std::string>{ctl} : std::vector<std::string>{},
+                      "", "");
+    op = make_key(dir.path(), "op", {ctl}, "", server.own.public_key);
+  }
+  // An endpoint key NAME for `hosts` (a TOML array), in the clients list.
+  curve::ClientKeys endpoint(const std::string& name, const std::string& hosts) const {
+    return make_key(dir.path(), name, {clients}, hosts, server.own.public_key);
+  }
+  std::string key_file(const std::string& name) const { return dir.path() + "/" + name + ".key"; }
+  std::string secret_file() const { return key_file("server"); }
+  // The allocator's public key as clients read it from a file.
+  std::string public_file() const { return dir.path() + "/allocator.pub"; }
+  std::vector<std::string> allocator_args() const {
+    return {"--curve-secret", secret_file(), "--curve-clients", clients, "--curve-ctl", ctl};
+  }
+  void write_public(const curve::KeyPair& k) const {
+    write_file(public_file(), "public-key = \"" + k.public_key + "\"\n");
+  }
+  void write_secret(const curve::KeyPair& k) const {
+    write_file(secret_file(), "public-key = \"" + k.public_key + "\"\nsecret-key = \"" + k.secret_key + "\"\n",
+               0600);
+  }
+
+  TempDir dir;
+  std::string clients = dir.path() + "/clients";
+  std::string ctl = dir.path() + "/ctl";
+  curve::ClientKeys server, op;
+};
+
 inline wire::FlowletStart host_flow(std::uint64_t key, std::uint32_t src, std::uint32_t dst) {
   wire::FlowletStart s;
   s.flow_key = key;
