@@ -645,9 +645,6 @@ std::vector<FlowView> Allocator::flows(std::uint64_t now_us, std::size_t limit, 
 
 namespace {
 
-// Fewer slots than this are not worth a pass.
-constexpr std::size_t kMinCompactSlots = 4096;
-
 template <class Map>
 void shrink_map(Map& m) {
   if (m.bucket_count() > 4 * (m.size() + 1)) m.rehash(0);
@@ -655,11 +652,10 @@ void shrink_map(Map& m) {
 
 }  // namespace
 
-bool Allocator::compact_if_sparse() {
+bool Allocator::compact_if_sparse(std::size_t min_room) {
   const std::size_t flow_room = flows_.capacity(), endpoint_room = endpoints_.capacity();
-  const bool sparse_flows = flow_room >= kMinCompactSlots && engine_->num_flows() * 4 < flow_room;
-  const bool sparse_endpoints =
-      endpoint_room >= kMinCompactSlots && endpoint_ids_.live() * 4 < endpoint_room;
+  const bool sparse_flows = flow_room >= min_room && engine_->num_flows() * 4 < flow_room;
+  const bool sparse_endpoints = endpoint_room >= min_room && endpoint_ids_.live() * 4 < endpoint_room;
   if (!sparse_flows && !sparse_endpoints) return false;
   engine_->compact();
   flows_.resize(engine_->id_bound());

@@ -139,7 +139,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::uint8_t op = r.byte();
     const std::string peer(1, static_cast<char>('a' + op % 4));
     bool iterated = false;
-    switch ((op >> 2) % 6) {
+    switch ((op >> 2) % 7) {
       case 0: {  // raw bytes
         const std::size_t n = r.byte();
         a.on_message(peer, r.take(n), now);
@@ -156,6 +156,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (now >= a.next_timer_us()) a.on_timer(now);
         break;
       case 5: a.on_bad_frames(peer, r.byte() % 5, now); break;
+      case 6: a.compact_if_sparse(/*min_room=*/0); break;  // tables this small are never compacted by default
     }
     ++now;
     check(a, iterated);

@@ -251,11 +251,13 @@ class Allocator {
   const AllocatorConfig& config() const { return config_; }
   std::size_t num_flows() const { return engine_->num_flows(); }
   // After a burst has gone (a flood's flows and endpoints expired): when
-  // the tables hold under a quarter of what they have room for, those
-  // indexed by id shrink to the ids still live (live ones keep theirs) and
-  // the hash tables to their contents. True when it compacted. O(state):
-  // for the server's periodic memory check, not every turn.
-  bool compact_if_sparse();
+  // the tables hold under a quarter of what they have room for (and the
+  // room is at least min_room), those indexed by id shrink to the ids
+  // still live (live ones keep theirs) and the hash tables to their
+  // contents. True when it compacted. O(state): for the server's periodic
+  // memory check, not every turn.
+  static constexpr std::size_t kMinCompactRoom = 4096;
+  bool compact_if_sparse(std::size_t min_room = kMinCompactRoom);
   std::size_t num_endpoints() const { return by_endpoint_id_.size(); }
   // Link capacities as the engine sees them (after threshold and headroom).
   double scheduled_capacity_bps(alloc::LinkId l) const { return engine_->capacity_bps(l); }
