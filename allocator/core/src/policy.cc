@@ -95,6 +95,16 @@ void PolicyBook::mark(TenantId t) {
   dirty_tenants_.push_back(t);
 }
 
+void PolicyBook::compact() {
+  std::size_t n = entries_.size();
+  while (n > 0 && !entries_[n - 1].live) --n;
+  entries_.resize(n);
+  entries_.shrink_to_fit();
+  deadline_flows_.shrink_to_fit();
+  floored_.shrink_to_fit();
+  coflow_flows_.shrink_to_fit();
+}
+
 void PolicyBook::add(FlowId id, const FlowPolicy& p, std::uint64_t now_us) {
   const bool deadline = p.deadline_at_us != 0 && p.bytes != 0;
   const bool coflow = coflow_.policy != CoflowPolicy::kNone;

@@ -658,6 +658,7 @@ bool Allocator::compact_if_sparse(std::size_t min_room) {
   const bool sparse_endpoints = endpoint_room >= min_room && endpoint_ids_.live() * 4 < endpoint_room;
   if (!sparse_flows && !sparse_endpoints) return false;
   engine_->compact();
+  policy_.compact();
   flows_.resize(engine_->id_bound());
   flows_.shrink_to_fit();
   sent_.resize(flows_.size());

@@ -228,14 +228,19 @@ TEST_F(AllocatorTest, EndFreesCapacityForTheOthers) {
 // tables no longer sparse, does nothing.
 TEST_F(AllocatorTest, AfterABurstCompactionShrinksTheTablesAndServiceGoesOn) {
   hello("b", "ep-b", "h1");
-  send("b", {start_of(1, 1, 2)});
+  auto first = start_of(1, 1, 2);
+  first.tenant = "web";
+  send("b", {first});
   settle();
   EXPECT_FALSE(alloc_->compact_if_sparse()) << "nothing to shrink yet";
   for (int e = 0; e < 20; ++e) {
     const std::string peer = "f" + std::to_string(e);
     hello(peer, "ep-" + peer, "h" + std::to_string(3 + e % 5));
     std::vector<wire::EndpointEvent> starts;
-    for (std::uint64_t k = 1; k <= 400; ++k) starts.push_back(start_of(k, static_cast<std::uint32_t>(3 + e % 5), 0));
+    for (std::uint64_t k = 1; k <= 400; ++k) {
+      starts.push_back(start_of(k, static_cast<std::uint32_t>(3 + e % 5), 0));
+      std::get<wire::FlowletStart>(starts.back()).tenant = "batch";  // the policy book records it too
+    }
     send(peer, std::move(starts));
   }
   const auto flood = settle();
@@ -253,7 +258,9 @@ TEST_F(AllocatorTest, AfterABurstCompactionShrinksTheTablesAndServiceGoesOn) {
   // And service goes on: a second flowlet into h2 halves b's rate, and b's
   // end gives the newcomer the whole link.
   hello("c", "ep-c", "h0");
-  send("c", {start_of(7, 0, 2)});
+  auto late = start_of(7, 0, 2);
+  late.tenant = "web";
+  send("c", {late});
   auto rates = last_rates(settle());
   EXPECT_NEAR(static_cast<double>(rates.at({"b", 1})), share(2), share(2) * 0.01);
   EXPECT_NEAR(static_cast<double>(rates.at({"c", 7})), share(2), share(2) * 0.01);

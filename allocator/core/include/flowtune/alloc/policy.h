@@ -107,6 +107,9 @@ class PolicyBook {
   // (FlowSpec); a flow with no tenant and no deadline is not recorded.
   void add(FlowId id, const FlowPolicy& p, std::uint64_t now_us);
   void remove(FlowId id);
+  // Spare room back after a burst: the table by FlowId ends at the highest
+  // flow recorded (ids do not change).
+  void compact();
   // A flowlet extended by another start (coalescing) has more bytes.
   void add_bytes(FlowId id, std::uint64_t bytes);
   // Its endpoint's report: the flowlet's size is now `bytes` (it never
