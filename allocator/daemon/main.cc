@@ -133,6 +133,10 @@ hot standby (docs/scale.md):
   --probe-ms MS              how often the peer is asked its role (default 100)
   --takeover-ms MS           the peer's silence that makes a standby take over;
                              at least two probes (default 500)
+  --role-probes-per-sec N    role probes answered a second, the pair's and
+                             relays' together; past it (a tenth of a second's
+                             burst) they are told to retry, which reads as
+                             life (default 20000; at least 1)
 
 relays (docs/scale.md#relays):
   --relay-from CIDR[,CIDR]   addresses flowtune-relay may connect from (TCP
@@ -171,6 +175,7 @@ struct Options {
   std::vector<flowtune::Cidr> relay_from;
   std::uint64_t probe_ms = 100;
   std::uint64_t takeover_ms = 500;
+  std::uint64_t role_probes_per_sec = Server::kRoleRequestsPerSec;
   bool check_config = false;
 };
 
@@ -249,6 +254,7 @@ Options parse(int argc, char** argv) {
     }
     else if (args.is("--probe-ms")) o.probe_ms = args.count(60'000);
     else if (args.is("--takeover-ms")) o.takeover_ms = args.count(3'600'000);
+    else if (args.is("--role-probes-per-sec")) o.role_probes_per_sec = args.count(100'000'000);
     else args.unknown();
   }
   if (o.auth.secret_file.empty() &&
@@ -268,6 +274,7 @@ Options parse(int argc, char** argv) {
     if (o.standby_of == o.listen) usage_error("--standby-of names this allocator's own --listen");
   }
   if (o.probe_ms == 0) usage_error("--probe-ms must be at least 1");
+  if (o.role_probes_per_sec == 0) usage_error("--role-probes-per-sec must be at least 1");
   if (o.takeover_ms < 2 * o.probe_ms) {
     usage_error("--takeover-ms (" + std::to_string(o.takeover_ms) + ") must span at least two probes (--probe-ms " +
                 std::to_string(o.probe_ms) + ")");
@@ -410,6 +417,7 @@ int run(const Options& o) {
   Server server(ctx, allocator, log, o.listen, o.busy_poll_us, o.auth);
   server.set_reload([&] { return reload(o, allocator, server); });
   server.set_relay_from(o.relay_from);
+  server.set_role_probe_rate(static_cast<double>(o.role_probes_per_sec));
   if (!o.standby_of.empty()) {
     server.enable_standby(ctx, {o.standby_of, o.probe_ms * 1000, o.takeover_ms * 1000, new_epoch(), new_epoch});
   }

@@ -396,14 +396,16 @@ TEST_F(DaemonTest, CtlShowsFlowsLinksAndCounters) {
 // refused with a retry (which a prober reads as life), and flowtune-ctl's
 // own requests still get through.
 TEST_F(DaemonTest, ARoleProbeFloodIsRateLimitedApartFromCtl) {
-  daemon_.start(listen_, big_switch_args());
+  // A limit the probes outrun however fast the daemon is (a sanitizer
+  // build answered 30,000 in 1.7 s: under the default's refill).
+  daemon_.start(listen_, big_switch_args({"--role-probes-per-sec", "1000"}));
   zmq::context_t ctx(1);
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
   s.set(zmq::sockopt::sndhwm, 0);
   s.set(zmq::sockopt::rcvhwm, 0);
   s.connect(listen_);
-  constexpr int kProbes = 30'000;  // 1.4 s worth at the refill rate, sent in far less
+  constexpr int kProbes = 30'000;  // 30 s worth at the refill rate, sent in far less
   for (int i = 0; i < kProbes; ++i) {
     s.send(zmq::buffer(std::string_view(kControlTag)), zmq::send_flags::sndmore);
     s.send(zmq::buffer(std::string_view("role")), zmq::send_flags::none);
@@ -420,8 +422,8 @@ TEST_F(DaemonTest, ARoleProbeFloodIsRateLimitedApartFromCtl) {
     else if (j.contains("retry_ms")) ++refused;
   }
   EXPECT_EQ(roles + refused, kProbes) << "every probe gets an answer";
-  EXPECT_GE(roles, 1000) << "a burst of probes is answered";
-  EXPECT_GE(refused, 1) << "past the burst, probes are refused";
+  EXPECT_GE(roles, 100) << "a burst of probes is answered";
+  EXPECT_GE(refused, kProbes / 2) << "past the burst, probes are refused";
   const json st = daemon_.status();
   ASSERT_TRUE(st.contains("counters")) << "flowtune-ctl is not starved by the probes";
   EXPECT_EQ(st["counters"]["errors"]["rate_limited"].get<int>(), refused) << st;

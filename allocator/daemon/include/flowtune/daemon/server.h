@@ -89,6 +89,10 @@ class Server {
   // Addresses flowtune-relay may send batches from (TCP; ipc listeners
   // are local and take any). None: relays are refused.
   void set_relay_from(std::vector<Cidr> nets) { relay_from_ = std::move(nets); }
+  // `role` probes answered a second (--role-probes-per-sec); past it and a
+  // tenth of a second's burst they are told to retry.
+  static constexpr std::uint64_t kRoleRequestsPerSec = 20'000;
+  void set_role_probe_rate(double per_sec) { role_tokens_ = TokenBucket(per_sec, 0); }
   PairRole role() const { return allocator_.active() ? PairRole::kActive : PairRole::kStandby; }
 
  private:
@@ -146,7 +150,6 @@ class Server {
   // above what a pair and a relay per rack send (one each per probe period),
   // so that a flood of flowtune-ctl requests never reads as this
   // allocator's death and a flood of probes costs the loop a bounded share.
-  static constexpr double kRoleRequestsPerSec = 20'000;
   TokenBucket role_tokens_{kRoleRequestsPerSec, 0};
 
   AuthConfig auth_;
