@@ -671,13 +671,7 @@ TEST_F(ClientTest, ManyApplicationThreadsShareOneClient) {
 // scheduled by an allocator that demands CURVE; without them it is not
 // heard and its bytes go unpaced; keys that do not load stop the open.
 TEST_F(ClientTest, UnderCurveTheLibraryUsesTheKeysTheEnvironmentNames) {
-#if defined(__SANITIZE_THREAD__)
-  // libzmq decrypts CURVE messages with libsodium in its I/O thread; neither
-  // is instrumented, so every read of a received message looks like a race
-  // (and the run did not finish within ctest's 600 s). The release and ASan
-  // builds run it.
-  GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented";
-#endif
+  FT_SKIP_CURVE_UNDER_TSAN();
   daemon::testing::CurveSetup keys;
   keys.endpoint("host", R"(["127.0.0.1"])");
   const auto& server = keys.server;
@@ -733,9 +727,7 @@ TEST_F(ClientTest, UnderCurveTheLibraryUsesTheKeysTheEnvironmentNames) {
 // itself is not heard. Both orders: the clients' file first, and the
 // allocator first (the clients then follow once the file changes).
 TEST_F(ClientTest, UnderCurveTheAllocatorsKeyRotatesWithoutARestart) {
-#if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented";
-#endif
+  FT_SKIP_CURVE_UNDER_TSAN();
   daemon::testing::CurveSetup keys;
   keys.endpoint("host", R"(["127.0.0.1"])");
   auto op = keys.op;
@@ -971,9 +963,7 @@ TEST_F(StandbyPairTest, StartedTogetherExactlyOneServes) {
 // standby keeps hearing its peer and does not take over; then it reloads
 // too, and still one serves.
 TEST_F(StandbyPairTest, UnderCurveARotationOneAtATimeKeepsOneActive) {
-#if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented";
-#endif
+  FT_SKIP_CURVE_UNDER_TSAN();
   using daemon::testing::write_file;
   // The pair's key is a known (ctl) key too: its probes are answered.
   daemon::testing::CurveSetup keys(/*server_known=*/true);

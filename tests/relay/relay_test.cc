@@ -363,9 +363,7 @@ TEST_F(RelayTest, EndpointsListingTwoRelaysMoveOnWhenOneIsKilled) {
 // relay without a key, or whose key names other hosts, is not heard for
 // them.
 TEST_F(RelayTest, UnderCurveARelaySpeaksForTheHostsItsKeyNames) {
-#if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented";
-#endif
+  FT_SKIP_CURVE_UNDER_TSAN();
   daemon::testing::CurveSetup keys;
   const std::string pub = keys.server.own.public_key;
   keys.endpoint("rack", R"(["127.0.0.1"])");
@@ -409,9 +407,7 @@ TEST_F(RelayTest, UnderCurveARelaySpeaksForTheHostsItsKeyNames) {
 // its file follows the file once upstream falls silent, and the flowlets
 // behind it keep their rates and new ones get theirs.
 TEST_F(RelayTest, UnderCurveARelayFollowsTheAllocatorsKeyFile) {
-#if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented";
-#endif
+  FT_SKIP_CURVE_UNDER_TSAN();
   daemon::testing::CurveSetup keys;
   keys.endpoint("rack", R"(["127.0.0.1"])");
   auto op = keys.op;

@@ -280,6 +280,17 @@ inline curve::ClientKeys make_key(const std::string& dir, const std::string& nam
   return {server_public, k, {}};
 }
 
+// libzmq decrypts CURVE messages with libsodium in its I/O thread; neither
+// is instrumented, so under ThreadSanitizer every read of a received message
+// looks like a race (and a run did not finish within ctest's 600 s). The
+// release and ASan builds run the CURVE tests.
+#if defined(__SANITIZE_THREAD__)
+#define FT_SKIP_CURVE_UNDER_TSAN() \
+  GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented"
+#else
+#define FT_SKIP_CURVE_UNDER_TSAN() static_cast<void>(0)
+#endif
+
 // An allocator's CURVE keys in a temporary directory: its pair (also in the
 // ctl list when `server_known`, so a standby pair's probes are answered),
 // the endpoint allow-list `clients`, the flowtune-ctl list `ctl` with an
