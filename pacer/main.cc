@@ -230,9 +230,10 @@ class Link {
       return;
     }
     key_error_.clear();
-    if (flowtune::curve::apply_client(sock_, *keys_) != 0) return;
-    (void)zmq_disconnect(sock_, endpoint_.c_str());
-    (void)zmq_connect(sock_, endpoint_.c_str());
+    if (int e = flowtune::curve::reconnect(sock_, *keys_, endpoint_); e != 0) {
+      std::fprintf(stderr, "flowtune-pacer: reconnecting with the allocator's new key: %s\n", zmq_strerror(e));
+      return;
+    }
     std::fprintf(stderr, "flowtune-pacer: the allocator's key changed (%s); reconnected\n",
                  keys_->server_file.c_str());
   }

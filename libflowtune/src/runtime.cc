@@ -745,15 +745,10 @@ void Runtime::follow_server_key(std::uint64_t now) {
     return;
   }
   key_error_logged_.clear();
-  // Options apply to connections made after them: set, then reconnect.
   const std::string& ep = endpoints_[current_];
-  if (curve::apply_client(zmq_sock_.get(), *curve_) != 0) {
-    log(1, std::string("CURVE: cannot use the allocator's new key: ") + zmq_strerror(zmq_errno()));
+  if (int e = curve::reconnect(zmq_sock_.get(), *curve_, ep); e != 0) {
+    log(1, "CURVE: cannot reconnect to " + ep + " with the allocator's new key: " + zmq_strerror(e));
     return;
-  }
-  (void)zmq_disconnect(zmq_sock_.get(), ep.c_str());
-  if (zmq_connect(zmq_sock_.get(), ep.c_str()) != 0) {
-    log(1, std::string("CURVE: cannot reconnect to ") + ep + ": " + zmq_strerror(zmq_errno()));
   }
   log(2, "the allocator's key changed (" + curve_->server_file + "); reconnected to " + ep);
   endpoint_lost_ = false;

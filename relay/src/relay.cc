@@ -240,12 +240,8 @@ void Relay::follow_server_key(std::chrono::steady_clock::time_point now) {
   }
   key_error_.clear();
   for (std::size_t i = 0; i < ups_.size(); ++i) {
-    try {
-      if (curve::apply_client(ups_[i].handle(), *config_.curve) != 0) continue;
-      ups_[i].disconnect(config_.upstream[i]);
-      ups_[i].connect(config_.upstream[i]);
-    } catch (const zmq::error_t& e) {
-      std::cerr << "flowtune-relay: reconnecting to " << config_.upstream[i] << ": " << e.what() << "\n";
+    if (int e = curve::reconnect(ups_[i].handle(), *config_.curve, config_.upstream[i]); e != 0) {
+      std::cerr << "flowtune-relay: reconnecting to " << config_.upstream[i] << ": " << zmq_strerror(e) << "\n";
     }
   }
   ++counters_.key_changes;

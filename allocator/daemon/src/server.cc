@@ -612,14 +612,11 @@ void Server::rekey_probe(bool alternate) {
     if (!alternate || probe_prev_key_.secret_key.empty()) return;
     own = probe_prev_key_;
   }
-  if (curve::apply_client(probe_->handle(), {own.public_key, own, {}}) != 0) return;
+  // On failure the key in use stays recorded, and the probe's silence
+  // brings the next try.
+  if (curve::reconnect(probe_->handle(), {own.public_key, own, {}}, standby_->peer) != 0) return;
   probe_prev_key_ = probe_key_;
   probe_key_ = own;
-  try {
-    probe_->disconnect(standby_->peer);
-    probe_->connect(standby_->peer);
-  } catch (const zmq::error_t&) {
-  }
 }
 
 // Each turn of a pair: the peer's answers, a probe when due, and the rule.

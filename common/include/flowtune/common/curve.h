@@ -224,6 +224,19 @@ inline int apply_client(void* socket, const ClientKeys& k) {
   return 0;
 }
 
+// Connects `socket` to `endpoint` again with keys `k`: libzmq applies
+// security options only to connections made after them, so a new server
+// key needs a disconnect and a connect. 0, or the zmq errno of the step
+// that failed (the socket may then hold no connection to `endpoint`; the
+// caller's retry covers it). A disconnect that finds no connection is not
+// a failure.
+inline int reconnect(void* socket, const ClientKeys& k, const std::string& endpoint) {
+  if (int e = apply_client(socket, k); e != 0) return e;
+  (void)zmq_disconnect(socket, endpoint.c_str());
+  if (zmq_connect(socket, endpoint.c_str()) != 0) return zmq_errno();
+  return 0;
+}
+
 // A new key pair, or empty members when libzmq has no CURVE.
 inline KeyPair generate() {
   char pub[kZ85KeyChars + 1] = {};
