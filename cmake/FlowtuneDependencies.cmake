@@ -10,6 +10,7 @@ function(ft_find_all out_ok)
   find_package(cppzmq CONFIG QUIET)
   find_package(tomlplusplus CONFIG QUIET)
   find_package(Threads QUIET)
+  find_package(MPI QUIET COMPONENTS C)
   # libzmq (the library itself, for libflowtune's link interface) and libuv
   # come through pkg-config: imported targets PkgConfig::zmq, PkgConfig::uv.
   find_package(PkgConfig QUIET)
@@ -31,7 +32,7 @@ function(ft_find_all out_ok)
     endif()
   endif()
   if(NOT TBB_FOUND OR NOT FT_CAPNP_INCLUDE OR NOT FT_CAPNPC_CXX OR NOT nlohmann_json_FOUND OR NOT Threads_FOUND
-     OR NOT cppzmq_FOUND OR NOT tomlplusplus_FOUND OR NOT FT_PROBE_ZMQ_FOUND OR NOT FT_PROBE_UV_FOUND
+     OR NOT cppzmq_FOUND OR NOT tomlplusplus_FOUND OR NOT MPI_C_FOUND OR NOT FT_PROBE_ZMQ_FOUND OR NOT FT_PROBE_UV_FOUND
      OR NOT FT_PROBE_URING_FOUND)
     set(ok FALSE)
   endif()
@@ -54,6 +55,8 @@ find_package(CapnProto CONFIG REQUIRED)
 find_package(nlohmann_json 3 CONFIG REQUIRED)
 find_package(cppzmq CONFIG REQUIRED)
 find_package(tomlplusplus CONFIG REQUIRED)
+# Open MPI: the engine across processes (allocator/mpi).
+find_package(MPI REQUIRED COMPONENTS C)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(zmq REQUIRED IMPORTED_TARGET libzmq)
 pkg_check_modules(uv REQUIRED IMPORTED_TARGET libuv)

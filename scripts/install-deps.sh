@@ -8,6 +8,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libuv1-dev liburing-dev libzmq3-dev cppzmq-dev capnproto libcapnp-dev
   libtbb-dev libgtest-dev libgmock-dev libbenchmark-dev
+  # Open MPI: the engine across processes (allocator/mpi, mpirun).
+  openmpi-bin libopenmpi-dev
   # JSON for the offline solver and benchmark output: a well-kept header-only library.
   nlohmann-json3-dev
   # TOML for the allocator's topology file: a maintained, spec-complete parser

@@ -596,7 +596,34 @@ detail::LinkAcc<Real> BasicEngine<Real>::link_sum(std::size_t v) const {
 template <typename Real>
 typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links(std::size_t begin,
                                                                         std::size_t end) {
-  if (layers_by_class_.size() > 1) return update_links_layered(begin, end);
+  auto sum = [this](std::size_t pos, std::size_t l) {
+    return link_sum(virtual_link(layers_by_class_[pos], static_cast<LinkId>(l)));
+  };
+  if (layers_by_class_.size() > 1) return update_layered(begin, end, sum);
+  return update_single(begin, end, [this](std::size_t, std::size_t l) { return link_sum(l); });
+}
+
+// The sums come from elsewhere: processes that each hold some FlowBlocks
+// summed them (allocator/mpi). yh is indexed like sum_blocks() writes it.
+template <typename Real>
+typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links_from(std::size_t begin,
+                                                                             std::size_t end,
+                                                                             const Real* yh) {
+  const std::size_t nl = capacity_.size();
+  auto sum = [yh, nl](std::size_t pos, std::size_t l) {
+    const std::size_t k = 2 * (pos * nl + l);
+    return Acc<Real>{yh[k], yh[k + 1]};
+  };
+  if (layers_by_class_.size() > 1) return update_layered(begin, end, sum);
+  return update_single(begin, end, sum);
+}
+
+// One class in use: its layer is the first one made, so virtual link l is link l.
+template <typename Real>
+template <typename Sum>
+typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_single(std::size_t begin,
+                                                                         std::size_t end,
+                                                                         Sum sum_of) {
   LinkPartial part;
   const PriceStep<Real> step{static_cast<Real>(config_.gamma),
                              static_cast<Real>(config_.gradient_step),
@@ -604,7 +631,7 @@ typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links(std::siz
   Real max_residual = 0;
   Real max_util = 0;
   for (std::size_t l = begin; l < end; ++l) {
-    const Acc<Real> a = link_sum(l);
+    const Acc<Real> a = sum_of(0, l);
     // One division per link (the Newton step); capacities are inverted once.
     const Real inv_cap = inv_capacity_[l];
     const Real r = a.y * inv_cap;
@@ -620,7 +647,8 @@ typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links(std::siz
   return part;
 }
 
-// update_links with several classes in use. For each link, its layers with
+// update_links with several classes in use (sum_of(i, l): the sums of the
+// i-th layer in class order on link l). For each link, its layers with
 // flows in class order: class k's capacity there is what the classes above
 // it kept, R_k = c - Σ_{j<k} min(y_j, K_j) (this iteration's raw loads), and
 // its price takes the Newton step against R_k. It keeps at most
@@ -631,8 +659,10 @@ typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links(std::siz
 // least f (a starved class still trickles) and the classes together never
 // exceed c (the last one, b = 0, is held to the rest).
 template <typename Real>
-typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links_layered(std::size_t begin,
-                                                                                std::size_t end) {
+template <typename Sum>
+typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_layered(std::size_t begin,
+                                                                          std::size_t end,
+                                                                          Sum sum_of) {
   LinkPartial part;
   const PriceStep<Real> step{static_cast<Real>(config_.gamma),
                              static_cast<Real>(config_.gradient_step),
@@ -653,7 +683,7 @@ typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links_layered(
     std::array<Acc<Real>, kNumClasses> sums;
     std::size_t last = 0, with_flows = 0;
     for (std::size_t i = 0; i < nlay; ++i) {
-      sums[i] = link_sum(virtual_link(layers_by_class_[i], static_cast<LinkId>(l)));
+      sums[i] = sum_of(i, l);
       if (sums[i].h > 0) {
         last = i;
         ++with_flows;
@@ -734,6 +764,66 @@ void BasicEngine<Real>::normalize_pass(std::size_t b) {
   if (k.floored == 0) return;
   const Real* __restrict fl = k.floor.data();
   for (std::size_t s = 0; s < n; ++s) xn[s] += fl[s];
+}
+
+template <typename Real>
+std::uint32_t BasicEngine<Real>::class_mask() const {
+  std::uint32_t mask = 0;
+  for (std::uint32_t c = 0; c < kNumClasses; ++c) {
+    if (layer_of_[c] >= 0) mask |= 1u << c;
+  }
+  return mask;
+}
+
+template <typename Real>
+void BasicEngine<Real>::use_classes(std::uint32_t mask) {
+  for (std::uint32_t c = 0; c < kNumClasses; ++c) {
+    if ((mask >> c) & 1u) (void)layer(static_cast<std::uint8_t>(c));
+  }
+}
+
+template <typename Real>
+std::uint8_t BasicEngine<Real>::class_of_layer(std::uint32_t layer) const {
+  FT_ASSERT(layer < layers_by_class_.size(), layer);
+  std::uint8_t c = 0;
+  while (layer_of_[c] != static_cast<std::int8_t>(layer)) ++c;
+  return c;
+}
+
+template <typename Real>
+typename BasicEngine<Real>::BlockSums BasicEngine<Real>::block_sums(std::size_t b) const {
+  const Block& k = *blocks_[b];
+  static_assert(sizeof(Acc<Real>) == 2 * sizeof(Real), "(y, h) pairs must be contiguous");
+  return {k.local_to_global.data() + kNullSlots, reinterpret_cast<const Real*>(k.acc.data() + kNullSlots),
+          k.local_to_global.size() - kNullSlots};
+}
+
+template <typename Real>
+void BasicEngine<Real>::sum_blocks(Real* yh) const {
+  const std::size_t nl = capacity_.size();
+  for (std::size_t pos = 0; pos < layers_by_class_.size(); ++pos) {
+    for (std::size_t l = 0; l < nl; ++l) {
+      const Acc<Real> a = link_sum(virtual_link(layers_by_class_[pos], static_cast<LinkId>(l)));
+      yh[2 * (pos * nl + l)] = a.y;
+      yh[2 * (pos * nl + l) + 1] = a.h;
+    }
+  }
+}
+
+template <typename Real>
+void BasicEngine<Real>::save_links(const std::uint32_t* virtual_links, std::size_t n, Real* out) const {
+  for (std::size_t i = 0; i < n; ++i) {
+    out[2 * i] = price_[virtual_links[i]];
+    out[2 * i + 1] = ratio_[virtual_links[i]];
+  }
+}
+
+template <typename Real>
+void BasicEngine<Real>::load_links(const std::uint32_t* virtual_links, std::size_t n, const Real* in) {
+  for (std::size_t i = 0; i < n; ++i) {
+    price_[virtual_links[i]] = in[2 * i];
+    ratio_[virtual_links[i]] = in[2 * i + 1];
+  }
 }
 
 template <typename Real>

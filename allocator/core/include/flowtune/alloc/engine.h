@@ -245,6 +245,48 @@ class BasicEngine {
   void normalize_pass(std::size_t b);
   static LinkPartial combine(const LinkPartial& a, const LinkPartial& b);
 
+  // ---- For a driver that spreads FlowBlocks over processes (allocator/mpi):
+  // each process holds the same links and some blocks' flows; every
+  // iteration the blocks' link sums meet and every process ends with the
+  // same prices and ratios. The processes' engines must hold the same
+  // classes' layers (an engine makes one when a flow first uses the class,
+  // so in its own order): class_mask() (bit c: class c) and use_classes()
+  // (makes the layers missing, prices kInitialPrice, as add_flow would).
+  // Links in class order: layer i of the classes in use (highest first)
+  // and link l are entry i * num_links() + l, the same in every process
+  // that uses the same classes, whatever order it made its layers in
+  // (unlike virtual links: layer * num_links() + link).
+  std::uint32_t class_mask() const;
+  void use_classes(std::uint32_t mask);
+  std::size_t num_layers() const { return layers_by_class_.size(); }
+  // Virtual link v (block_sums()) is link v % num_links() of layer
+  // v / num_links(), which holds this class.
+  std::uint8_t class_of_layer(std::uint32_t layer) const;
+  // Block b's private sums after its rate_pass(b): for each of the size
+  // virtual links it keeps a copy of (those its departed flows used too),
+  // Σ x and Σ -dx/dP of its flows, yh[2i] and yh[2i + 1], internal units.
+  // Valid until the next add_flow/remove_flow.
+  struct BlockSums {
+    const LinkId* links;
+    const Real* yh;
+    std::size_t size;
+  };
+  BlockSums block_sums(std::size_t b) const;
+  // The sums of this engine's blocks (in block order) for every link in
+  // class order, into yh (2 * num_layers() * num_links() values).
+  void sum_blocks(Real* yh) const;
+  // update_links(begin, end) from sums given in sum_blocks()'s layout.
+  LinkPartial update_links_from(std::size_t begin, std::size_t end, const Real* yh);
+  // The price and F-NORM ratio of each of n virtual links, out[2i] and
+  // out[2i + 1]: what one process's update_links_from() computed, for the
+  // processes whose blocks keep copies of those links to load.
+  void save_links(const std::uint32_t* virtual_links, std::size_t n, Real* out) const;
+  void load_links(const std::uint32_t* virtual_links, std::size_t n, const Real* in);
+  // The FlowBlock a flow between these sites is placed in now.
+  std::uint32_t block_of_sites(std::uint32_t src_site, std::uint32_t dst_site) const {
+    return block_in(layout_, src_site, dst_site);
+  }
+
   // A FlowBlock's flow ids and normalized rates, slot-aligned, for a driver
   // that scans every rate after an iteration (the daemon's update check):
   // streaming these beats rate_bps(id) per flow. Rates are in units of
@@ -278,7 +320,12 @@ class BasicEngine {
   std::uint32_t virtual_link(std::uint32_t layer, LinkId l) const {
     return layer * static_cast<std::uint32_t>(capacity_.size()) + l;
   }
-  LinkPartial update_links_layered(std::size_t begin, std::size_t end);
+  // update_links's bodies, with sum_of(i, l) giving the (y, h) sums of the
+  // i-th layer in class order on link l.
+  template <typename Sum>
+  LinkPartial update_single(std::size_t begin, std::size_t end, Sum sum_of);
+  template <typename Sum>
+  LinkPartial update_layered(std::size_t begin, std::size_t end, Sum sum_of);
   // Σ of the blocks' accumulators for virtual link v (in block order).
   detail::LinkAcc<Real> link_sum(std::size_t v) const;
   void rebuild_contributions();

@@ -1,0 +1,110 @@
+// The engine across processes (paper §4, over machines): FlowBlocks are
+// spread over the ranks of an MPI communicator, each rank holding the flows
+// of its blocks in an engine of its own over the same links, and every
+// iteration the blocks' link sums meet by MPI collectives, so that every
+// rank ends it with the same prices and ratios (docs/scale.md).
+//
+// Each rank builds the same BasicEngine (links, sites, config, blocks per
+// side) and adds only the flows whose FlowBlock it owns (owns()); ranks own
+// contiguous ranges of blocks in block order. iterate() and solve() are
+// collective: every rank calls them, in the same order. Engines make a
+// class's layer of prices when a flow first uses it; the driver makes the
+// ranks agree on the classes in use at every iteration. set_blocks() would
+// move flows between ranks' blocks: it is not for an engine under this
+// driver.
+//
+// Two ways for the sums to meet (Exchange), chosen by measurement
+// (bench/mpi_bench, docs/scale.md):
+//  - kLinkOwners: each rank owns a range of links. One MPI_Alltoallv takes
+//    every block's (link, Σx, Σ-dx/dP) entries to the rank that owns the
+//    link, which sums them in block order and takes the price step there;
+//    a second, the other way, answers each entry with its link's new price
+//    and ratio. A rank sends and hears only of the links its blocks touch,
+//    so the bytes scale with the flows' paths, not with the network; and
+//    the sums are the single-process engine's, term for term: rates are
+//    bit-identical to BasicEngine::iterate() with the same block count.
+//    A rank's engine holds current prices only for the links its blocks
+//    touch and those it owns (owned_links()).
+//  - kAllreduce: every rank sums its blocks over all links, one
+//    MPI_Allreduce adds the ranks' sums, every rank steps every price. One
+//    collective, but all links' bytes, and the sums are added in another
+//    order: rates agree to rounding, not bit for bit.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "flowtune/alloc/engine.h"
+
+namespace flowtune::alloc {
+
+enum class Exchange { kLinkOwners, kAllreduce };
+const char* to_string(Exchange x);
+
+class MpiDriver {
+ public:
+  // The driver works on a duplicate of comm (its collectives never meet
+  // the caller's). MPI must be initialized, and stay so while it lives.
+  explicit MpiDriver(MPI_Comm comm, Exchange exchange = Exchange::kLinkOwners);
+  ~MpiDriver();
+  MpiDriver(const MpiDriver&) = delete;
+  MpiDriver& operator=(const MpiDriver&) = delete;
+
+  int rank() const;
+  int ranks() const;
+  Exchange exchange() const;
+
+  // The rank that holds FlowBlock b of num_blocks among `ranks`.
+  static int owner(std::size_t block, std::size_t num_blocks, int ranks);
+  // The links [first, second) whose prices this rank steps (kLinkOwners).
+  std::pair<std::size_t, std::size_t> owned_links(std::size_t num_links) const {
+    return {num_links * static_cast<std::size_t>(rank()) / static_cast<std::size_t>(ranks()),
+            num_links * static_cast<std::size_t>(rank() + 1) / static_cast<std::size_t>(ranks())};
+  }
+  // Whether this rank holds f's FlowBlock in e (add f to e here if so).
+  template <typename Real>
+  bool owns(const BasicEngine<Real>& e, const FlowSpec& f) const {
+    return owner(e.block_of_sites(f.src_site, f.dst_site), e.num_blocks(), ranks()) == rank();
+  }
+
+  // One iteration across the ranks (collective).
+  template <typename Real>
+  void iterate(BasicEngine<Real>& e);
+  // iterate() until converged (every rank sees the same stats) or
+  // max_iterations; returns iterations run (collective).
+  template <typename Real>
+  std::uint64_t solve(BasicEngine<Real>& e, std::uint64_t max_iterations);
+
+  // Where this rank's iterations went since the last reset: its own passes
+  // and price steps, and the time inside MPI calls (waiting for the other
+  // ranks included), and the bytes it sent to other ranks.
+  struct Times {
+    std::uint64_t iterations = 0;
+    double compute_s = 0;
+    double exchange_s = 0;
+    std::uint64_t bytes_sent = 0;
+    // kLinkOwners: (link, sums) entries this rank's blocks sent, to itself too.
+    std::uint64_t entries = 0;
+  };
+  const Times& times() const;
+  void reset_times();
+
+ private:
+  template <typename Real>
+  void iterate_link_owners(BasicEngine<Real>& e);
+  template <typename Real>
+  void iterate_allreduce(BasicEngine<Real>& e);
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+extern template void MpiDriver::iterate(BasicEngine<float>&);
+extern template void MpiDriver::iterate(BasicEngine<double>&);
+extern template std::uint64_t MpiDriver::solve(BasicEngine<float>&, std::uint64_t);
+extern template std::uint64_t MpiDriver::solve(BasicEngine<double>&, std::uint64_t);
+
+}  // namespace flowtune::alloc

@@ -1,0 +1,420 @@
+#include "flowtune/alloc/mpi_driver.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace flowtune::alloc {
+
+const char* to_string(Exchange x) {
+  switch (x) {
+    case Exchange::kLinkOwners: return "link-owners";
+    case Exchange::kAllreduce: return "allreduce";
+  }
+  return "?";
+}
+
+namespace {
+
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw std::runtime_error(std::string("MPI ") + what + ": " + std::string(text, len));
+}
+
+template <typename Real>
+MPI_Datatype mpi_type();
+template <>
+MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
+template <>
+MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+
+// One block's sums for one link, on its way to the link's owner. key is
+// the class (top bits) and the link: ranks may have made their layers in
+// other orders. Shifts, not a division by the link count: the owner
+// decodes one key per entry.
+constexpr std::uint32_t kClassShift = 28;
+constexpr std::uint32_t kLinkMask = (1u << kClassShift) - 1;
+static_assert(kNumClasses <= (1u << (32 - kClassShift)), "classes must fit a key's top bits");
+template <typename Real>
+struct Entry {
+  std::uint32_t key;
+  Real y, h;
+};
+
+// Virtual link v as (layer, link) without a division where one class is in
+// use (v < links): the packing loop runs once per block copy.
+struct LayerLink {
+  std::uint32_t layer, link;
+};
+inline LayerLink split(std::uint32_t v, std::uint32_t links) {
+  if (v < links) return {0, v};
+  const std::uint32_t lay = v / links;
+  return {lay, v - lay * links};
+}
+
+// A rank's iteration: the part it computes and the part it waits in MPI.
+class Stopwatch {
+ public:
+  explicit Stopwatch(MpiDriver::Times* t) : t_(t), start_(now()) {}
+  ~Stopwatch() {
+    t_->compute_s += seconds(now() - start_) - in_mpi_;
+    t_->exchange_s += in_mpi_;
+    ++t_->iterations;
+  }
+  template <typename F>
+  void mpi(F&& call) {
+    const auto t0 = now();
+    call();
+    in_mpi_ += seconds(now() - t0);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static Clock::time_point now() { return Clock::now(); }
+  static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+  MpiDriver::Times* t_;
+  Clock::time_point start_;
+  double in_mpi_ = 0;
+};
+
+}  // namespace
+
+struct MpiDriver::Impl {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int ranks = 1;
+  Exchange exchange;
+  Times times;
+  // The rank that owns each link (kLinkOwners): ranges [L·r/R, L·(r+1)/R).
+  std::vector<std::int32_t> link_owner;
+  std::vector<std::size_t> link_lo;  // ranks + 1 bounds
+  // Scratch, kept between iterations.
+  std::vector<int> counts_out, counts_in;  // per rank: entries, class mask
+  std::vector<int> send_at, recv_at;       // entry offsets per rank (R + 1)
+  std::vector<int> send_bytes, send_disp, recv_bytes, recv_disp, fill;
+  // Entry<Real>[] out and in; (price, ratio) pairs back the other way.
+  std::vector<char> out_entries, in_entries, answers_out, answers_in;
+  std::vector<std::uint32_t> sent_links, recv_links;  // virtual links here, per entry
+  // Per block, how many of its copies have had a current price from their
+  // owners; the links asked for now, as keys and as virtual links here.
+  std::vector<std::size_t> priced;
+  std::vector<std::uint32_t> asked_keys, asked_links, keys_in;
+  std::vector<char> yh;  // Real[2 * layers * links], as bytes
+
+  void set_links(std::size_t links) {
+    if (link_owner.size() == links && !link_lo.empty()) return;
+    link_owner.resize(links);
+    link_lo.resize(static_cast<std::size_t>(ranks) + 1);
+    for (int r = 0; r <= ranks; ++r) link_lo[r] = links * static_cast<std::size_t>(r) / ranks;
+    for (int r = 0; r < ranks; ++r) {
+      for (std::size_t l = link_lo[r]; l < link_lo[r + 1]; ++l) link_owner[l] = r;
+    }
+  }
+  template <typename Real>
+  Real* sums(std::size_t n) {
+    if (yh.size() < n * sizeof(Real)) yh.resize(n * sizeof(Real));
+    return reinterpret_cast<Real*>(yh.data());
+  }
+};
+
+MpiDriver::MpiDriver(MPI_Comm comm, Exchange exchange) : impl_(std::make_unique<Impl>()) {
+  impl_->exchange = exchange;
+  check(MPI_Comm_dup(comm, &impl_->comm), "Comm_dup");
+  MPI_Comm_rank(impl_->comm, &impl_->rank);
+  MPI_Comm_size(impl_->comm, &impl_->ranks);
+}
+
+MpiDriver::~MpiDriver() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && impl_->comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->comm);
+}
+
+int MpiDriver::rank() const { return impl_->rank; }
+int MpiDriver::ranks() const { return impl_->ranks; }
+Exchange MpiDriver::exchange() const { return impl_->exchange; }
+const MpiDriver::Times& MpiDriver::times() const { return impl_->times; }
+void MpiDriver::reset_times() { impl_->times = {}; }
+
+int MpiDriver::owner(std::size_t block, std::size_t num_blocks, int ranks) {
+  return static_cast<int>(block * static_cast<std::size_t>(ranks) / num_blocks);
+}
+
+template <typename Real>
+void MpiDriver::iterate(BasicEngine<Real>& e) {
+  if (impl_->exchange == Exchange::kLinkOwners) {
+    iterate_link_owners(e);
+  } else {
+    iterate_allreduce(e);
+  }
+}
+
+template <typename Real>
+std::uint64_t MpiDriver::solve(BasicEngine<Real>& e, std::uint64_t max_iterations) {
+  std::uint64_t n = 0;
+  while (n < max_iterations) {
+    iterate(e);
+    ++n;
+    if (e.stats().converged) break;  // the same on every rank: stats are global
+  }
+  return n;
+}
+
+// One iteration with links owned by ranks:
+//  1. MPI_Alltoall: how many entries go to each rank this iteration, each
+//     rank's classes in use (all ranks then make the same layers), and the
+//     links this rank's blocks have touched since the last iteration;
+//  2. only if some rank has such links: an MPI_Alltoallv asks their owners
+//     and a second brings their current prices (a new flow's first rate
+//     must come from the price the single-process engine holds);
+//  3. rate passes of this rank's blocks;
+//  4. MPI_Alltoallv: every block's (link, Σx, Σ-dx/dP) entries, in block
+//     order, to the owners of their links; each owner adds them in that
+//     order (ranks hold blocks in rank order) and takes the price step;
+//  5. MPI_Alltoallv back, the same counts reversed: for each entry, the
+//     owner's new price and ratio of that link, loaded where it came from;
+//  6. MPI_Allreduce of the owners' stats; normalization of this rank's blocks.
+// A rank thus hears of the links its blocks touch and no others: the bytes
+// scale with the flows' paths, not with the network.
+template <typename Real>
+void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
+  Impl& m = *impl_;
+  Stopwatch watch(&m.times);
+  const std::size_t links = e.num_links();
+  const auto nl = static_cast<std::uint32_t>(links);
+  const int R = m.ranks;
+  if (links > kLinkMask) throw std::length_error("MpiDriver: more than 2^28 links");
+  m.set_links(links);
+  const std::size_t nb = e.num_blocks();
+  std::size_t b0 = 0;
+  while (b0 < nb && owner(b0, nb, R) < m.rank) ++b0;
+  std::size_t b1 = b0;
+  while (b1 < nb && owner(b1, nb, R) == m.rank) ++b1;
+  if (m.priced.size() != nb) m.priced.assign(nb, 0);
+
+  // 1. What goes where. A block's copies only grow (links are added, never
+  // dropped, while the block layout stays), so those past priced[b] are new.
+  constexpr int kInts = 4;  // entries, class mask, requests, this rank's requests in all
+  m.counts_out.assign(kInts * static_cast<std::size_t>(R), 0);
+  int requests = 0;
+  for (std::size_t b = b0; b < b1; ++b) {
+    const auto s = e.block_sums(b);
+    if (m.priced[b] > s.size) m.priced[b] = 0;
+    for (std::size_t i = 0; i < s.size; ++i) {
+      const int q = m.link_owner[split(s.links[i], nl).link];
+      ++m.counts_out[kInts * q];
+      if (i >= m.priced[b]) {
+        ++m.counts_out[kInts * q + 2];
+        ++requests;
+      }
+    }
+  }
+  for (int q = 0; q < R; ++q) {
+    m.counts_out[kInts * q + 1] = static_cast<int>(e.class_mask());
+    m.counts_out[kInts * q + 3] = requests;
+  }
+  m.counts_in.resize(kInts * static_cast<std::size_t>(R));
+  watch.mpi([&] {
+    check(MPI_Alltoall(m.counts_out.data(), kInts, MPI_INT, m.counts_in.data(), kInts, MPI_INT, m.comm),
+          "Alltoall");
+  });
+  std::uint32_t mask = 0;
+  long all_requests = 0;
+  for (int q = 0; q < R; ++q) {
+    mask |= static_cast<std::uint32_t>(m.counts_in[kInts * q + 1]);
+    all_requests += m.counts_in[kInts * q + 3];
+  }
+  e.use_classes(mask);
+  std::array<std::uint32_t, kNumClasses> cls{}, pos_of{}, layer_of{};
+  for (std::uint32_t lay = 0; lay < e.num_layers(); ++lay) {
+    cls[lay] = e.class_of_layer(lay);
+    layer_of[cls[lay]] = lay;
+  }
+  {
+    std::uint32_t i = 0;
+    for (std::uint8_t c : e.classes()) pos_of[c] = i++;
+  }
+  // Counts and displacements in bytes per rank, for `unit` bytes an item,
+  // from item offsets at[0..R].
+  auto bytes = [&](const std::vector<int>& at, int unit, std::vector<int>* count, std::vector<int>* disp) {
+    count->resize(R);
+    disp->resize(R);
+    for (int q = 0; q < R; ++q) {
+      (*count)[q] = (at[q + 1] - at[q]) * unit;
+      (*disp)[q] = at[q] * unit;
+    }
+  };
+  auto offsets = [&](const std::vector<int>& counts, int field, std::vector<int>* at) {
+    at->assign(R + 1, 0);
+    for (int q = 0; q < R; ++q) (*at)[q + 1] = (*at)[q] + counts[kInts * q + field];
+  };
+  auto key_of = [&](std::uint32_t v) {
+    const LayerLink x = split(v, nl);
+    return cls[x.layer] << kClassShift | x.link;
+  };
+  auto here = [&](std::uint32_t key) { return layer_of[key >> kClassShift] * nl + (key & kLinkMask); };
+
+  // 2. Current prices of the links new to this rank's blocks.
+  if (all_requests > 0) {
+    offsets(m.counts_out, 2, &m.send_at);
+    offsets(m.counts_in, 2, &m.recv_at);
+    m.asked_keys.resize(static_cast<std::size_t>(m.send_at[R]));
+    m.asked_links.resize(m.asked_keys.size());
+    m.fill.assign(m.send_at.begin(), m.send_at.end() - 1);
+    for (std::size_t b = b0; b < b1; ++b) {
+      const auto s = e.block_sums(b);
+      for (std::size_t i = m.priced[b]; i < s.size; ++i) {
+        const int k = m.fill[m.link_owner[split(s.links[i], nl).link]]++;
+        m.asked_keys[static_cast<std::size_t>(k)] = key_of(s.links[i]);
+        m.asked_links[static_cast<std::size_t>(k)] = s.links[i];
+      }
+      m.priced[b] = s.size;
+    }
+    m.keys_in.resize(static_cast<std::size_t>(m.recv_at[R]));
+    bytes(m.send_at, 4, &m.send_bytes, &m.send_disp);
+    bytes(m.recv_at, 4, &m.recv_bytes, &m.recv_disp);
+    watch.mpi([&] {
+      check(MPI_Alltoallv(m.asked_keys.data(), m.send_bytes.data(), m.send_disp.data(), MPI_BYTE,
+                          m.keys_in.data(), m.recv_bytes.data(), m.recv_disp.data(), MPI_BYTE, m.comm),
+            "Alltoallv");
+    });
+    for (std::uint32_t& k : m.keys_in) k = here(k);
+    m.answers_out.resize(2 * m.keys_in.size() * sizeof(Real));
+    m.answers_in.resize(2 * m.asked_links.size() * sizeof(Real));
+    e.save_links(m.keys_in.data(), m.keys_in.size(), reinterpret_cast<Real*>(m.answers_out.data()));
+    const int answer = static_cast<int>(2 * sizeof(Real));
+    bytes(m.recv_at, answer, &m.send_bytes, &m.send_disp);
+    bytes(m.send_at, answer, &m.recv_bytes, &m.recv_disp);
+    watch.mpi([&] {
+      check(MPI_Alltoallv(m.answers_out.data(), m.send_bytes.data(), m.send_disp.data(), MPI_BYTE,
+                          m.answers_in.data(), m.recv_bytes.data(), m.recv_disp.data(), MPI_BYTE, m.comm),
+            "Alltoallv");
+    });
+    e.load_links(m.asked_links.data(), m.asked_links.size(), reinterpret_cast<const Real*>(m.answers_in.data()));
+    for (int q = 0; q < R; ++q) {
+      if (q == m.rank) continue;
+      m.times.bytes_sent += static_cast<std::uint64_t>(m.counts_out[kInts * q + 2]) * 4 +
+                            static_cast<std::uint64_t>(m.counts_in[kInts * q + 2]) * answer;
+    }
+  }
+
+  // 3. Rates.
+  for (std::size_t b = b0; b < b1; ++b) e.rate_pass(b);
+
+  // 4. Entries to the links' owners, and the link each came from (where
+  // its answer goes).
+  offsets(m.counts_out, 0, &m.send_at);
+  offsets(m.counts_in, 0, &m.recv_at);
+  const auto sent = static_cast<std::size_t>(m.send_at[R]);
+  const auto received = static_cast<std::size_t>(m.recv_at[R]);
+  m.times.entries += sent;
+  m.out_entries.resize(sent * sizeof(Entry<Real>));
+  m.sent_links.resize(sent);
+  m.fill.assign(m.send_at.begin(), m.send_at.end() - 1);
+  auto* out = reinterpret_cast<Entry<Real>*>(m.out_entries.data());
+  for (std::size_t b = b0; b < b1; ++b) {
+    const auto s = e.block_sums(b);
+    for (std::size_t i = 0; i < s.size; ++i) {
+      const LayerLink v = split(s.links[i], nl);
+      const int k = m.fill[m.link_owner[v.link]]++;
+      out[k] = {cls[v.layer] << kClassShift | v.link, s.yh[2 * i], s.yh[2 * i + 1]};
+      m.sent_links[static_cast<std::size_t>(k)] = s.links[i];
+    }
+  }
+  m.in_entries.resize(received * sizeof(Entry<Real>));
+  const int entry = static_cast<int>(sizeof(Entry<Real>));
+  bytes(m.send_at, entry, &m.send_bytes, &m.send_disp);
+  bytes(m.recv_at, entry, &m.recv_bytes, &m.recv_disp);
+  watch.mpi([&] {
+    check(MPI_Alltoallv(m.out_entries.data(), m.send_bytes.data(), m.send_disp.data(), MPI_BYTE,
+                        m.in_entries.data(), m.recv_bytes.data(), m.recv_disp.data(), MPI_BYTE, m.comm),
+          "Alltoallv");
+  });
+
+  // This rank's links: the blocks' sums in block order, as the
+  // single-process engine adds them; and each entry's link here.
+  const std::size_t layers = e.num_layers();
+  const std::size_t lo = m.link_lo[m.rank], hi = m.link_lo[m.rank + 1];
+  Real* yh = m.sums<Real>(2 * layers * links);
+  for (std::size_t i = 0; i < layers; ++i) {
+    std::fill(yh + 2 * (i * links + lo), yh + 2 * (i * links + hi), Real{0});
+  }
+  m.recv_links.resize(received);
+  const auto* in = reinterpret_cast<const Entry<Real>*>(m.in_entries.data());
+  for (std::size_t k = 0; k < received; ++k) {
+    const std::uint32_t c = in[k].key >> kClassShift;
+    const std::uint32_t l = in[k].key & kLinkMask;
+    const std::size_t idx = 2 * (pos_of[c] * links + l);
+    yh[idx] += in[k].y;
+    yh[idx + 1] += in[k].h;
+    m.recv_links[k] = layer_of[c] * nl + l;
+  }
+  using Partial = typename BasicEngine<Real>::LinkPartial;
+  const Partial part = e.update_links_from(lo, hi, yh);
+
+  // The answers: for every entry received, its link's price and ratio.
+  m.answers_out.resize(2 * received * sizeof(Real));
+  m.answers_in.resize(2 * sent * sizeof(Real));
+  e.save_links(m.recv_links.data(), received, reinterpret_cast<Real*>(m.answers_out.data()));
+  const int answer = static_cast<int>(2 * sizeof(Real));
+  bytes(m.recv_at, answer, &m.send_bytes, &m.send_disp);
+  bytes(m.send_at, answer, &m.recv_bytes, &m.recv_disp);
+  std::array<double, 3> stats{part.max_residual, part.max_raw_utilization, part.max_ratio}, all{};
+  watch.mpi([&] {
+    check(MPI_Alltoallv(m.answers_out.data(), m.send_bytes.data(), m.send_disp.data(), MPI_BYTE,
+                        m.answers_in.data(), m.recv_bytes.data(), m.recv_disp.data(), MPI_BYTE, m.comm),
+          "Alltoallv");
+    check(MPI_Allreduce(stats.data(), all.data(), 3, MPI_DOUBLE, MPI_MAX, m.comm), "Allreduce");
+  });
+  for (int q = 0; q < R; ++q) {
+    if (q == m.rank) continue;
+    m.times.bytes_sent += static_cast<std::uint64_t>(m.counts_out[kInts * q]) * sizeof(Entry<Real>) +
+                          static_cast<std::uint64_t>(m.counts_in[kInts * q]) * 2 * sizeof(Real);
+  }
+  e.load_links(m.sent_links.data(), sent, reinterpret_cast<const Real*>(m.answers_in.data()));
+  e.finish_links({all[0], all[1], all[2]});
+  for (std::size_t b = b0; b < b1; ++b) e.normalize_pass(b);
+}
+
+template <typename Real>
+void MpiDriver::iterate_allreduce(BasicEngine<Real>& e) {
+  Impl& m = *impl_;
+  Stopwatch watch(&m.times);
+  std::uint32_t mask = e.class_mask(), all_mask = 0;
+  watch.mpi([&] {
+    check(MPI_Allreduce(&mask, &all_mask, 1, MPI_UINT32_T, MPI_BOR, m.comm), "Allreduce");
+  });
+  e.use_classes(all_mask);
+  const std::size_t nb = e.num_blocks();
+  e.prepare();
+  for (std::size_t b = 0; b < nb; ++b) {
+    if (owner(b, nb, m.ranks) == m.rank) e.rate_pass(b);
+  }
+  const std::size_t n = 2 * e.num_layers() * e.num_links();
+  Real* yh = m.sums<Real>(n);
+  e.sum_blocks(yh);
+  watch.mpi([&] {
+    check(MPI_Allreduce(MPI_IN_PLACE, yh, static_cast<int>(n), mpi_type<Real>(), MPI_SUM, m.comm),
+          "Allreduce");
+  });
+  // An allreduce moves about 2·(R-1)/R of the vector out of each rank.
+  m.times.bytes_sent += 2 * n * sizeof(Real) * static_cast<std::uint64_t>(m.ranks - 1) / m.ranks;
+  e.finish_links(e.update_links_from(0, e.num_links(), yh));
+  for (std::size_t b = 0; b < nb; ++b) {
+    if (owner(b, nb, m.ranks) == m.rank) e.normalize_pass(b);
+  }
+}
+
+template void MpiDriver::iterate(BasicEngine<float>&);
+template void MpiDriver::iterate(BasicEngine<double>&);
+template std::uint64_t MpiDriver::solve(BasicEngine<float>&, std::uint64_t);
+template std::uint64_t MpiDriver::solve(BasicEngine<double>&, std::uint64_t);
+
+}  // namespace flowtune::alloc

@@ -1,0 +1,258 @@
+// Differential test of the engine across MPI ranks (allocator/mpi) against
+// the single-process engine, run by ctest under mpirun with 1, 2 and 3 ranks.
+// Every rank applies the same random churn (arrivals, departures, weight and
+// cap changes, strict-priority classes met in a different order on each
+// rank) to a reference engine holding every flow and to its share of the
+// distributed engine, which holds only the flows of the FlowBlocks it owns.
+//   - kLinkOwners: bit-identical to the reference with the same blocks per
+//     side (rates, raw rates, prices of every class, stats).
+//   - kAllreduce: the same sums added in another order: 1e-9 relative on
+//     rates and prices in double; in float 1e-4 on rates and 1e-3 on prices
+//     (a low class's price, ~1e-3 where it only trickles, moved 1.2e-4 from
+//     float rounding); plus 1e-15 absolute on prices: one clamped to 0 may
+//     be a rounding-sized number in the other.
+// A rank whose check fails keeps calling the collectives (EXPECT, not
+// ASSERT), so the others do not hang; mpirun fails if any rank fails.
+#include "flowtune/alloc/mpi_driver.h"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "flowtune/alloc/engine.h"
+#include "flowtune/alloc/topology.h"
+
+namespace flowtune::alloc {
+namespace {
+
+Topology two_tier_6x6x3() {
+  TwoTierSpec s;
+  s.racks = 6;
+  s.hosts_per_rack = 6;
+  s.spines = 3;
+  s.host_link_bps = 10e9;
+  return Topology::two_tier(s);
+}
+
+// A live flow: its id in the reference engine, and in this rank's share of
+// the distributed one if this rank owns it.
+struct Live {
+  FlowId ref;
+  bool mine;
+  FlowId dist;
+};
+
+template <typename Real>
+struct Pair {
+  std::unique_ptr<BasicEngine<Real>> ref, dist;
+  std::vector<Live> live;
+};
+
+template <typename Real>
+Pair<Real> make(const Topology& t, const EngineConfig& cfg) {
+  return {std::make_unique<BasicEngine<Real>>(t.capacities_bps(), t.num_sites(), cfg),
+          std::make_unique<BasicEngine<Real>>(t.capacities_bps(), t.num_sites(), cfg),
+          {}};
+}
+
+// Flows whose priority class depends on the rank's id order would make
+// layers in the same order everywhere; here the class depends on the flow,
+// and each rank meets the classes of its own flows first.
+FlowSpec random_flow(const Topology& t, std::mt19937_64& rng, bool classes) {
+  const auto src = static_cast<HostId>(rng() % t.num_hosts());
+  auto dst = static_cast<HostId>(rng() % (t.num_hosts() - 1));
+  if (dst >= src) ++dst;
+  FlowSpec f = make_flow(t, src, dst, rng());
+  f.weight = 0.2 + static_cast<double>(rng() % 1000) / 200.0;
+  if (rng() % 5 == 0) f.max_bps = 0.5e9 + static_cast<double>(rng() % 75) * 1e8;
+  if (classes && rng() % 3 == 0) f.priority = static_cast<std::uint8_t>(rng() % kNumClasses);
+  return f;
+}
+
+template <typename Real>
+void add(Pair<Real>& p, const MpiDriver& d, const FlowSpec& f) {
+  Live l{p.ref->add_flow(f), d.owns(*p.dist, f), 0};
+  if (l.mine) l.dist = p.dist->add_flow(f);
+  p.live.push_back(l);
+}
+
+// Mismatches as text (the first few), "" when there are none.
+// Prices are compared on links [lo, hi) (a rank under kLinkOwners knows
+// current prices of the links it owns and those its blocks touch).
+template <typename Real>
+std::string compare(const Pair<Real>& p, double rel, double price_rel, std::pair<std::size_t, std::size_t> priced) {
+  std::ostringstream bad;
+  bad.precision(17);
+  int n = 0;
+  auto differ = [](double a, double b, double r, double abs) {
+    return r == 0 ? a != b : std::fabs(a - b) > r * std::fabs(b) + abs;
+  };
+  auto note = [&](const std::string& what, double got, double want) {
+    if (n++ < 5) bad << what << ": " << got << " vs " << want << " (reference)\n";
+  };
+  for (const Live& l : p.live) {
+    if (!l.mine) continue;
+    const double got = p.dist->rate_bps(l.dist), want = p.ref->rate_bps(l.ref);
+    if (differ(got, want, rel, 0)) note("rate of flow " + std::to_string(l.ref), got, want);
+    const double raw = p.dist->raw_rate_bps(l.dist), raw_want = p.ref->raw_rate_bps(l.ref);
+    if (differ(raw, raw_want, rel, 0)) note("raw rate of flow " + std::to_string(l.ref), raw, raw_want);
+  }
+  if (p.dist->classes() != p.ref->classes()) {
+    note("classes in use", static_cast<double>(p.dist->classes().size()),
+         static_cast<double>(p.ref->classes().size()));
+  }
+  for (std::uint8_t c : p.ref->classes()) {
+    for (auto l = static_cast<LinkId>(priced.first); l < priced.second; ++l) {
+      const double got = p.dist->price(l, c), want = p.ref->price(l, c);
+      if (differ(got, want, price_rel, 1e-15)) note("price of link " + std::to_string(l) + " class " + std::to_string(c), got, want);
+    }
+  }
+  if (differ(p.dist->stats().max_residual, p.ref->stats().max_residual, price_rel, 1e-15)) {
+    note("max residual", p.dist->stats().max_residual, p.ref->stats().max_residual);
+  }
+  if (n > 5) bad << "... " << n << " mismatches in all\n";
+  return bad.str();
+}
+
+struct Case {
+  Exchange exchange;
+  std::uint32_t blocks;
+  Normalizer normalizer;
+  Algorithm algorithm;
+  bool classes;
+};
+
+std::string name(const Case& c) {
+  return std::string(to_string(c.exchange)) + " blocks " + std::to_string(c.blocks) + " " +
+         to_string(c.normalizer) + " " + to_string(c.algorithm) + (c.classes ? " classes" : "");
+}
+
+// Churn then one iteration, `iterations` times; every rank alike.
+template <typename Real>
+void run(const Case& c, std::uint64_t seed, double rel, double price_rel) {
+  SCOPED_TRACE(name(c) + (sizeof(Real) == 4 ? " float" : " double"));
+  const Topology t = two_tier_6x6x3();
+  EngineConfig cfg;
+  cfg.blocks = c.blocks;
+  cfg.normalizer = c.normalizer;
+  cfg.algorithm = c.algorithm;
+  cfg.tolerance = 1e-12;
+  MpiDriver driver(MPI_COMM_WORLD, c.exchange);
+  Pair<Real> p = make<Real>(t, cfg);
+  const auto priced = c.exchange == Exchange::kLinkOwners
+                          ? driver.owned_links(p.ref->num_links())
+                          : std::pair<std::size_t, std::size_t>{0, p.ref->num_links()};
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < 300; ++i) add(p, driver, random_flow(t, rng, c.classes));
+  int failures = 0;
+  for (int it = 0; it < 30; ++it) {
+    if (it > 0) {
+      for (std::uint64_t j = rng() % 30; j > 0 && !p.live.empty(); --j) {
+        const std::size_t k = rng() % p.live.size();
+        p.ref->remove_flow(p.live[k].ref);
+        if (p.live[k].mine) p.dist->remove_flow(p.live[k].dist);
+        p.live[k] = p.live.back();
+        p.live.pop_back();
+      }
+      for (std::uint64_t j = rng() % 30; j > 0; --j) add(p, driver, random_flow(t, rng, c.classes));
+      if (!p.live.empty()) {
+        const Live& l = p.live[rng() % p.live.size()];
+        const double w = 0.5 + static_cast<double>(rng() % 8), cap = rng() % 2 ? 2e9 : 0;
+        EXPECT_EQ(p.ref->set_limits(l.ref, w, cap), FlowError::kOk);
+        if (l.mine) {
+          EXPECT_EQ(p.dist->set_limits(l.dist, w, cap), FlowError::kOk);
+        }
+      }
+    }
+    p.ref->iterate();
+    driver.iterate(*p.dist);
+    const std::string bad = compare(p, rel, price_rel, priced);
+    EXPECT_EQ(bad, "") << "iteration " << it << " rank " << driver.rank();
+    if (!bad.empty()) ++failures;
+    // Stats are global: every rank sees the reference's convergence.
+    EXPECT_EQ(p.dist->stats().converged, p.ref->stats().converged);
+    EXPECT_EQ(p.dist->iterations(), p.ref->iterations());
+    // Three failed iterations on any rank end the case on every rank.
+    int any = failures > 2, all_any = 0;
+    MPI_Allreduce(&any, &all_any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (all_any) break;
+  }
+  // solve() stops on every rank at the reference's iteration.
+  const std::uint64_t want = p.ref->solve(200);
+  EXPECT_EQ(driver.solve(*p.dist, 200), want);
+  EXPECT_EQ(compare(p, rel, price_rel, priced), "");
+  EXPECT_EQ(driver.times().iterations, p.dist->iterations());
+}
+
+std::vector<Case> cases(Exchange x) {
+  std::vector<Case> v;
+  for (std::uint32_t blocks = 1; blocks <= 3; ++blocks) {
+    v.push_back({x, blocks, Normalizer::kFNorm, Algorithm::kNed, true});
+    v.push_back({x, blocks, Normalizer::kUNorm, Algorithm::kNed, blocks == 2});
+  }
+  v.push_back({x, 2, Normalizer::kFNorm, Algorithm::kGradient, false});
+  v.push_back({x, 2, Normalizer::kNone, Algorithm::kNed, true});
+  return v;
+}
+
+TEST(MpiDriver, LinkOwnersMatchTheSingleProcessEngineBitForBit) {
+  std::uint64_t seed = 1;
+  for (const Case& c : cases(Exchange::kLinkOwners)) {
+    run<double>(c, seed++, 0, 0);
+    run<float>(c, seed++, 0, 0);
+  }
+}
+
+TEST(MpiDriver, AllreduceMatchesTheSingleProcessEngineToRounding) {
+  std::uint64_t seed = 100;
+  for (const Case& c : cases(Exchange::kAllreduce)) {
+    run<double>(c, seed++, 1e-9, 1e-9);
+    run<float>(c, seed++, 1e-4, 1e-3);
+  }
+}
+
+TEST(MpiDriver, BlocksGoToRanksInContiguousRanges) {
+  for (int ranks = 1; ranks <= 5; ++ranks) {
+    for (std::size_t nb = 1; nb <= 16; ++nb) {
+      int last = 0;
+      for (std::size_t b = 0; b < nb; ++b) {
+        const int r = MpiDriver::owner(b, nb, ranks);
+        EXPECT_GE(r, last);
+        EXPECT_LT(r, ranks);
+        last = r;
+      }
+      // As many ranks as blocks or more: each block has a rank of its own.
+      if (static_cast<std::size_t>(ranks) >= nb && nb > 1) {
+        EXPECT_NE(MpiDriver::owner(0, nb, ranks), MpiDriver::owner(1, nb, ranks));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flowtune::alloc
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // One rank's report is enough when all pass; failures print on every rank.
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int rc = RUN_ALL_TESTS();
+  if (rank != 0 && rc != 0) std::fprintf(stderr, "rank %d: tests failed\n", rank);
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
