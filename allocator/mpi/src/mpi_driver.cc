@@ -241,15 +241,25 @@ void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
     std::uint32_t i = 0;
     for (std::uint8_t c : e.classes()) pos_of[c] = i++;
   }
-  // Counts and displacements in bytes per rank, for `unit` bytes an item,
-  // from item offsets at[0..R].
-  auto bytes = [&](const std::vector<int>& at, int unit, std::vector<int>* count, std::vector<int>* disp) {
-    count->resize(R);
-    disp->resize(R);
+  // MPI_Alltoallv of items of `unit` bytes, rank q's at item offsets
+  // out_at[q]..out_at[q + 1] (sent) and in_at[q]..in_at[q + 1] (received).
+  auto alltoallv = [&](const void* out, const std::vector<int>& out_at, void* in,
+                       const std::vector<int>& in_at, int unit) {
+    m.send_bytes.resize(R);
+    m.send_disp.resize(R);
+    m.recv_bytes.resize(R);
+    m.recv_disp.resize(R);
     for (int q = 0; q < R; ++q) {
-      (*count)[q] = (at[q + 1] - at[q]) * unit;
-      (*disp)[q] = at[q] * unit;
+      m.send_bytes[q] = (out_at[q + 1] - out_at[q]) * unit;
+      m.send_disp[q] = out_at[q] * unit;
+      m.recv_bytes[q] = (in_at[q + 1] - in_at[q]) * unit;
+      m.recv_disp[q] = in_at[q] * unit;
     }
+    watch.mpi([&] {
+      check(MPI_Alltoallv(out, m.send_bytes.data(), m.send_disp.data(), MPI_BYTE, in,
+                          m.recv_bytes.data(), m.recv_disp.data(), MPI_BYTE, m.comm),
+            "Alltoallv");
+    });
   };
   auto offsets = [&](const std::vector<int>& counts, int field, std::vector<int>* at) {
     at->assign(R + 1, 0);
@@ -278,25 +288,13 @@ void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
       m.priced[b] = s.size;
     }
     m.keys_in.resize(static_cast<std::size_t>(m.recv_at[R]));
-    bytes(m.send_at, 4, &m.send_bytes, &m.send_disp);
-    bytes(m.recv_at, 4, &m.recv_bytes, &m.recv_disp);
-    watch.mpi([&] {
-      check(MPI_Alltoallv(m.asked_keys.data(), m.send_bytes.data(), m.send_disp.data(), MPI_BYTE,
-                          m.keys_in.data(), m.recv_bytes.data(), m.recv_disp.data(), MPI_BYTE, m.comm),
-            "Alltoallv");
-    });
+    alltoallv(m.asked_keys.data(), m.send_at, m.keys_in.data(), m.recv_at, 4);
     for (std::uint32_t& k : m.keys_in) k = here(k);
     m.answers_out.resize(2 * m.keys_in.size() * sizeof(Real));
     m.answers_in.resize(2 * m.asked_links.size() * sizeof(Real));
     e.save_links(m.keys_in.data(), m.keys_in.size(), reinterpret_cast<Real*>(m.answers_out.data()));
     const int answer = static_cast<int>(2 * sizeof(Real));
-    bytes(m.recv_at, answer, &m.send_bytes, &m.send_disp);
-    bytes(m.send_at, answer, &m.recv_bytes, &m.recv_disp);
-    watch.mpi([&] {
-      check(MPI_Alltoallv(m.answers_out.data(), m.send_bytes.data(), m.send_disp.data(), MPI_BYTE,
-                          m.answers_in.data(), m.recv_bytes.data(), m.recv_disp.data(), MPI_BYTE, m.comm),
-            "Alltoallv");
-    });
+    alltoallv(m.answers_out.data(), m.recv_at, m.answers_in.data(), m.send_at, answer);
     e.load_links(m.asked_links.data(), m.asked_links.size(), reinterpret_cast<const Real*>(m.answers_in.data()));
     for (int q = 0; q < R; ++q) {
       if (q == m.rank) continue;
@@ -330,13 +328,7 @@ void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
   }
   m.in_entries.resize(received * sizeof(Entry<Real>));
   const int entry = static_cast<int>(sizeof(Entry<Real>));
-  bytes(m.send_at, entry, &m.send_bytes, &m.send_disp);
-  bytes(m.recv_at, entry, &m.recv_bytes, &m.recv_disp);
-  watch.mpi([&] {
-    check(MPI_Alltoallv(m.out_entries.data(), m.send_bytes.data(), m.send_disp.data(), MPI_BYTE,
-                        m.in_entries.data(), m.recv_bytes.data(), m.recv_disp.data(), MPI_BYTE, m.comm),
-          "Alltoallv");
-  });
+  alltoallv(m.out_entries.data(), m.send_at, m.in_entries.data(), m.recv_at, entry);
 
   // This rank's links: the blocks' sums in block order, as the
   // single-process engine adds them; and each entry's link here.
@@ -364,13 +356,9 @@ void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
   m.answers_in.resize(2 * sent * sizeof(Real));
   e.save_links(m.recv_links.data(), received, reinterpret_cast<Real*>(m.answers_out.data()));
   const int answer = static_cast<int>(2 * sizeof(Real));
-  bytes(m.recv_at, answer, &m.send_bytes, &m.send_disp);
-  bytes(m.send_at, answer, &m.recv_bytes, &m.recv_disp);
+  alltoallv(m.answers_out.data(), m.recv_at, m.answers_in.data(), m.send_at, answer);
   std::array<double, 3> stats{part.max_residual, part.max_raw_utilization, part.max_ratio}, all{};
   watch.mpi([&] {
-    check(MPI_Alltoallv(m.answers_out.data(), m.send_bytes.data(), m.send_disp.data(), MPI_BYTE,
-                        m.answers_in.data(), m.recv_bytes.data(), m.recv_disp.data(), MPI_BYTE, m.comm),
-          "Alltoallv");
     check(MPI_Allreduce(stats.data(), all.data(), 3, MPI_DOUBLE, MPI_MAX, m.comm), "Allreduce");
   });
   for (int q = 0; q < R; ++q) {
