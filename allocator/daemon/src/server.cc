@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -230,16 +232,36 @@ Server::Reload Server::reload_keys() {
 // it there and reconnect (curve::follow_server_key), and each endpoint
 // keeps its flows across the reconnection (same id, new connection). A
 // rebind that fails puts the old key back.
+namespace {
+
+// zmq_unbind hands the listener to the I/O thread to close: a bind to the
+// same address at once can find the port still taken. Tried again for up
+// to kRebindMs (a reload, not every turn, waits that long at worst).
+constexpr int kRebindMs = 2000;
+void bind_again(zmq::socket_t& s, const std::string& endpoint) {
+  for (int waited = 0;; waited += 5) {
+    try {
+      s.bind(endpoint);
+      return;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EADDRINUSE || waited >= kRebindMs) throw;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace
+
 std::string Server::rotate_key(const curve::KeyPair& own) {
   router_.set(zmq::sockopt::curve_secretkey, own.secret_key);
   try {
     router_.unbind(bound_);
-    router_.bind(bound_);
+    bind_again(router_, bound_);
   } catch (const zmq::error_t& e) {
     router_.set(zmq::sockopt::curve_secretkey, own_.secret_key);
     std::string why = std::string("the new key is not in use: cannot listen again on ") + bound_ + ": " + e.what();
     try {
-      router_.bind(bound_);
+      bind_again(router_, bound_);
     } catch (const zmq::error_t& again) {
       why += "; nor with the old key: " + std::string(again.what()) + " (listening nowhere; restart)";
     }
