@@ -185,6 +185,47 @@ nlohmann::json measure(const Options& o, std::uint32_t hosts, std::uint32_t flow
           {"speedup_vs_single_process", single_p50 / p50}};
 }
 
+// flowtune-allocator --mpi's way: every rank holds every flow (a mirror),
+// rank 0 leads each iteration (an empty journal here: no churn) and gathers
+// the other ranks' rates, so it holds all of them. Timed on rank 0.
+nlohmann::json measure_mirror(const Options& o, std::uint32_t hosts, std::uint32_t flows, double single_p50) {
+  const Topology t = make_topology(hosts);
+  EngineConfig cfg;
+  cfg.blocks = o.blocks;
+  Engine e(t.capacities_bps(), t.num_sites(), cfg);
+  for (const FlowSpec& f : flowtune::bench::random_host_pairs(t, flows, 42)) e.add_flow(f);
+  MpiDriver d(MPI_COMM_WORLD);
+  std::vector<double> times;
+  if (d.rank() == 0) {
+    std::vector<std::uint8_t> journal;
+    for (int i = 0; i < 10; ++i) d.lead(e, &journal);
+    for (int i = 0; i < o.iterations; ++i) {
+      const auto t0 = Clock::now();
+      d.lead(e, &journal);
+      times.push_back(us(Clock::now() - t0));
+    }
+    d.finish();
+  } else {
+    (void)d.follow(e);
+  }
+  double p50 = 0, p99 = 0;
+  if (d.rank() == 0) {
+    p50 = quantile(times, 0.5);
+    p99 = quantile(times, 0.99);
+  }
+  MPI_Bcast(&p50, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Bcast(&p99, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return {{"hosts", hosts},
+          {"flows", flows},
+          {"blocks", cfg.blocks * cfg.blocks},
+          {"exchange", "mirror (--mpi)"},
+          {"iteration_us_p50", p50},
+          {"iteration_us_p99", p99},
+          {"rates_gathered_bytes", static_cast<double>(flows) * 2 * sizeof(double)},
+          {"single_process_us_p50", single_p50},
+          {"speedup_vs_single_process", single_p50 / p50}};
+}
+
 // The other ranks wait for rank 0 asleep: MPI's waits spin, and a spinning
 // rank would take from rank 0's core what the baseline must have (on a VM
 // its vCPU may share a physical core with rank 0's).
@@ -233,6 +274,7 @@ int main(int argc, char** argv) {
     for (Exchange x : {Exchange::kLinkOwners, Exchange::kAllreduce}) {
       results.push_back(measure(o, hosts, flows, x, single));
     }
+    results.push_back(measure_mirror(o, hosts, flows, single));
   }
   if (rank == 0) {
     nlohmann::json out = {{"ranks", ranks}, {"iterations", o.iterations}, {"real", "double"},

@@ -6,8 +6,10 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -15,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "flowtune/alloc/mpi_driver.h"
 #include "flowtune/common/cli.h"
 #include "flowtune/common/curve.h"
 #include "flowtune/common/endpoint.h"
@@ -53,6 +56,10 @@ engine:
                              that runs small engines on one thread while that is
                              faster (default), the team always, or oneTBB's
                              task pool
+  --mpi                      under mpirun -np R: the engine's FlowBlocks spread
+                             over the R ranks (docs/scale.md); rank 0 serves,
+                             the others compute their blocks. Not with
+                             --threads > 1
   --gamma G                  NED step size, (0, 1] (default 0.4)
   --norm fnorm|unorm|none    normalizer (default fnorm)
   --threshold T              send a rate only when it moved by more than T
@@ -177,6 +184,7 @@ struct Options {
   std::uint64_t takeover_ms = 500;
   std::uint64_t role_probes_per_sec = Server::kRoleRequestsPerSec;
   bool check_config = false;
+  bool mpi = false;
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -189,6 +197,7 @@ Options parse(int argc, char** argv) {
   flowtune::cli::Args args("flowtune-allocator", kUsage, argc, argv);
   while (args.next()) {
     if (args.is("--check-config")) o.check_config = true;
+    else if (args.is("--mpi")) o.mpi = true;
     else if (args.is("--listen")) o.listen = args.value();
     else if (args.is("--topology")) o.topology_file = args.value();
     else if (args.is("--host-gbps")) o.host_gbps = args.number(1e-6, 1e6);
@@ -279,6 +288,7 @@ Options parse(int argc, char** argv) {
     usage_error("--takeover-ms (" + std::to_string(o.takeover_ms) + ") must span at least two probes (--probe-ms " +
                 std::to_string(o.probe_ms) + ")");
   }
+  if (o.mpi && o.alloc.threads > 1) usage_error("--mpi runs one thread per rank: leave out --threads");
   if (o.unknown_hosts.empty()) o.unknown_hosts = o.topology_file.empty() ? "add" : "reject";
   if (o.unknown_hosts == "add") o.alloc.unknown_hosts = UnknownHosts::kAdd;
   else if (o.unknown_hosts == "reject") o.alloc.unknown_hosts = UnknownHosts::kReject;
@@ -302,7 +312,8 @@ std::uint64_t new_epoch() {
   return e == 0 ? 1 : e;
 }
 
-std::string describe(const Options& o, const Network& n, const Allocator& a) {
+// mpi_ranks: with --mpi, the ranks the engine runs across (else 0).
+std::string describe(const Options& o, const Network& n, const Allocator& a, int mpi_ranks) {
   const auto& t = n.topology();
   std::string s = "network: " + std::to_string(n.num_hosts()) + " hosts";
   if (n.spare_slots() > 0) s += " (+" + std::to_string(n.spare_slots()) + " spare)";
@@ -315,6 +326,10 @@ std::string describe(const Options& o, const Network& n, const Allocator& a) {
        (o.alloc.threads > 1 ? std::string(" (") + flowtune::alloc::to_string(o.alloc.schedule) + ")"
                             : std::string()) +
        ", " + a.engine().kernel_name() + " kernels";
+  if (mpi_ranks > 0) {
+    s += ", across " + std::to_string(mpi_ranks) + " MPI ranks (" +
+         std::to_string(a.engine().num_blocks()) + " FlowBlocks)";
+  }
   s += "; threshold " + std::to_string(o.alloc.threshold) + ", headroom " +
        std::to_string(o.alloc.headroom) + "; unknown hosts: " + o.unknown_hosts;
   const AllocatorConfig& c = a.config();
@@ -379,13 +394,68 @@ void raise_descriptor_limit(const Options& o, Log& log) {
   }
 }
 
+// --mpi: every rank builds the same Allocator (so the same engine); rank 0
+// serves and leads each iteration, the others follow it until it finishes.
+struct Mpi {
+  explicit Mpi(bool on) {
+    if (!on) return;
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    driver = std::make_unique<flowtune::alloc::MpiDriver>(MPI_COMM_WORLD);
+  }
+  ~Mpi() {
+    if (!driver) return;
+    driver.reset();
+    MPI_Finalize();
+  }
+  bool follower() const { return driver && driver->rank() != 0; }
+  std::unique_ptr<flowtune::alloc::MpiDriver> driver;
+};
+
+// A rank other than 0: the signals (blocked, as on every rank) are rank
+// 0's to act on; it ends the run with finish(), and a follower leaves with it.
+int follow(Mpi& mpi, Allocator& allocator, Log& log) {
+  if (mpi.driver->follow(allocator.mirror_engine())) return 0;
+  log.write(LogLevel::kError, "MPI rank " + std::to_string(mpi.driver->rank()) +
+                                  ": the engine's changes did not replay here; rank 0 stops");
+  return 1;
+}
+
 int run(const Options& o) {
+  // Signals arrive on an fd the loop polls, so shutdown is an ordinary
+  // event. Blocked before any thread starts (MPI's, ZeroMQ's): a thread
+  // that left them open would take SIGTERM's default and kill the process.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  Mpi mpi(o.mpi);
   Log log(Log::stderr_sink(), o.log_level, static_cast<std::uint64_t>(o.log_interval_s * 1e6));
   Network network = build_network(o);
   AllocatorConfig config = o.alloc;
   if (!o.policy_file.empty()) config.policy = load_policy_file(o.policy_file);
+  if (mpi.driver) {
+    config.engine_blocks = static_cast<std::uint32_t>(
+        std::min(64.0, std::ceil(std::sqrt(static_cast<double>(mpi.driver->ranks())))));
+    if (!mpi.follower()) {
+      config.iterate_elsewhere = [d = mpi.driver.get()](flowtune::alloc::Engine& e,
+                                                        std::vector<std::uint8_t>* journal) {
+        d->lead(e, journal);
+      };
+    }
+  }
   Allocator allocator(std::move(network), config, new_epoch(), &log);
-  const std::string summary = describe(o, allocator.network(), allocator);
+  if (mpi.follower() && !o.check_config) return follow(mpi, allocator, log);
+  // Whatever way rank 0 leaves, the followers leave with it.
+  struct Finish {
+    flowtune::alloc::MpiDriver* d;
+    ~Finish() {
+      if (d != nullptr) d->finish();
+    }
+  } finish{o.check_config ? nullptr : mpi.driver.get()};
+  const std::string summary = describe(o, allocator.network(), allocator, mpi.driver ? mpi.driver->ranks() : 0);
   if (o.check_config) {
     std::string keys;
     if (o.auth.enabled()) {
@@ -402,13 +472,6 @@ int run(const Options& o) {
     std::cout << "configuration ok: " << summary << keys << "\n";
     return 0;
   }
-  // Signals arrive on an fd the loop polls, so shutdown is an ordinary event.
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGHUP);
-  sigprocmask(SIG_BLOCK, &mask, nullptr);
   const int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
   if (sfd < 0) throw ConfigError(std::string("signalfd: ") + std::strerror(errno));
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "flowtune/common/assert.h"
@@ -303,6 +304,8 @@ void BasicEngine<Real>::set_reserved(LinkId l, double gbps) {
 
 template <typename Real>
 FlowError BasicEngine<Real>::set_limits(FlowId id, double weight, double max_bps) {
+  const Nest nest(this);
+  record(nest.outer, Op::kLimits, id, weight, max_bps);
   FT_ASSERT(has_flow(id), id);
   if (FlowError e = check_limits(weight, max_bps); e != FlowError::kOk) return e;
   const Slot& sl = slots_[id];
@@ -319,6 +322,8 @@ FlowError BasicEngine<Real>::set_limits(FlowId id, double weight, double max_bps
 
 template <typename Real>
 bool BasicEngine<Real>::set_floor(FlowId id, double floor_bps) {
+  const Nest nest(this);
+  record(nest.outer, Op::kFloor, id, floor_bps);
   FT_ASSERT(has_flow(id), id);
   if (!(floor_bps >= 0) || !std::isfinite(floor_bps)) return false;
   const Slot& sl = slots_[id];
@@ -351,6 +356,7 @@ double BasicEngine<Real>::reserved_bps(LinkId l) const {
 
 template <typename Real>
 FlowId BasicEngine<Real>::add_flow(const FlowSpec& f) {
+  const Nest nest(this);
   FlowError err = check_flow(f);
   FT_ASSERT(err == FlowError::kOk, to_string(err));
   std::uint32_t b = block_of(f);
@@ -385,6 +391,7 @@ FlowId BasicEngine<Real>::add_flow(const FlowSpec& f) {
   k.id.push_back(id);
   slots_[id] = {b, static_cast<std::uint32_t>(k.size() - 1), f.src_site, f.dst_site};
   ++live_flows_;
+  record(nest.outer, Op::kAdd, id, f.path.size, f.path.links, f.weight, f.max_bps, f.src_site, f.dst_site, f.priority);
   return id;
 }
 
@@ -414,6 +421,8 @@ double BasicEngine<Real>::price(LinkId l, std::uint8_t c) const {
 
 template <typename Real>
 void BasicEngine<Real>::set_price(LinkId l, double p, std::uint8_t c) {
+  const Nest nest(this);
+  record(nest.outer, Op::kPrice, l, p, c);
   FT_ASSERT(l < capacity_.size(), l);
   price_[virtual_link(layer(c), l)] = static_cast<Real>(p);
 }
@@ -434,6 +443,8 @@ bool BasicEngine<Real>::has_flow(FlowId id) const {
 
 template <typename Real>
 void BasicEngine<Real>::remove_flow(FlowId id) {
+  const Nest nest(this);
+  record(nest.outer, Op::kRemove, id);
   FT_ASSERT(has_flow(id), id);
   set_floor(id, 0);  // its reservation goes with it
   Slot s = slots_[id];
@@ -454,6 +465,8 @@ void BasicEngine<Real>::remove_flow(FlowId id) {
 
 template <typename Real>
 void BasicEngine<Real>::compact() {
+  const Nest nest(this);
+  record(nest.outer, Op::kCompact);
   ids_.trim();
   slots_.resize(ids_.issued());
   slots_.shrink_to_fit();
@@ -462,6 +475,8 @@ void BasicEngine<Real>::compact() {
 
 template <typename Real>
 bool BasicEngine<Real>::set_blocks(std::uint32_t blocks) {
+  const Nest nest(this);
+  record(nest.outer, Op::kBlocks, blocks);
   if (blocks == 0 || blocks > 64) throw std::invalid_argument("blocks must be between 1 and 64");
   if (blocks == layout_) return true;
   if (blocks == 1 && capacity_.size() * kNumClasses > detail::kMaxLocalLinks - kNullSlots) return false;
@@ -824,6 +839,92 @@ void BasicEngine<Real>::load_links(const std::uint32_t* virtual_links, std::size
     price_[virtual_links[i]] = in[2 * i];
     ratio_[virtual_links[i]] = in[2 * i + 1];
   }
+}
+
+// A journal is records of an op byte and its arguments, memcpy'd: both
+// ends are the same build (allocator/mpi's ranks run one binary). Only the
+// outermost call is recorded: remove_flow's own set_floor(id, 0) is
+// replayed by remove_flow.
+template <typename Real>
+template <typename... Args>
+void BasicEngine<Real>::record(bool outer, Op op, const Args&... args) {
+  if (journal_ == nullptr || !outer) return;
+  auto put = [this](const auto& v) {
+    const auto* b = reinterpret_cast<const std::uint8_t*>(&v);
+    journal_->insert(journal_->end(), b, b + sizeof v);
+  };
+  put(op);
+  (put(args), ...);
+}
+
+template <typename Real>
+bool BasicEngine<Real>::replay(const std::uint8_t* data, std::size_t size) {
+  std::size_t at = 0;
+  auto get = [&](auto& v) {
+    if (size - at < sizeof v) return false;
+    std::memcpy(&v, data + at, sizeof v);
+    at += sizeof v;
+    return true;
+  };
+  while (at < size) {
+    Op op;
+    if (!get(op)) return false;
+    FlowId id = 0;
+    double a = 0, b = 0;
+    std::uint32_t u = 0;
+    std::uint8_t c = 0;
+    switch (op) {
+      case Op::kAdd: {
+        FlowSpec f;
+        if (!get(id) || !get(f.path.size) || !get(f.path.links) || !get(f.weight) || !get(f.max_bps) ||
+            !get(f.src_site) || !get(f.dst_site) || !get(f.priority)) {
+          return false;
+        }
+        if (check_flow(f) != FlowError::kOk || add_flow(f) != id) return false;
+        break;
+      }
+      case Op::kRemove:
+        if (!get(id) || !has_flow(id)) return false;
+        remove_flow(id);
+        break;
+      case Op::kLimits:
+        if (!get(id) || !get(a) || !get(b) || !has_flow(id)) return false;
+        (void)set_limits(id, a, b);
+        break;
+      case Op::kFloor:
+        if (!get(id) || !get(a) || !has_flow(id)) return false;
+        (void)set_floor(id, a);
+        break;
+      case Op::kPrice:
+        if (!get(u) || !get(a) || !get(c) || u >= capacity_.size() || c >= kNumClasses) return false;
+        set_price(u, a, c);
+        break;
+      case Op::kCompact:
+        compact();
+        break;
+      case Op::kBlocks:
+        if (!get(u) || u == 0 || u > 64) return false;
+        (void)set_blocks(u);
+        break;
+      default:
+        return false;
+    }
+  }
+  return true;
+}
+
+template <typename Real>
+void BasicEngine<Real>::copy_block_rates(std::size_t b, Real* x, Real* xn) const {
+  const Block& k = *blocks_[b];
+  std::copy(k.x.begin(), k.x.end(), x);
+  std::copy(k.xn.begin(), k.xn.end(), xn);
+}
+
+template <typename Real>
+void BasicEngine<Real>::load_block_rates(std::size_t b, const Real* x, const Real* xn) {
+  Block& k = *blocks_[b];
+  std::copy(x, x + k.size(), k.x.begin());
+  std::copy(xn, xn + k.size(), k.xn.begin());
 }
 
 template <typename Real>

@@ -44,7 +44,9 @@ namespace {
 
 alloc::EngineConfig engine_config(const AllocatorConfig& c) {
   alloc::EngineConfig e = c.engine;
-  e.blocks = c.threads > 1 ? alloc::ParallelDriver::blocks_for_threads(c.threads) : 1;
+  e.blocks = c.engine_blocks > 0 ? c.engine_blocks
+             : c.threads > 1    ? alloc::ParallelDriver::blocks_for_threads(c.threads)
+                                : 1;
   return e;
 }
 
@@ -74,7 +76,9 @@ Allocator::Allocator(Network network, const AllocatorConfig& config, std::uint64
   } catch (const std::invalid_argument& e) {
     throw ConfigError(std::string("engine: ") + e.what());
   }
-  if (config_.threads > 1) {
+  if (config_.iterate_elsewhere) {
+    engine_->set_journal(&journal_);
+  } else if (config_.threads > 1) {
     driver_ = std::make_unique<alloc::ParallelDriver>(config_.threads, config_.schedule);
   }
   strangers_ = TokenBucket(config_.max_messages_per_sec, 0);
@@ -354,7 +358,9 @@ void Allocator::iterate(std::uint64_t now_us) {
     policy_.apply(*engine_, now_us_);
     settle_iterations_ = 0;
   }
-  if (driver_) {
+  if (config_.iterate_elsewhere) {
+    config_.iterate_elsewhere(*engine_, &journal_);
+  } else if (driver_) {
     driver_->iterate(*engine_);
   } else {
     engine_->iterate();

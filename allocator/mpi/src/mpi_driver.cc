@@ -62,11 +62,12 @@ inline LayerLink split(std::uint32_t v, std::uint32_t links) {
 // A rank's iteration: the part it computes and the part it waits in MPI.
 class Stopwatch {
  public:
-  explicit Stopwatch(MpiDriver::Times* t) : t_(t), start_(now()) {}
+  // count: an iteration's watch (else a part of one, after it).
+  explicit Stopwatch(MpiDriver::Times* t, bool count = true) : t_(t), count_(count), start_(now()) {}
   ~Stopwatch() {
     t_->compute_s += seconds(now() - start_) - in_mpi_;
     t_->exchange_s += in_mpi_;
-    ++t_->iterations;
+    if (count_) ++t_->iterations;
   }
   template <typename F>
   void mpi(F&& call) {
@@ -80,6 +81,7 @@ class Stopwatch {
   static Clock::time_point now() { return Clock::now(); }
   static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
   MpiDriver::Times* t_;
+  bool count_;
   Clock::time_point start_;
   double in_mpi_ = 0;
 };
@@ -107,6 +109,7 @@ struct MpiDriver::Impl {
   std::vector<std::size_t> priced;
   std::vector<std::uint32_t> asked_keys, asked_links, keys_in;
   std::vector<char> yh;  // Real[2 * layers * links], as bytes
+  std::vector<char> rates_out, rates_in;  // Real[], as bytes (gather_rates)
 
   void set_links(std::size_t links) {
     if (link_owner.size() == links && !link_lo.empty()) return;
@@ -400,9 +403,123 @@ void MpiDriver::iterate_allreduce(BasicEngine<Real>& e) {
   }
 }
 
+namespace {
+
+// What lead() broadcasts first: the journal's length, or one of these.
+constexpr std::uint64_t kFinish = ~std::uint64_t{0};
+// A follower whose replay failed says so in the rate gather's first value.
+constexpr double kMirrorBroken = -1;
+
+}  // namespace
+
+template <typename Real>
+void MpiDriver::lead(BasicEngine<Real>& e, std::vector<std::uint8_t>* journal) {
+  Impl& m = *impl_;
+  if (m.rank != 0) throw std::logic_error("MpiDriver::lead runs on rank 0");
+  std::uint64_t n = journal->size();
+  check(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, m.comm), "Bcast");
+  if (n > 0) check(MPI_Bcast(journal->data(), static_cast<int>(n), MPI_BYTE, 0, m.comm), "Bcast");
+  journal->clear();
+  iterate(e);
+  gather_rates(e);
+}
+
+template <typename Real>
+bool MpiDriver::follow(BasicEngine<Real>& e) {
+  Impl& m = *impl_;
+  std::vector<std::uint8_t> journal;
+  bool intact = true;
+  for (;;) {
+    std::uint64_t n = 0;
+    check(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, m.comm), "Bcast");
+    if (n == kFinish) return intact;
+    journal.resize(n);
+    if (n > 0) check(MPI_Bcast(journal.data(), static_cast<int>(n), MPI_BYTE, 0, m.comm), "Bcast");
+    if (intact && !e.replay(journal.data(), journal.size())) intact = false;
+    // A broken mirror still takes part (the collectives must meet), and says so.
+    iterate(e);
+    gather_rates(e, intact);
+  }
+}
+
+void MpiDriver::finish() {
+  if (impl_->rank != 0) return;
+  std::uint64_t n = kFinish;
+  check(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, impl_->comm), "Bcast");
+}
+
+// The other ranks' blocks' raw and normalized rates to rank 0, in rank
+// then block order (each rank holds a contiguous range), with a first
+// value per rank that says whether its mirror is intact.
+template <typename Real>
+void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact) {
+  Impl& m = *impl_;
+  const std::size_t nb = e.num_blocks();
+  auto range = [&](int r, std::size_t* b0, std::size_t* b1) {
+    *b0 = 0;
+    while (*b0 < nb && owner(*b0, nb, m.ranks) < r) ++*b0;
+    *b1 = *b0;
+    while (*b1 < nb && owner(*b1, nb, m.ranks) == r) ++*b1;
+  };
+  std::size_t b0 = 0, b1 = 0;
+  range(m.rank, &b0, &b1);
+  std::size_t mine = 1;
+  for (std::size_t b = b0; b < b1; ++b) mine += 2 * e.block_size(b);
+  m.rates_out.resize(mine * sizeof(Real));
+  Real* out = reinterpret_cast<Real*>(m.rates_out.data());
+  out[0] = intact ? Real{0} : static_cast<Real>(kMirrorBroken);
+  for (std::size_t b = b0, at = 1; b < b1; ++b) {
+    const std::size_t n = e.block_size(b);
+    e.copy_block_rates(b, out + at, out + at + n);
+    at += 2 * n;
+  }
+  std::vector<int> counts, disp;
+  if (m.rank == 0) {
+    counts.resize(m.ranks);
+    disp.resize(m.ranks);
+    int at = 0;
+    for (int r = 0; r < m.ranks; ++r) {
+      std::size_t r0 = 0, r1 = 0;
+      range(r, &r0, &r1);
+      std::size_t n = 1;
+      for (std::size_t b = r0; b < r1; ++b) n += 2 * e.block_size(b);
+      counts[r] = static_cast<int>(n);
+      disp[r] = at;
+      at += counts[r];
+    }
+    m.rates_in.resize(static_cast<std::size_t>(at) * sizeof(Real));
+  }
+  Stopwatch watch(&m.times, /*count=*/false);
+  watch.mpi([&] {
+    check(MPI_Gatherv(out, static_cast<int>(mine), mpi_type<Real>(), m.rates_in.data(),
+                      counts.data(), disp.data(), mpi_type<Real>(), 0, m.comm),
+          "Gatherv");
+  });
+  if (m.rank != 0) return;
+  for (int r = 1; r < m.ranks; ++r) {
+    const Real* in = reinterpret_cast<const Real*>(m.rates_in.data()) + disp[r];
+    if (in[0] == static_cast<Real>(kMirrorBroken)) {
+      throw std::runtime_error("MPI rank " + std::to_string(r) +
+                               " could not replay the engine's changes: its mirror differs");
+    }
+    ++in;
+    std::size_t r0 = 0, r1 = 0;
+    range(r, &r0, &r1);
+    for (std::size_t b = r0; b < r1; ++b) {
+      const std::size_t n = e.block_size(b);
+      e.load_block_rates(b, in, in + n);
+      in += 2 * n;
+    }
+  }
+}
+
 template void MpiDriver::iterate(BasicEngine<float>&);
 template void MpiDriver::iterate(BasicEngine<double>&);
 template std::uint64_t MpiDriver::solve(BasicEngine<float>&, std::uint64_t);
 template std::uint64_t MpiDriver::solve(BasicEngine<double>&, std::uint64_t);
+template void MpiDriver::lead(BasicEngine<float>&, std::vector<std::uint8_t>*);
+template void MpiDriver::lead(BasicEngine<double>&, std::vector<std::uint8_t>*);
+template bool MpiDriver::follow(BasicEngine<float>&);
+template bool MpiDriver::follow(BasicEngine<double>&);
 
 }  // namespace flowtune::alloc

@@ -287,6 +287,22 @@ class BasicEngine {
     return block_in(layout_, src_site, dst_site);
   }
 
+  // ---- Mirrors: engines in other processes that hold the same flows
+  // (allocator/mpi, flowtune-allocator --mpi). With a journal set, every
+  // change (add_flow, remove_flow, set_limits, set_floor, set_price,
+  // compact, set_blocks) is appended to it; replay() makes the same
+  // changes on an engine built alike (same links, sites, config), which
+  // then holds the same flows under the same ids. Records are raw bytes of
+  // this build: for processes of one binary. replay() is false, stopping
+  // there, at a record it cannot read or one that does not come out the
+  // same (an add that would get another id).
+  void set_journal(std::vector<std::uint8_t>* journal) { journal_ = journal; }
+  bool replay(const std::uint8_t* data, std::size_t size);
+  // Block b's raw and normalized rates (block_size(b) each), out and in:
+  // the process that computed a block hands its rates to one that did not.
+  void copy_block_rates(std::size_t b, Real* x, Real* xn) const;
+  void load_block_rates(std::size_t b, const Real* x, const Real* xn);
+
   // A FlowBlock's flow ids and normalized rates, slot-aligned, for a driver
   // that scans every rate after an iteration (the daemon's update check):
   // streaming these beats rate_bps(id) per flow. Rates are in units of
@@ -336,6 +352,21 @@ class BasicEngine {
   void refresh_cap(Block& k, std::size_t s);
   void set_reserved(LinkId l, double gbps);
 
+  enum class Op : std::uint8_t { kAdd = 1, kRemove, kLimits, kFloor, kPrice, kCompact, kBlocks };
+  template <typename... Args>
+  void record(bool outer, Op op, const Args&... args);
+  // A change's depth: calls a change makes of other changes are not recorded.
+  struct Nest {
+    explicit Nest(BasicEngine* e) : engine(e), outer(e->nest_++ == 0) {}
+    ~Nest() { --engine->nest_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+    BasicEngine* engine;
+    bool outer;
+  };
+  int nest_ = 0;
+
+  std::vector<std::uint8_t>* journal_ = nullptr;
   EngineConfig config_;
   std::uint32_t layout_;  // blocks per side now (set_blocks)
   AlphaFair utility_;

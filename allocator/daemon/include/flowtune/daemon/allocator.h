@@ -49,6 +49,12 @@ enum class UnknownHosts { kReject, kAdd };
 struct AllocatorConfig {
   alloc::EngineConfig engine;  // gamma, normalizer, tolerance
   unsigned threads = 1;        // > 1: multi-core iterations (allocator/parallel)
+  // FlowBlocks per side; 0: as many as threads need.
+  std::uint32_t engine_blocks = 0;
+  // When set, it runs each iteration in the engine's place, given the
+  // engine and its journal of changes since the last one (flowtune-allocator
+  // --mpi: alloc::MpiDriver::lead, the engine mirrored on other ranks).
+  std::function<void(alloc::Engine&, std::vector<std::uint8_t>*)> iterate_elsewhere;
   alloc::Schedule schedule = alloc::Schedule::kPersistent;  // how, with threads > 1
   // Updates go out only when a rate moved by more than this fraction (paper
   // §5.3.2), and every link is scaled by (1 - threshold) so the stale rates it
@@ -248,6 +254,9 @@ class Allocator {
   const Counters& counters() const { return counters_; }
   const Network& network() const { return network_; }
   const alloc::Engine& engine() const { return *engine_; }
+  // For a process that mirrors another's engine (flowtune-allocator --mpi,
+  // ranks other than 0): the engine to replay its journal on.
+  alloc::Engine& mirror_engine() { return *engine_; }
   const AllocatorConfig& config() const { return config_; }
   std::size_t num_flows() const { return engine_->num_flows(); }
   // After a burst has gone (a flood's flows and endpoints expired): when
@@ -387,6 +396,7 @@ class Allocator {
   std::string standby_text_;
   Log* log_;
   std::unique_ptr<alloc::Engine> engine_;
+  std::vector<std::uint8_t> journal_;  // the engine's changes, with iterate_elsewhere
   std::unique_ptr<alloc::ParallelDriver> driver_;
 
   std::vector<std::unique_ptr<Endpoint>> endpoints_;  // by EndpointIdx; null = free

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "flowtune/alloc/engine.h"
 
@@ -78,6 +79,21 @@ class MpiDriver {
   template <typename Real>
   std::uint64_t solve(BasicEngine<Real>& e, std::uint64_t max_iterations);
 
+  // Mirrors (flowtune-allocator --mpi): every rank's engine holds every
+  // flow, rank 0's changes replayed from its journal (BasicEngine::
+  // set_journal), each rank iterates its own blocks, and rank 0 gathers
+  // the other blocks' rates, so its engine answers for every flow.
+  // lead() on rank 0: sends the journal (then cleared), iterates with the
+  // others and gathers their rates. follow() on every other rank: replays
+  // and iterates at each lead() until finish(); false when a journal did
+  // not replay (the mirror is no longer one: the caller must stop, and
+  // rank 0 learns it at its next lead(), which throws).
+  template <typename Real>
+  void lead(BasicEngine<Real>& e, std::vector<std::uint8_t>* journal);
+  template <typename Real>
+  bool follow(BasicEngine<Real>& e);
+  void finish();
+
   // Where this rank's iterations went since the last reset: its own passes
   // and price steps, and the time inside MPI calls (waiting for the other
   // ranks included), and the bytes it sent to other ranks.
@@ -97,6 +113,8 @@ class MpiDriver {
   void iterate_link_owners(BasicEngine<Real>& e);
   template <typename Real>
   void iterate_allreduce(BasicEngine<Real>& e);
+  template <typename Real>
+  void gather_rates(BasicEngine<Real>& e, bool intact = true);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
@@ -106,5 +124,9 @@ extern template void MpiDriver::iterate(BasicEngine<float>&);
 extern template void MpiDriver::iterate(BasicEngine<double>&);
 extern template std::uint64_t MpiDriver::solve(BasicEngine<float>&, std::uint64_t);
 extern template std::uint64_t MpiDriver::solve(BasicEngine<double>&, std::uint64_t);
+extern template void MpiDriver::lead(BasicEngine<float>&, std::vector<std::uint8_t>*);
+extern template void MpiDriver::lead(BasicEngine<double>&, std::vector<std::uint8_t>*);
+extern template bool MpiDriver::follow(BasicEngine<float>&);
+extern template bool MpiDriver::follow(BasicEngine<double>&);
 
 }  // namespace flowtune::alloc
