@@ -5,7 +5,9 @@
 // naive serial implementation (bench/naive_engine.h) on the same flows in the
 // same run. Counters: ns per flow, and core-cycles per flow = wall time x TSC
 // rate x threads / flows (TSC ticks at the nominal clock; turbo or throttling
-// shift it). bench/engine_table.py turns the JSON output into the docs table.
+// shift it). The Clos layout (clos_engine.h) is timed beside both, and
+// beside the engine under churn. bench/engine_table.py turns the JSON output into the
+// docs tables.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <utility>
 #include <x86intrin.h>
 
+#include "flowtune/alloc/clos_engine.h"
 #include "flowtune/alloc/coflow.h"
 #include "flowtune/alloc/engine.h"
 #include "flowtune/alloc/parallel.h"
@@ -339,6 +342,96 @@ void BM_RepartitionVsIteration(benchmark::State& state) {
   state.counters["repartition_over_iteration"] = switch_s / iteration_s;
 }
 
+// The Clos layout (clos_engine.h) against the general engine (serial, one
+// block) and the naive baseline over the same flows, interleaved in blocks
+// of kAbBlock iterations each (naive, engine, Clos) so the three see the
+// same machine state. Reported time and core_cycles_per_flow = the Clos
+// engine's iteration; engine_us / naive_us and the speed-ups beside it.
+template <typename Real>
+void BM_ClosVsEngine(benchmark::State& state) {
+  const Case c = make_case(state);
+  auto engine = make_engine<Real>(c.topology, c.specs, 0);
+  flowtune::alloc::BasicClosEngine<Real> clos(c.topology, EngineConfig{});
+  for (const auto& f : c.specs) clos.add_flow(f);
+  flowtune::bench::NaiveEngine naive = make_naive(c.topology, c.specs);
+  for (int i = 0; i < kWarmupIterations; ++i) {
+    naive.iterate();
+    engine->iterate();
+    clos.iterate();
+  }
+  double naive_s = 0, engine_s = 0, clos_s = 0;
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kAbBlock; ++i) naive.iterate();
+    const auto t1 = Clock::now();
+    for (int i = 0; i < kAbBlock; ++i) engine->iterate();
+    const auto t2 = Clock::now();
+    for (int i = 0; i < kAbBlock; ++i) clos.iterate();
+    const auto t3 = Clock::now();
+    naive_s += std::chrono::duration<double>(t1 - t0).count();
+    engine_s += std::chrono::duration<double>(t2 - t1).count();
+    const double dc = std::chrono::duration<double>(t3 - t2).count();
+    clos_s += dc;
+    state.SetIterationTime(dc / kAbBlock);
+  }
+  set_counters(state, c.flows, 1);
+  state.counters["naive_us"] = per_iteration_us(state, naive_s);
+  state.counters["engine_us"] = per_iteration_us(state, engine_s);
+  state.counters["speedup_vs_naive"] = naive_s / clos_s;
+  state.counters["speedup_vs_engine"] = engine_s / clos_s;
+  state.counters["engine_core_cycles_per_flow"] =
+      engine_s / (static_cast<double>(state.iterations()) * kAbBlock) * tsc_hz() / c.flows;
+}
+
+// Churn: each timed step replaces kChurn flows (one leaves, a new random one
+// arrives) and runs one iteration, on the general engine and the Clos one
+// over the same flows, interleaved; the Clos engine's sorts are in its time.
+// churn_ns_per_change = (step - iteration alone) / kChurn, from the
+// iteration times measured beside it.
+template <bool kClos>
+void BM_ChurnStep(benchmark::State& state) {
+  constexpr int kChurn = 64;
+  const Case c = make_case(state);
+  auto engine = make_engine<double>(c.topology, c.specs, 0);
+  flowtune::alloc::ClosEngine clos(c.topology, EngineConfig{});
+  std::vector<flowtune::alloc::FlowId> ids;
+  for (const auto& f : c.specs) {
+    ids.push_back(clos.add_flow(f));
+  }
+  std::vector<FlowSpec> arrivals = flowtune::bench::random_host_pairs(c.topology, 1u << 16, 99);
+  std::mt19937_64 rng(5);
+  std::size_t next = 0;
+  std::vector<flowtune::alloc::FlowId> eids(ids);  // the engine gave the same ids
+  auto step = [&] {
+    for (int k = 0; k < kChurn; ++k) {
+      const std::size_t i = rng() % ids.size();
+      const FlowSpec& f = arrivals[next++ % arrivals.size()];
+      if constexpr (kClos) {
+        clos.remove_flow(ids[i]);
+        ids[i] = clos.add_flow(f);
+      } else {
+        engine->remove_flow(eids[i]);
+        eids[i] = engine->add_flow(f);
+      }
+    }
+    if constexpr (kClos) {
+      clos.iterate();
+    } else {
+      engine->iterate();
+    }
+  };
+  for (int i = 0; i < kWarmupIterations; ++i) step();
+  const std::uint64_t sorts0 = clos.sorts();
+  for (auto _ : state) step();
+  set_counters(state, c.flows, 1);
+  state.counters["changes_per_step"] = kChurn;
+  if constexpr (kClos) {
+    state.counters["sorts_per_step"] = static_cast<double>(clos.sorts() - sorts0) /
+                                       static_cast<double>(state.iterations());
+  }
+}
+
 // The paper's §5.2 table: (hosts, flows).
 const std::vector<std::pair<std::int64_t, std::int64_t>> kSizes = {
     {384, 3072},    {768, 6144},    {1536, 12288}, {1536, 24576},
@@ -413,6 +506,21 @@ BENCHMARK(BM_CoflowPlanVsIteration)->Apply([](benchmark::internal::Benchmark* b)
   b->UseManualTime();
   b->MinTime(0.05);
 });
+
+BENCHMARK(BM_ClosVsEngine<float>)->Name("BM_ClosVsEngine/float")->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hosts", "flows", "threads"});
+  for (auto [hosts, flows] : kSizes) b->Args({hosts, flows, 0});
+  b->UseManualTime();
+  b->MinTime(0.05);
+});
+BENCHMARK(BM_ClosVsEngine<double>)->Name("BM_ClosVsEngine/double")->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hosts", "flows", "threads"});
+  for (auto [hosts, flows] : kSizes) b->Args({hosts, flows, 0});
+  b->UseManualTime();
+  b->MinTime(0.05);
+});
+BENCHMARK(BM_ChurnStep<false>)->Name("BM_ChurnStep/engine")->Apply(naive_args);
+BENCHMARK(BM_ChurnStep<true>)->Name("BM_ChurnStep/clos")->Apply(naive_args);
 
 }  // namespace
 

@@ -34,6 +34,10 @@ def load(path):
             "serial_us": b.get("serial_us"),
             "speedup_serial": b.get("speedup_vs_serial"),
             "solo_share": b.get("solo_share"),
+            "engine_us": b.get("engine_us"),
+            "engine_cycles": b.get("engine_core_cycles_per_flow"),
+            "speedup_engine": b.get("speedup_vs_engine"),
+            "sorts_per_step": b.get("sorts_per_step"),
         }
     return data.get("context", {}), rows
 
@@ -74,12 +78,42 @@ def threads_table(rows):
     return True
 
 
+def clos_table(rows):
+    """The Clos layout against the general engine and the naive baseline,
+    interleaved in the same run (BM_ClosVsEngine/<real>), and both under
+    churn (BM_ChurnStep/<engine>): the tables in docs/engine.md."""
+    cv = {k: r for k, r in rows.items() if k[0].startswith("BM_ClosVsEngine/")}
+    if cv:
+        print("\n| hosts | flows | real | naive µs | engine µs | Clos µs | engine cycles / flow "
+              "| Clos cycles / flow | Clos vs engine | Clos vs naive |")
+        print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+        for (k, h, f, t) in sorted(cv, key=lambda k: (k[0], k[1], k[2])):
+            r = cv[(k, h, f, t)]
+            print(f"| {h:,} | {f:,} | {k.split('/')[1]} | {r['naive_us']:.1f} | {r['engine_us']:.1f} | "
+                  f"{r['us']:.1f} | {r['engine_cycles']:.1f} | {r['cycles']:.1f} | "
+                  f"{r['speedup_engine']:.2f}× | {r['speedup']:.2f}× |")
+    churn = {(h, f): {} for (k, h, f, t) in rows if k.startswith("BM_ChurnStep/")}
+    for (k, h, f, t), r in rows.items():
+        if k.startswith("BM_ChurnStep/"):
+            churn[(h, f)][k.split("/")[1]] = r
+    if churn:
+        print("\n| hosts | flows | engine µs / step | Clos µs / step | Clos vs engine | Clos sorts / step |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for (h, f) in sorted(churn):
+            e, c = churn[(h, f)].get("engine"), churn[(h, f)].get("clos")
+            if e and c:
+                print(f"| {h:,} | {f:,} | {e['us']:.1f} | {c['us']:.1f} | {e['us'] / c['us']:.2f}× | "
+                      f"{c['sorts_per_step']:.3f} |")
+    return bool(cv or churn)
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: engine_table.py RESULTS.json")
     ctx, rows = load(sys.argv[1])
     printed = ab_table(ctx, rows)
     printed = threads_table(rows) or printed
+    printed = clos_table(rows) or printed
     if printed:
         return
     naive = {(h, f): r["us"] for (k, h, f, t), r in rows.items() if k == "BM_Naive"}

@@ -8,6 +8,7 @@
 
 #include "flowtune/common/assert.h"
 #include "kernels.h"
+#include "price_step.h"
 
 namespace flowtune::alloc {
 namespace {
@@ -27,21 +28,7 @@ constexpr double kMinCapGbps = kMinRateBps / kUnitBps;
 template <typename Real>
 using Acc = detail::LinkAcc<Real>;
 
-// One price step for a link (or a class's layer of it) with load y and
-// Hessian diagonal h against capacity c: NED's Newton step (eq. 4) or
-// Gradient's. Returns the link's KKT residual, relative to its capacity.
-template <typename Real>
-struct PriceStep {
-  Real gamma, step;
-  bool ned;
-  Real operator()(Real& p, Real y, Real h, Real c, Real inv_cap) const {
-    const Real g = y - c;
-    const Real residual = (p > 0 ? std::abs(g) : std::max(g, Real{0})) * inv_cap;
-    const Real np = ned ? p + gamma * g / h : p + step * g;
-    p = std::max(np, Real{0});
-    return residual;
-  }
-};
+using detail::PriceStep;
 
 }  // namespace
 

@@ -34,6 +34,21 @@ struct FlowArrays {
   Real* xn;
 };
 
+// The Clos engine's flows (clos_engine.h): a flow is a source half (its
+// run: source host and spine, sorted so a run's flows are contiguous) and a
+// destination half (spine and destination host, dst), each one table entry.
+template <typename Real>
+struct ClosArrays {
+  std::size_t n;
+  const std::uint32_t* run;
+  const std::uint32_t* dst;
+  const Real* weight;
+  const Real* floor_price;
+  const Real* cap;
+  Real* x;
+  Real* xn;
+};
+
 template <typename Real>
 struct Kernels {
   // Log utility: x_s = w_s / max(Σ p, floor_s), d_s = x_s / P, and
@@ -43,6 +58,14 @@ struct Kernels {
   void (*accumulate)(const FlowArrays<Real>& f, const Real* d, LinkAcc<Real>* acc);
   // xn_s = min(x_s / max_{l∈L(s)} ratio_l, cap_s) (F-NORM, eq. 6).
   void (*fnorm)(const FlowArrays<Real>& f, const Real* ratio);
+  // Clos layout, log utility: P_s = run_price[run_s] + dst_price[dst_s]
+  // floored, x_s = w_s / P_s, d_s = x_s / P_s; dst_acc[dst_s] += (x_s, d_s);
+  // run_acc[r] = Σ over run r's flows (stored, not added: runs are
+  // contiguous and run ids never decrease along the flows).
+  void (*clos_rate_pass_log)(const ClosArrays<Real>& f, const Real* run_price,
+                             const Real* dst_price, LinkAcc<Real>* run_acc, LinkAcc<Real>* dst_acc);
+  // xn_s = min(x_s / max(run_ratio[run_s], dst_ratio[dst_s]), cap_s).
+  void (*clos_fnorm)(const ClosArrays<Real>& f, const Real* run_ratio, const Real* dst_ratio);
   const char* name;
 };
 

@@ -139,9 +139,113 @@ void fnorm(const FlowArrays<Real>& f, const Real* __restrict ratio) {
   }
 }
 
+// ---- The Clos layout (clos_engine.cc). ----
+
+template <typename Real>
+inline void clos_rates_chunk(const ClosArrays<Real>& f, std::size_t begin, std::size_t end,
+                             const Real* __restrict run_price, const Real* __restrict dst_price,
+                             Real* __restrict d) {
+  const std::uint32_t* __restrict run = f.run;
+  const std::uint32_t* __restrict dst = f.dst;
+  const Real* __restrict w = f.weight;
+  const Real* __restrict fl = f.floor_price;
+  Real* __restrict x = f.x;
+  for (std::size_t s = begin; s < end; ++s) {
+    Real P = run_price[run[s]] + dst_price[dst[s]];
+    P = max_of(P, fl[s]);
+    Real inv = Real{1} / P;
+    Real xs = w[s] * inv;
+    x[s] = xs;
+    d[s - begin] = xs * inv;
+  }
+}
+
+// A run's sum is carried in a register and stored after every flow, so the
+// last store of a run leaves its total and no run entry is ever loaded (no
+// store-to-load chain, no zeroing); the carry is dropped where the run id
+// changes, by a mask rather than a branch (runs are a few flows long, so a
+// branch would mispredict once a run).
+struct RunCarry {
+#if defined(__SSE2__)
+  __m128d sum = _mm_setzero_pd();
+#else
+  double y = 0, h = 0;
+#endif
+  std::uint32_t run = ~0u;
+};
+
+inline void carry(RunCarry& c, LinkAcc<double>* __restrict run_acc, std::uint32_t r, double x,
+                  double d) {
+#if defined(__SSE2__)
+  const __m128d keep = _mm_castsi128_pd(_mm_set1_epi64x(-static_cast<long long>(r == c.run)));
+  c.sum = _mm_add_pd(_mm_and_pd(c.sum, keep), _mm_set_pd(d, x));
+  _mm_storeu_pd(&run_acc[r].y, c.sum);
+#else
+  const double keep = r == c.run ? 1.0 : 0.0;
+  c.y = c.y * keep + x;
+  c.h = c.h * keep + d;
+  run_acc[r] = {c.y, c.h};
+#endif
+  c.run = r;
+}
+
+inline void carry(RunCarry& c, LinkAcc<float>* __restrict run_acc, std::uint32_t r, float x,
+                  float d) {
+  // Sums in float, as the engine's accumulators in float are.
+#if defined(__SSE2__)
+  const __m128 keep = _mm_castsi128_ps(_mm_set1_epi32(-static_cast<int>(r == c.run)));
+  __m128 prev = _mm_castpd_ps(c.sum);
+  __m128 sum = _mm_add_ps(_mm_and_ps(prev, keep), _mm_unpacklo_ps(_mm_set_ss(x), _mm_set_ss(d)));
+  c.sum = _mm_castps_pd(sum);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(run_acc + r), _mm_castps_si128(sum));
+#else
+  const float keep = r == c.run ? 1.0f : 0.0f;
+  c.y = static_cast<float>(c.y) * keep + x;
+  c.h = static_cast<float>(c.h) * keep + d;
+  run_acc[r] = {static_cast<float>(c.y), static_cast<float>(c.h)};
+#endif
+  c.run = r;
+}
+
+template <typename Real>
+void clos_rate_pass_log(const ClosArrays<Real>& f, const Real* __restrict run_price,
+                        const Real* __restrict dst_price, LinkAcc<Real>* __restrict run_acc,
+                        LinkAcc<Real>* __restrict dst_acc) {
+  alignas(64) Real d[kChunk];
+  RunCarry c;
+  const std::uint32_t* __restrict run = f.run;
+  const std::uint32_t* __restrict dst = f.dst;
+  const Real* __restrict x = f.x;
+  for (std::size_t begin = 0; begin < f.n; begin += kChunk) {
+    const std::size_t end = min_of(f.n, begin + kChunk);
+    clos_rates_chunk(f, begin, end, run_price, dst_price, d);
+    for (std::size_t s = begin; s < end; ++s) {
+      const Real xs = x[s];
+      const Real ds = d[s - begin];
+      add_pair(dst_acc + dst[s], xs, ds);
+      carry(c, run_acc, run[s], xs, ds);
+    }
+  }
+}
+
+template <typename Real>
+void clos_fnorm(const ClosArrays<Real>& f, const Real* __restrict run_ratio,
+                const Real* __restrict dst_ratio) {
+  const std::uint32_t* __restrict run = f.run;
+  const std::uint32_t* __restrict dst = f.dst;
+  const Real* __restrict x = f.x;
+  const Real* __restrict cap = f.cap;
+  Real* __restrict xn = f.xn;
+  for (std::size_t s = 0; s < f.n; ++s) {
+    const Real m = max_of(run_ratio[run[s]], dst_ratio[dst[s]]);
+    const Real scaled = m > Real{0} ? x[s] / m : x[s];
+    xn[s] = min_of(scaled, cap[s]);
+  }
+}
+
 template <typename Real>
 const Kernels<Real> kTable = {&rate_pass_log<Real>, &accumulate<Real>, &fnorm<Real>,
-                              FT_KERNEL_NAME};
+                              &clos_rate_pass_log<Real>, &clos_fnorm<Real>, FT_KERNEL_NAME};
 
 }  // namespace
 }  // namespace flowtune::alloc::detail::FT_KERNEL_NS
