@@ -105,15 +105,17 @@ leases and limits:
   --max-flows-per-endpoint N at most 16382, one resync message (default 16000)
   --max-endpoints N          (default 65536)
   --max-flows N              flows in all (default 2097152)
-  --max-flows-per-source N   flows the endpoints of one host, and the connections
-                             from one peer address, may hold together; 0 = no
-                             limit (default 65536)
+  --max-flows-per-source N   flows the endpoints of one host, the connections
+                             from one peer address, and with CURVE the holder
+                             of one key, may hold together; 0 = no limit
+                             (default 65536)
   --max-endpoints-per-source N
-                             endpoints per host and per peer address (default 4096)
+                             endpoints per host, per peer address and per key
+                             (default 4096)
   --max-source-bytes-per-sec B
-                             input bytes/s per host and per peer address,
-                             charged before decoding; 0 = unlimited
-                             (default 1000000)
+                             input bytes/s per key (CURVE), else per peer
+                             address, else per host, charged before
+                             decoding; 0 = unlimited (default 1000000)
   --max-source-burst-bytes B its burst: at least the largest resync an
                              endpoint sends (default 2097152)
   --max-msg-rate R           messages/s per endpoint, a message weighing one

@@ -272,15 +272,19 @@ void Allocator::on_bad_frames(std::string_view peer, std::size_t frames, std::ui
 
 bool Allocator::admit_message(Endpoint* e, std::string_view peer, std::size_t bytes,
                               std::uint64_t now_us) {
-  // The source's budget first (its address's where the transport has one,
-  // else its host's), so that a refusal there leaves the endpoint's own
-  // tokens alone. A peer not registered yet (a hello, often with its
-  // resync) is charged to its address when it has one; only peers without
-  // one share the strangers' budget.
+  // The source's budget first (its key's with CURVE, else its address's
+  // where the transport has one, else its host's), so that a refusal there
+  // leaves the endpoint's own tokens alone. A peer not registered yet (a
+  // hello, often with its resync) is charged to its key or address when it
+  // has one; only peers with neither share the strangers' budget.
   Source* source = nullptr;
   if (e != nullptr) {
-    auto* s = e->address_source != nullptr ? e->address_source : e->host_source;
+    auto* s = e->key_source != nullptr       ? e->key_source
+              : e->address_source != nullptr ? e->address_source
+                                             : e->host_source;
     source = s != nullptr ? &s->second : nullptr;
+  } else if (std::string key = key_source_name(peer); !key.empty()) {
+    source = &source_of(std::move(key))->second;
   } else if (!address_.empty()) {
     source = &source_of("a:" + std::string(address_))->second;
   }

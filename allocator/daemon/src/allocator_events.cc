@@ -7,6 +7,7 @@
 
 #include "allocator_internal.h"
 #include "flowtune/common/assert.h"
+#include "flowtune/wire/relay.h"
 
 namespace flowtune::daemon {
 
@@ -88,7 +89,7 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
            0, now_us);
     return;
   }
-  if (std::string why = source_full_for_endpoint(*host); !why.empty()) {
+  if (std::string why = source_full_for_endpoint(*host, peer); !why.empty()) {
     refuse(peer, nullptr, Cause::kTooManyEndpoints, "hello: " + why, 0, now_us);
     return;
   }
@@ -542,7 +543,12 @@ void Allocator::activate(std::uint64_t epoch) {
   epoch_ = epoch;
 }
 
-std::string Allocator::source_full_for_endpoint(alloc::HostId host) const {
+std::string Allocator::key_source_name(std::string_view peer) const {
+  if (sender_ == nullptr || wire::is_relayed_peer(peer)) return {};
+  return "k:" + sender_->key;
+}
+
+std::string Allocator::source_full_for_endpoint(alloc::HostId host, std::string_view peer) const {
   const std::uint32_t cap = config_.max_endpoints_per_source;
   if (cap == 0) return {};
   auto full = [&](const std::string& key) {
@@ -553,6 +559,9 @@ std::string Allocator::source_full_for_endpoint(alloc::HostId host) const {
   if (full("h:" + std::to_string(host))) return "host " + network_.host_name(host) + " has " + limit;
   if (!address_.empty() && full("a:" + std::string(address_))) {
     return "address " + std::string(address_) + " has " + limit;
+  }
+  if (const std::string key = key_source_name(peer); !key.empty() && full(key)) {
+    return "key \"" + sender_->name + "\" has " + limit;
   }
   return {};
 }
@@ -566,6 +575,9 @@ std::string Allocator::source_full_for_flow(const Endpoint& e) const {
   }
   if (e.address_source != nullptr && e.address_source->second.holds >= cap) {
     return "address " + e.address_source->first.substr(2) + " holds " + limit;
+  }
+  if (e.key_source != nullptr && e.key_source->second.holds >= cap) {
+    return "key \"" + e.key_name + "\" holds " + limit;
   }
   return {};
 }
@@ -586,11 +598,15 @@ void Allocator::join_sources(Endpoint& e) {
     e.address_source = source_of("a:" + std::string(address_));
     ++e.address_source->second.endpoints;
   }
+  if (std::string key = key_source_name(e.peer); !key.empty()) {
+    e.key_source = source_of(std::move(key));
+    ++e.key_source->second.endpoints;
+  }
 }
 
 void Allocator::leave_sources(Endpoint& e) {
   count_holds(e, -static_cast<std::int64_t>(e.flows.size()));
-  for (auto* s : {&e.host_source, &e.address_source}) {
+  for (auto* s : {&e.host_source, &e.address_source, &e.key_source}) {
     if (*s == nullptr) continue;
     FT_ASSERT((*s)->second.endpoints > 0, (*s)->first);
     if (--(*s)->second.endpoints == 0) FT_ASSERT((*s)->second.holds == 0, (*s)->first, (*s)->second.holds);
@@ -605,7 +621,7 @@ void Allocator::sweep_sources(std::uint64_t now_us) {
 }
 
 void Allocator::count_holds(Endpoint& e, std::int64_t delta) {
-  for (auto* s : {e.host_source, e.address_source}) {
+  for (auto* s : {e.host_source, e.address_source, e.key_source}) {
     if (s != nullptr) s->second.holds = static_cast<std::uint32_t>(static_cast<std::int64_t>(s->second.holds) + delta);
   }
 }

@@ -19,10 +19,12 @@ struct Allocator::Endpoint {
   std::string id;    // from hello: unique per process incarnation
   std::string key;   // the CURVE key of its hello (Principal::key); empty: none
   std::string key_name;  // that key's name (Principal::name), for policy rules
-  // Its sources for the quotas (Allocator::sources_): its host's and, over
-  // TCP, its peer address's; null: none.
+  // Its sources for the quotas (Allocator::sources_): its host's, over TCP
+  // its peer address's, and with CURVE (heard directly, not through a
+  // relay) its key's; null: none.
   std::pair<const std::string, Allocator::Source>* host_source = nullptr;
   std::pair<const std::string, Allocator::Source>* address_source = nullptr;
+  std::pair<const std::string, Allocator::Source>* key_source = nullptr;
   alloc::HostId host = 0;
   // Flow key -> engine id. Several keys (here or at other endpoints) may hold
   // one engine flow: see Allocator::Flow.

@@ -21,6 +21,7 @@
 
 #include "flowtune.capnp.h"
 #include "flowtune/wire/codec.h"
+#include "flowtune/wire/relay.h"
 
 namespace flowtune::daemon {
 namespace {
@@ -717,6 +718,59 @@ TEST_F(AllocatorTest, OneSourceIsHeldToItsQuotaOfFlowsAndEndpoints) {
   send("c", {wire::Hello{"ep-c", "h30"}});
   for (std::uint64_t k = 1; k <= 12; ++k) send("c", {start_of(k, 30, 43)});
   EXPECT_EQ(alloc_->endpoints(now_).size(), 6u);
+}
+
+// With CURVE a key is a source too: the endpoints its holder opens share
+// one quota of flows, endpoints and input bytes whatever hosts and addresses
+// they use, while other keys go on; a relay's key speaks for every endpoint
+// behind it, so what comes through a relay is held to host quotas only.
+TEST_F(AllocatorTest, OneKeyIsHeldToItsQuotaWhateverHostsAndAddressesItUses) {
+  AllocatorConfig c = config();
+  c.max_flows_per_source = 10;
+  c.max_endpoints_per_source = 3;
+  make(c, 64);
+  Principal a{"KEY-A", "tenant-a", {"*"}, true};
+  Principal b{"KEY-B", "tenant-b", {"*"}, true};
+  auto send_as = [&](const Principal& who, std::string_view peer, std::vector<wire::EndpointEvent> ev,
+                     std::string_view address) {
+    EndpointMessage m;
+    m.events = std::move(ev);
+    alloc_->on_message(peer, wire::encode(m), now_, &who, address);
+  };
+  // Given: key A on three hosts from three addresses, 4 flows each.
+  for (int i = 0; i < 3; ++i) {
+    const std::string peer = "a" + std::to_string(i);
+    const std::string address = "10.9.9." + std::to_string(i);
+    send_as(a, peer, {wire::Hello{"ep-" + peer, "h" + std::to_string(i)}}, address);
+    for (std::uint64_t k = 1; k <= 4; ++k) {
+      send_as(a, peer, {start_of(k, static_cast<std::uint32_t>(i), 40)}, address);
+    }
+  }
+  // Expect: the key holds 10 flows; 2 starts were refused, naming it.
+  EXPECT_EQ(alloc_->num_flows(), 10u);
+  EXPECT_EQ(errors(Cause::kTooManyFlows), 2u);
+  // A fourth endpoint under A is refused, from a new address and host.
+  send_as(a, "a3", {wire::Hello{"ep-a3", "h9"}}, "10.9.9.3");
+  EXPECT_EQ(alloc_->num_endpoints(), 3u);
+  EXPECT_EQ(errors(Cause::kTooManyEndpoints), 1u);
+  // Key B from the same addresses is unaffected.
+  send_as(b, "b", {wire::Hello{"ep-b", "h20"}}, "10.9.9.0");
+  send_as(b, "b", {start_of(1, 20, 41)}, "10.9.9.0");
+  EXPECT_EQ(alloc_->num_flows(), 11u);
+  EXPECT_EQ(alloc_->num_endpoints(), 4u);
+  // Through a relay, A's key speaks for the endpoints behind it: no key quota.
+  for (int i = 0; i < 4; ++i) {
+    const std::string peer = wire::relayed_peer("relay1", wire::route_push("ep" + std::to_string(i), {}));
+    const std::uint32_t host = 40 + static_cast<std::uint32_t>(i);
+    send_as(a, peer, {wire::Hello{"ep-r" + std::to_string(i), "h" + std::to_string(host)}}, {});
+    send_as(a, peer, {start_of(1, host, 50), start_of(2, host, 51)}, {});
+  }
+  EXPECT_EQ(alloc_->num_endpoints(), 8u);
+  EXPECT_EQ(alloc_->num_flows(), 19u);
+  // When A's flows end, its quota comes back.
+  for (std::uint64_t k = 1; k <= 4; ++k) send_as(a, "a0", {wire::FlowletEnd{k}}, "10.9.9.0");
+  send_as(a, "a2", {start_of(5, 2, 40)}, "10.9.9.2");
+  EXPECT_EQ(alloc_->num_flows(), 16u);
 }
 
 // The input budget is per source, charged before decoding, hellos

@@ -356,13 +356,18 @@ class Allocator {
   // (named `name` in a hello; empty: by id only).
   bool may_speak_for(const Principal* who, std::optional<alloc::HostId> host,
                      std::string_view name) const;
-  // Per-source quotas: a new endpoint on `host` from address_ (empty if
-  // within quota, else why not), and one more flow held by e.
-  std::string source_full_for_endpoint(alloc::HostId host) const;
+  // Per-source quotas: a new endpoint on `host` from `peer` (its address_
+  // and key, sender_) (empty if within quota, else why not), and one more
+  // flow held by e.
+  std::string source_full_for_endpoint(alloc::HostId host, std::string_view peer) const;
   std::string source_full_for_flow(const Endpoint& e) const;
   void join_sources(Endpoint& e);
   void leave_sources(Endpoint& e);
   void count_holds(Endpoint& e, std::int64_t delta);
+  // The source name of the key a message from `peer` came with: "k:KEY"
+  // for sender_ heard directly, empty without CURVE or through a relay
+  // (whose key speaks for every endpoint behind it).
+  std::string key_source_name(std::string_view peer) const;
   // The source named `key`, made (with a full budget) if there is none.
   std::pair<const std::string, Source>* source_of(std::string key);
   // Sources without endpoints go once their budget has refilled: before,
@@ -438,7 +443,8 @@ class Allocator {
   const Principal* sender_ = nullptr;
   std::string_view address_;  // its peer address, likewise
   // Flows held (keys in endpoints' tables) and endpoints per source: "h:ID"
-  // for a host, "a:ADDRESS" for a peer address. Endpoints point at theirs.
+  // for a host, "a:ADDRESS" for a peer address, "k:KEY" for a CURVE key.
+  // Endpoints point at theirs.
   struct Source {
     std::uint32_t endpoints = 0;
     std::uint32_t holds = 0;
