@@ -131,6 +131,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         driver(schedule).iterate(parallel);
       }
       compare(serial, parallel, ids, caps, schedule != 3);
+      // Alone on one block the sums run in another order; where Gradient's
+      // step is unstable an iteration multiplies that difference, so the
+      // next batch starts from the serial engine's prices (the Clos
+      // engine's fuzzer found such inputs at depth).
+      if (schedule == 3) {
+        for (LinkId l = 0; l < t.num_links(); ++l) parallel.set_price(l, serial.price(l));
+      }
     }
   }
   return 0;

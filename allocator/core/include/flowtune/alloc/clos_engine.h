@@ -28,18 +28,10 @@
 #include <vector>
 
 #include "flowtune/alloc/engine.h"
-#include "flowtune/alloc/topology.h"
-#include "flowtune/common/aligned.h"
-#include "flowtune/common/id_free_list.h"
 
 namespace flowtune::alloc {
-namespace detail {
-template <typename Real>
-struct Kernels;
-template <typename Real>
-struct LinkAcc;
-}  // namespace detail
 
+// detail::Kernels and detail::LinkAcc are declared in engine.h.
 template <typename Real>
 class BasicClosEngine {
  public:
