@@ -81,6 +81,10 @@ run options (defaults: the paper's §5.3 network and web workload):
   --warmup-ms T              simulated time before measuring (5)
   --duration-ms T            simulated time measured (20)
   --iteration-us T           allocator iteration interval (10)
+  --engine general|clos      the engine that iterates: the general one, or the
+                             Clos layout (the same rates up to rounding,
+                             faster on large networks; fnorm, no --class0)
+                             (general)
   --algorithm, --norm, --gamma, --step   as for solve (ned, fnorm, 0.4, 0.002)
   --threshold T              notify rates that moved by more than T; links are
                              allocated to (1 - T) of capacity (0.01)
@@ -265,6 +269,10 @@ int cmd_run(int argc, char** argv) {
       c.duration_s = args.number() / 1e3;
     } else if (a == "--iteration-us") {
       c.iteration_s = args.number() / 1e6;
+    } else if (a == "--engine") {
+      const std::string_view e = args.value();
+      if (e != "general" && e != "clos") usage_error("--engine must be general or clos, got '" + std::string(e) + "'");
+      c.clos_engine = e == "clos";
     } else if (a == "--algorithm") {
       c.algorithm = parse_algorithm(args.value());
     } else if (a == "--norm") {

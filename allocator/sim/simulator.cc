@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <variant>
 
+#include "flowtune/alloc/clos_engine.h"
 #include "flowtune/common/rules.h"
 #include "flowtune/wire/codec.h"
 #include "workload.h"
@@ -35,6 +36,8 @@ void validate(const SimConfig& c) {
   need(c.mss_bytes >= 64, "MSS must be at least 64 bytes");
   need(c.tagged_fraction >= 0 && c.tagged_fraction <= 1, "tagged fraction must be in [0, 1]");
   need(c.short_bytes > 0, "short flowlet size must be positive");
+  need(!c.clos_engine || (c.normalizer == alloc::Normalizer::kFNorm && !c.tagged_class0),
+       "the Clos engine runs F-NORM with one class: no --norm other than fnorm, no --class0");
 }
 
 std::uint64_t total_steps(const SimConfig& c) {
@@ -197,7 +200,16 @@ class Simulation {
   FlowSizeCdf sizes_;
   Rng rng_;
   PoissonArrivals arrivals_;
+  // The engine every step iterates: clos_ when the config asks for it.
+  FlowId add_flow(const alloc::FlowSpec& spec) { return clos_ ? clos_->add_flow(spec) : engine_.add_flow(spec); }
+  void remove_flow(FlowId id) { clos_ ? clos_->remove_flow(id) : engine_.remove_flow(id); }
+  void iterate_engine() { clos_ ? clos_->iterate() : engine_.iterate(); }
+  double rate_bps(FlowId id) const { return clos_ ? clos_->rate_bps(id) : engine_.rate_bps(id); }
+  double raw_rate_bps(FlowId id) const { return clos_ ? clos_->raw_rate_bps(id) : engine_.raw_rate_bps(id); }
+  void tell(Flowlet& f, double rate_units);
+
   Engine engine_;
+  std::unique_ptr<alloc::ClosEngine> clos_;
   std::unique_ptr<Engine> oracle_;
   ControlCounter control_;
   std::vector<Flowlet> flows_;      // by engine FlowId
@@ -243,6 +255,9 @@ Simulation::Simulation(const SimConfig& c)
       control_(topo_.num_hosts(), c),
       next_key_(topo_.num_hosts(), 0),
       next_arrival_s_(0) {
+  if (c.clos_engine) {
+    clos_ = std::make_unique<alloc::ClosEngine>(topo_, engine_config(c), scaled(topo_.capacities_bps(), c));
+  }
   if (c.oracle_every > 0) {
     alloc::EngineConfig o;  // NED, run to convergence, unnormalized
     o.normalizer = alloc::Normalizer::kNone;
@@ -270,7 +285,7 @@ void Simulation::arrive(double now) {
   // Drawn only when tagging is on, so runs without it keep their arrivals.
   const bool tagged = c_.tagged_fraction > 0 && rng_.uniform() < c_.tagged_fraction;
   if (tagged && c_.tagged_class0) spec.priority = 0;
-  FlowId id = engine_.add_flow(spec);
+  FlowId id = add_flow(spec);
   if (id >= flows_.size()) flows_.resize(id + 1);
   Flowlet& f = flows_[id];
   f = Flowlet{};
@@ -296,7 +311,7 @@ void Simulation::finish(FlowId id, double when) {
     if (f.size_bytes <= c_.short_bytes) (f.tagged ? short_tagged_us_ : short_other_us_).push_back(fct);
   }
   control_.end(f.src, f.key);
-  engine_.remove_flow(id);
+  remove_flow(id);
   if (oracle_) oracle_->remove_flow(f.oracle_id);
   FlowId last = active_.back();
   active_[f.active_pos] = last;
@@ -307,20 +322,25 @@ void Simulation::finish(FlowId id, double when) {
 // The daemon's rule (rules::update_decision on rates rounded as endpoints
 // apply them): a new flow always hears its rate, a known one when the rate
 // moved by more than the threshold.
+void Simulation::tell(Flowlet& f, double rate_units) {
+  const std::uint64_t rate = rules::round_bytes_per_sec(rate_units * (Engine::kRateUnitBps / 8.0));
+  if (rules::update_decision(rate, f.told_bytes_per_sec, c_.threshold) == rules::Update::kSend) {
+    f.told_bytes_per_sec = rate;
+    f.notified_bps = static_cast<double>(rate) * 8;
+    control_.rate(f.src, f.key, rate);
+  }
+}
+
 void Simulation::step_updates(bool measuring) {
-  const double to_bytes = Engine::kRateUnitBps / 8.0;
-  for (std::size_t b = 0; b < engine_.num_blocks(); ++b) {
-    auto br = engine_.block_rates(b);
-    for (std::size_t i = 0; i < br.size; ++i) {
-      Flowlet& f = flows_[br.ids[i]];
-      const std::uint64_t rate =
-          rules::round_bytes_per_sec(static_cast<double>(br.rates[i]) * to_bytes);
-      if (rules::update_decision(rate, f.told_bytes_per_sec, c_.threshold) ==
-          rules::Update::kSend) {
-        f.told_bytes_per_sec = rate;
-        f.notified_bps = static_cast<double>(rate) * 8;
-        control_.rate(f.src, f.key, rate);
-      }
+  if (clos_) {
+    const auto r = clos_->rates();
+    for (std::size_t i = 0; i < r.size; ++i) {
+      if (r.ids[i] != alloc::ClosEngine::kNoFlow) tell(flows_[r.ids[i]], r.rates[i]);
+    }
+  } else {
+    for (std::size_t b = 0; b < engine_.num_blocks(); ++b) {
+      const auto br = engine_.block_rates(b);
+      for (std::size_t i = 0; i < br.size; ++i) tell(flows_[br.ids[i]], static_cast<double>(br.rates[i]));
     }
   }
   control_.flush(measuring, &r_);
@@ -349,7 +369,7 @@ void Simulation::sample_links() {
   double norm = 0, applied = 0;
   for (FlowId id : active_) {
     const Flowlet& f = flows_[id];
-    double raw = engine_.raw_rate_bps(id), x = engine_.rate_bps(id);
+    double raw = raw_rate_bps(id), x = rate_bps(id);
     norm += x;
     applied += f.notified_bps;
     for (alloc::LinkId l : f.path) {
@@ -378,7 +398,7 @@ void Simulation::sample_oracle() {
   oracle_iterations_sum_ += static_cast<double>(oracle_->iterations() - before);
   if (!oracle_->stats().converged) ++r_.oracle_unconverged;
   for (FlowId id : active_) {
-    double x = engine_.rate_bps(id);
+    double x = rate_bps(id);
     double opt = oracle_->raw_rate_bps(flows_[id].oracle_id);
     normalized_sum_ += x;
     optimal_sum_ += opt;
@@ -404,7 +424,7 @@ SimResult Simulation::run() {
       arrive(next_arrival_s_);
       next_arrival_s_ = arrivals_.next(rng_);
     }
-    engine_.iterate();
+    iterate_engine();
     step_updates(measuring_);
     if (measuring_) {
       active_sum_ += static_cast<double>(active_.size());
@@ -487,6 +507,7 @@ nlohmann::json to_json(const SimConfig& c) {
           {"mss_bytes", c.mss_bytes},
           {"tagged_fraction", c.tagged_fraction},
           {"tagged_class0", c.tagged_class0},
+          {"engine", c.clos_engine ? "clos" : "general"},
           {"short_bytes", c.short_bytes}};
 }
 

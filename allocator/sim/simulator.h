@@ -70,6 +70,10 @@ struct SimConfig {
   // other flowlets apart; "short" ones are at most short_bytes.
   double tagged_fraction = 0;
   bool tagged_class0 = false;
+  // Iterate with the Clos layout (alloc::ClosEngine, docs/engine.md)
+  // instead of the general engine: the same rates up to the rounding of
+  // link sums, faster on large networks. F-NORM, one class.
+  bool clos_engine = false;
   double short_bytes = 100e3;
   // Optional: incremented by the number of steps run, for a progress bar.
   std::atomic<std::uint64_t>* progress = nullptr;

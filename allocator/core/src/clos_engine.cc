@@ -33,7 +33,8 @@ bool BasicClosEngine<Real>::supports(const EngineConfig& c) {
 }
 
 template <typename Real>
-BasicClosEngine<Real>::BasicClosEngine(const Topology& t, const EngineConfig& config)
+BasicClosEngine<Real>::BasicClosEngine(const Topology& t, const EngineConfig& config,
+                                       const std::vector<double>& capacity_bps)
     : config_(config),
       kernels_(config.portable_kernels ? &detail::generic_kernels<Real>()
                                        : &detail::kernels<Real>()) {
@@ -53,10 +54,13 @@ BasicClosEngine<Real>::BasicClosEngine(const Topology& t, const EngineConfig& co
   }
   const std::size_t nl = t.num_links();
   FT_ASSERT(nl == 2 * std::size_t{hosts_} + 2 * std::size_t{racks_} * spines_, nl);
+  if (!capacity_bps.empty() && capacity_bps.size() != nl) {
+    throw std::invalid_argument("one capacity per link of the topology");
+  }
   capacity_.resize(nl);
   inv_capacity_.resize(nl);
   for (std::size_t l = 0; l < nl; ++l) {
-    const double c = t.capacity_bps(static_cast<LinkId>(l));
+    const double c = capacity_bps.empty() ? t.capacity_bps(static_cast<LinkId>(l)) : capacity_bps[l];
     if (!(c >= kMinRateBps && c <= kMaxRateBps)) throw std::invalid_argument("link capacity out of range");
     capacity_[l] = static_cast<Real>(c / kUnitBps);
     inv_capacity_[l] = Real{1} / capacity_[l];

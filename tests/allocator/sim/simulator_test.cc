@@ -147,6 +147,28 @@ TEST(Simulator, OracleBoundsNormalizedThroughputAndUNormLosesMore) {
   EXPECT_LT(u.fairness_points_per_flow, f.fairness_points_per_flow);
 }
 
+// The Clos layout iterates the same NED + F-NORM as the general engine, so
+// the paper's network under load gives the same run up to rounding: the
+// same arrivals, FCTs and throughput within a percent, links within
+// capacity.
+TEST(Simulator, TheClosEngineRunsTheSameSimulation) {
+  SimConfig c;  // the paper's 144-host network, web workload
+  c.load = 0.7;
+  c.warmup_s = 0.002;
+  c.duration_s = 0.006;
+  SimResult general = simulate(c);
+  c.clos_engine = true;
+  SimResult clos = simulate(c);
+  ASSERT_GT(general.flowlets_started, 1000u);
+  EXPECT_EQ(clos.flowlets_started, general.flowlets_started);
+  EXPECT_NEAR(static_cast<double>(clos.flowlets_finished), static_cast<double>(general.flowlets_finished),
+              0.01 * static_cast<double>(general.flowlets_finished));
+  EXPECT_NEAR(clos.fct_us.mean, general.fct_us.mean, 0.01 * general.fct_us.mean);
+  EXPECT_NEAR(clos.throughput_normalized_gbps_mean, general.throughput_normalized_gbps_mean,
+              0.01 * general.throughput_normalized_gbps_mean);
+  EXPECT_LE(clos.max_link_utilization_normalized, 1 + 1e-9);
+}
+
 TEST(Simulator, BadConfigsAreRefused) {
   SimConfig c = small();
   c.load = 0;
@@ -162,6 +184,10 @@ TEST(Simulator, BadConfigsAreRefused) {
   EXPECT_THROW(simulate(c), WorkloadError);
   c = small();
   c.tagged_fraction = 1.5;
+  EXPECT_THROW(validate(c), std::invalid_argument);
+  c = small();
+  c.clos_engine = true;
+  c.normalizer = alloc::Normalizer::kUNorm;  // the Clos engine runs F-NORM only
   EXPECT_THROW(validate(c), std::invalid_argument);
 }
 

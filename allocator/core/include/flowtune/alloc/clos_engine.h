@@ -40,7 +40,10 @@ class BasicClosEngine {
   // Whether it computes config's iteration: log utility (alpha 1), F-NORM.
   static bool supports(const EngineConfig& config);
   // Throws std::invalid_argument where !supports(t) or !supports(config).
-  BasicClosEngine(const Topology& t, const EngineConfig& config);
+  // capacity_bps: the links' capacities, one per link of t (as a scheduler
+  // scales them); empty: t's own.
+  BasicClosEngine(const Topology& t, const EngineConfig& config,
+                  const std::vector<double>& capacity_bps = {});
   ~BasicClosEngine();
   BasicClosEngine(const BasicClosEngine&) = delete;
   BasicClosEngine& operator=(const BasicClosEngine&) = delete;
@@ -62,6 +65,18 @@ class BasicClosEngine {
   // Sorts the flows by source half now (iterate() does when due).
   void sort_flows();
 
+  // Every slot's flow id (kNoFlow for a hole) and normalized rate, in units
+  // of kRateUnitBps, for a driver that scans every rate after an iteration:
+  // streaming these beats rate_bps(id) per flow. Valid until the next change.
+  static constexpr FlowId kNoFlow = ~FlowId{0};
+  static constexpr double kRateUnitBps = 1e9;
+  struct Rates {
+    const FlowId* ids;
+    const Real* rates;
+    std::size_t size;
+  };
+  Rates rates() const { return {id_of_slot_.data(), xn_.data(), xn_.size()}; }
+
   double rate_bps(FlowId id) const;
   double raw_rate_bps(FlowId id) const;
   double price(LinkId l) const;
@@ -75,7 +90,7 @@ class BasicClosEngine {
   const char* kernel_name() const;
 
  private:
-  static constexpr std::uint32_t kFree = ~0u;
+  static constexpr std::uint32_t kFree = kNoFlow;
   // Source half s = host * ways_ + way, destination half d = way * hosts_ +
   // host, where way is the spine, or spines_ for a path that stays in the
   // rack (every path of a big switch).
