@@ -390,13 +390,7 @@ void BasicClosEngine<Real>::iterate() {
 
 template <typename Real>
 std::uint64_t BasicClosEngine<Real>::solve(std::uint64_t max_iterations) {
-  std::uint64_t i = 0;
-  while (i < max_iterations) {
-    iterate();
-    ++i;
-    if (stats_.converged) break;
-  }
-  return i;
+  return iterate_until_converged(*this, max_iterations);
 }
 
 template <typename Real>

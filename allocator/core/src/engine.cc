@@ -924,13 +924,7 @@ void BasicEngine<Real>::iterate() {
 
 template <typename Real>
 std::uint64_t BasicEngine<Real>::solve(std::uint64_t max_iterations) {
-  std::uint64_t n = 0;
-  while (n < max_iterations) {
-    iterate();
-    ++n;
-    if (stats_.converged) break;
-  }
-  return n;
+  return iterate_until_converged(*this, max_iterations);
 }
 
 template <typename Real>

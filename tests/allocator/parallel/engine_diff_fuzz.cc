@@ -19,31 +19,15 @@
 
 #include "flowtune/alloc/engine.h"
 #include "flowtune/alloc/parallel.h"
+#include "../core/fuzz_bytes.h"
 
 namespace {
 
 using namespace flowtune::alloc;
 
-// Consumes input bytes; zeros once exhausted.
-class Bytes {
- public:
-  Bytes(const std::uint8_t* d, std::size_t n) : d_(d), n_(n) {}
-  bool empty() const { return i_ >= n_; }
-  std::uint8_t u8() { return i_ < n_ ? d_[i_++] : 0; }
-  std::uint16_t u16() { return static_cast<std::uint16_t>(u8() | (u8() << 8)); }
+using Bytes = flowtune::testing::FuzzBytes;
 
- private:
-  const std::uint8_t* d_;
-  std::size_t n_;
-  std::size_t i_ = 0;
-};
-
-void check(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "engine_diff_fuzz: %s\n", what);
-    std::abort();
-  }
-}
+void check(bool ok, const char* what) { flowtune::testing::fuzz_check(ok, "engine_diff_fuzz", what); }
 
 const Topology& topology() {
   static const Topology t = [] {

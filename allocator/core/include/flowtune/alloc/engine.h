@@ -406,6 +406,19 @@ class BasicEngine {
 extern template class BasicEngine<float>;
 extern template class BasicEngine<double>;
 
+// iterate() until the engine's stats say converged or max_iterations ran;
+// returns the iterations run (any engine with iterate() and stats()).
+template <typename E>
+std::uint64_t iterate_until_converged(E& engine, std::uint64_t max_iterations) {
+  std::uint64_t n = 0;
+  while (n < max_iterations) {
+    engine.iterate();
+    ++n;
+    if (engine.stats().converged) break;
+  }
+  return n;
+}
+
 // The precision the daemon and tools use (chosen by measurement: docs/engine.md).
 using Engine = BasicEngine<double>;
 
