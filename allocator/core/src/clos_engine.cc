@@ -154,10 +154,7 @@ FlowError BasicClosEngine<Real>::check_flow(const FlowSpec& f) const {
   Halves h;
   if (f.path.size == 0) return FlowError::kEmptyPath;
   if (!halves_of(f.path, &h)) return FlowError::kUnknownLink;
-  if (!(f.weight >= kMinWeight && f.weight <= kMaxWeight)) return FlowError::kBadWeight;
-  if (f.max_bps != 0 && !(f.max_bps >= kMinRateBps && f.max_bps <= kMaxRateBps)) {
-    return FlowError::kBadMaxRate;
-  }
+  if (FlowError e = check_limits(f.weight, f.max_bps); e != FlowError::kOk) return e;
   if (f.priority != kDefaultClass) return FlowError::kBadClass;
   return FlowError::kOk;
 }
@@ -226,8 +223,7 @@ void BasicClosEngine<Real>::remove_flow(FlowId id) {
 template <typename Real>
 FlowError BasicClosEngine<Real>::set_limits(FlowId id, double weight, double max_bps) {
   FT_ASSERT(has_flow(id), id);
-  if (!(weight >= kMinWeight && weight <= kMaxWeight)) return FlowError::kBadWeight;
-  if (max_bps != 0 && !(max_bps >= kMinRateBps && max_bps <= kMaxRateBps)) return FlowError::kBadMaxRate;
+  if (FlowError e = check_limits(weight, max_bps); e != FlowError::kOk) return e;
   const std::uint32_t s = slot_of_[id];
   const double limit = limit_of({run_src_[run_[s]], dst_[s]}, max_bps);
   weight_[s] = static_cast<Real>(weight);

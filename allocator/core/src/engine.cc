@@ -199,8 +199,7 @@ BasicEngine<Real>::BasicEngine(std::vector<double> link_capacity_bps, std::uint3
 template <typename Real>
 BasicEngine<Real>::~BasicEngine() = default;
 
-template <typename Real>
-FlowError BasicEngine<Real>::check_limits(double weight, double max_bps) {
+FlowError check_limits(double weight, double max_bps) {
   if (!(weight >= kMinWeight && weight <= kMaxWeight)) return FlowError::kBadWeight;
   if (max_bps != 0 && !(max_bps >= kMinRateBps && max_bps <= kMaxRateBps)) {
     return FlowError::kBadMaxRate;

@@ -129,6 +129,9 @@ enum class FlowError {
   kBadClass,
 };
 const char* to_string(FlowError e);
+// kBadWeight / kBadMaxRate for a weight or rate cap outside FlowSpec's
+// ranges, else kOk (every engine checks limits by it).
+FlowError check_limits(double weight, double max_bps);
 
 // What the last iteration saw, over links that carry flows.
 struct IterationStats {
@@ -327,8 +330,6 @@ class BasicEngine {
   std::uint32_t block_of(const FlowSpec& f) const { return block_in(layout_, f.src_site, f.dst_site); }
   // The FlowBlock of a flow between two sites with `layout` blocks per side.
   std::uint32_t block_in(std::uint32_t layout, std::uint32_t src_site, std::uint32_t dst_site) const;
-  // kBadWeight / kBadMaxRate for values outside FlowSpec's ranges, else kOk.
-  static FlowError check_limits(double weight, double max_bps);
   // A per-flow array of its block (Gbit/s), in bits/s.
   double flow_bps(FlowId id, AlignedVector<Real> Block::*field) const;
   // The layer of class c, created (prices 1) when c is first used.
