@@ -121,9 +121,9 @@ CoflowTrace load_coflow_trace(const std::string& name_or_path) {
 }
 
 std::string check(const CoflowSimConfig& c) {
-  if (c.policy != "pf" && c.policy != "stf" && c.policy != "sebf" && c.policy != "bssi" &&
-      c.policy != "offline") {
-    return "policy must be pf, stf, sebf, bssi or offline";
+  if (c.policy != "pf" && c.policy != "fair" && c.policy != "stf" && c.policy != "sebf" &&
+      c.policy != "bssi" && c.policy != "offline") {
+    return "policy must be pf, fair, stf, sebf, bssi or offline";
   }
   if (!(c.port_gbps > 0 && c.port_gbps <= 1e4)) return "port rate must be within (0, 10000] Gbit/s";
   if (!(c.time_scale > 0 && c.time_scale <= 1e6)) return "time scale must be positive";
@@ -164,6 +164,25 @@ Expanded expand(const TraceCoflow& c, std::uint32_t ports, double port_bps) {
   e.out.flows = static_cast<std::uint32_t>(e.flows.size());
   for (double b : load) e.out.bound_s = std::max(e.out.bound_s, 8 * b / port_bps);
   return e;
+}
+
+// Per-port equal shares: each flow gets the smaller of its uplink's and its
+// downlink's capacity divided by the flows crossing that link, and what a
+// flow cannot use is not handed on. That is per-flow fair sharing as the
+// Varys/Aalo trace simulator defines it; `pf` is the max-min allocation,
+// which hands the spare on and so is the stronger baseline.
+void equal_shares(const std::vector<double>& cap, const std::vector<alloc::CoflowFlow>& flows,
+                  std::vector<std::uint32_t>& count, std::vector<double>& rates) {
+  count.assign(cap.size(), 0);
+  for (const auto& f : flows) {
+    for (std::uint32_t l : f.path) ++count[l];
+  }
+  rates.resize(flows.size());
+  for (std::size_t i = 0; i < flows.size(); ++i) {
+    double r = std::numeric_limits<double>::infinity();
+    for (std::uint32_t l : flows[i].path) r = std::min(r, cap[l] / count[l]);
+    rates[i] = r;
+  }
 }
 
 }  // namespace
@@ -215,6 +234,7 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
   std::vector<std::uint32_t> owner;  // index into all
   std::vector<std::uint32_t> left(all.size(), 0);
   std::vector<double> rates;
+  std::vector<std::uint32_t> per_link;
   double t = 0;
   std::size_t next = 0;
   const double kInf = std::numeric_limits<double>::infinity();
@@ -228,8 +248,12 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
       left[next] = static_cast<std::uint32_t>(all[next].flows.size());
       ++next;
     }
-    planner.plan(pc, cap, flows, rates);
-    planner.backfill(cap, flows, rates);
+    if (c.policy == "fair") {
+      equal_shares(cap, flows, per_link, rates);
+    } else {
+      planner.plan(pc, cap, flows, rates);
+      planner.backfill(cap, flows, rates);
+    }
     ++r.events;
     double dt = next < all.size() ? all[next].out.arrival_s - t : kInf;
     for (std::size_t i = 0; i < flows.size(); ++i) {

@@ -10,6 +10,9 @@
 // coflow arrives or flows end, constant in between, and a flow ends when its
 // bytes run out. Policies:
 //   pf       per-flow fair sharing (max-min, the planner's backfill alone)
+//   fair     per-port equal shares: each flow the smaller of its two links'
+//            equal shares, the spare not handed on (per-flow fair sharing as
+//            the Varys/Aalo trace simulator models it; a weaker baseline)
 //   stf      smallest remaining coflow first, then the backfill
 //   sebf     smallest effective bottleneck first with MADD, then the backfill
 //   bssi     Sincronia's order (bottleneck-select-scale-iterate), then the backfill
@@ -47,7 +50,7 @@ CoflowTrace parse_coflow_trace(std::istream& in, const std::string& name);
 CoflowTrace load_coflow_trace(const std::string& name_or_path);
 
 struct CoflowSimConfig {
-  std::string policy = "sebf";  // pf | stf | sebf | bssi | offline
+  std::string policy = "sebf";  // pf | fair | stf | sebf | bssi | offline
   double port_gbps = 1.0;
   // Arrival times are multiplied by this: below 1 the same coflows come
   // faster (a higher load).

@@ -98,7 +98,9 @@ run options (defaults: the paper's §5.3 network and web workload):
 
 coflows options (docs/coflows.md):
   --trace fb|FILE            Coflow-Benchmark trace (fb: 526 coflows, 150 racks)
-  --policy pf|stf|sebf|bssi|offline  per-flow fair; smallest coflow first;
+  --policy pf|fair|stf|sebf|bssi|offline  per-flow fair (max-min);
+                             per-port equal shares (the spare not handed on);
+                             smallest coflow first;
                              smallest effective bottleneck first with MADD;
                              Sincronia's bottleneck-select-scale-iterate order;
                              each coflow alone (a bound) (sebf)

@@ -139,6 +139,23 @@ TEST(CoflowReplay, SmallestFirstBeatsFairSharingByTheWorkedOutFactor) {
   EXPECT_NEAR(cct(simulate_coflows(t, guarded), 2), 1 / 0.95, 1e-9);
 }
 
+TEST(CoflowReplay, EqualSharesLeaveWhatAFlowCannotUseIdle) {
+  // Port 0 sends coflow 1 (0 -> 1) and coflow 2 (0 -> 2); coflow 3 sends
+  // from ports 1 and 3 into port 2; every flow 1 MiB. Port 2's downlink
+  // holds three flows at 1/3 MiB/s each. Max-min (pf) hands port 0's spare
+  // uplink to coflow 1 (2/3 MiB/s: 1.5 s); equal shares give it only half
+  // its uplink (2 s). Everything into port 2 ends at 3 s either way.
+  const CoflowTrace t = parse("4 3\n1 0 1 0 1 1:1\n2 0 1 0 1 2:1\n3 0 2 1 3 1 2:2\n");
+  const auto pf = simulate_coflows(t, exact("pf"));
+  const auto fair = simulate_coflows(t, exact("fair"));
+  EXPECT_NEAR(cct(pf, 1), 1.5, 1e-9);
+  EXPECT_NEAR(cct(fair, 1), 2, 1e-9);
+  for (std::uint64_t id : {2, 3}) {
+    EXPECT_NEAR(cct(pf, id), 3, 1e-9) << id;
+    EXPECT_NEAR(cct(fair, id), 3, 1e-9) << id;
+  }
+}
+
 TEST(CoflowReplay, SebfBeatsStfWhenTheLargerCoflowIsTheQuickerOne) {
   // X (id 1): mappers 0, 1 to reducers 2, 3, 1 MiB per flow: 4 MiB, 2 s
   // alone. Y (id 2): 3 MiB from 0 to 2, 3 s alone. STF serves Y first (Y 3 s,
@@ -182,7 +199,7 @@ TEST(CoflowCli, ReplaysATraceFileAndRefusesBadArguments) {
     std::string args;
     const char* needle;
   } cases[] = {
-      {"coflows --policy fifo", "policy must be pf, stf, sebf, bssi or offline"},
+      {"coflows --policy fifo", "policy must be pf, fair, stf, sebf, bssi or offline"},
       {"coflows --ordered-share 0", "ordered share must be within"},
       {"coflows --trace /no/such/trace", "cannot open"},
       {"coflows --trace '" + bad + "'", ":2: mapper port"},
@@ -201,18 +218,21 @@ TEST(CoflowCli, TheTraceFigureReportsSpeedupsOverFairSharing) {
   CliResult r = sim("figure coflow-trace --quick --no-plot --no-progress --out '" + dir + "'");
   ASSERT_EQ(r.status, 0) << r.err;
   json j = json::parse(slurp(dir + "/coflow-trace.json"));
-  for (const char* p : {"pf", "stf", "sebf", "offline"}) {
+  for (const char* p : {"pf", "fair", "stf", "sebf", "offline"}) {
     ASSERT_TRUE(j["summary"].contains(p)) << p;
     EXPECT_GT(j["summary"][p]["cct_mean_s"].get<double>(), 0) << p;
   }
   EXPECT_DOUBLE_EQ(j["summary"]["pf"]["speedup_mean_vs_pf"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(j["summary"]["fair"]["speedup_mean_vs_fair"].get<double>(), 1.0);
+  // Max-min hands on what equal shares leave idle: faster on this trace.
+  EXPECT_GE(j["summary"]["pf"]["speedup_mean_vs_fair"].get<double>(), 1.0);
   // No schedule beats each coflow alone; the coflow policies beat fair
   // sharing on the trace's small coflows.
-  for (const char* p : {"pf", "stf", "sebf"}) {
+  for (const char* p : {"pf", "fair", "stf", "sebf"}) {
     EXPECT_GE(j["summary"][p]["cct_mean_s"].get<double>(),
               j["summary"]["offline"]["cct_mean_s"].get<double>() * (1 - 1e-9))
         << p;
-    if (std::string(p) != "pf") {
+    if (std::string(p) != "pf" && std::string(p) != "fair") {
       EXPECT_GT(j["summary"][p]["speedup_small_vs_pf"].get<double>(), 1.5) << p;
     }
   }
