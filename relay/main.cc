@@ -41,8 +41,13 @@ relay. flowtune-ctl --allocator ENDPOINT status shows its counters.
   --curve-key FILE      this relay's key pair (default $FLOWTUNE_CURVE_KEY,
                         or $FLOWTUNE_CURVE_SECRET): an endpoint key in the
                         allocator's --curve-clients whose hosts are the
-                        ones behind this relay (docs/security.md).
-                        Endpoints talk to the relay in plain text
+                        ones behind this relay (docs/security.md)
+  --curve-secret FILE   endpoints (and relays below) must speak CURVE to
+                        this key pair (it may be the --curve-key file).
+                        Each message goes up with the key it came with,
+                        and the allocator checks it: this relay's key
+                        there needs `relay = true`. Without it endpoints
+                        talk to the relay in plain text
   --probe-ms MS         with a standby pair: how often each is asked its
                         role (default 100); a takeover reaches the relay
                         within about 3 probes
@@ -55,7 +60,7 @@ exit status: 0 after SIGINT/SIGTERM, 2 on a configuration error.
 
 int main(int argc, char** argv) {
   flowtune::relay::Config c;
-  std::string curve_server, curve_key;
+  std::string curve_server, curve_key, curve_secret;
   flowtune::cli::Args args("flowtune-relay", kUsage, argc, argv);
   while (args.next()) {
     if (args.is("--listen")) c.listen = args.value();
@@ -69,6 +74,7 @@ int main(int argc, char** argv) {
     else if (args.is("--probe-ms")) c.probe_ms = static_cast<std::uint32_t>(args.count(60'000));
     else if (args.is("--curve-server")) curve_server = args.value();
     else if (args.is("--curve-key")) curve_key = args.value();
+    else if (args.is("--curve-secret")) curve_secret = args.value();
     else if (args.is("--max-batch")) c.max_batch = args.count(1024);
     else if (args.is("--batch-us")) c.batch_us = args.count(1'000'000);
     else if (args.is("--heartbeat-ms")) c.heartbeat_ms = static_cast<std::uint32_t>(args.count(3'600'000));
@@ -80,6 +86,14 @@ int main(int argc, char** argv) {
     args.fail("CURVE: " + why);
   }
   if (curve) c.curve = keys;
+  if (!curve_secret.empty()) {
+    flowtune::curve::KeyPair own;
+    if (const std::string why = flowtune::curve::read_key_file(curve_secret, true, &own); !why.empty()) {
+      args.fail("--curve-secret: " + why);
+    }
+    if (!curve) args.fail("--curve-secret: endpoints' keys mean something only to an allocator that speaks CURVE: give --curve-server too");
+    c.listen_key = own;
+  }
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGINT);

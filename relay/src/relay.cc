@@ -4,12 +4,15 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <stdexcept>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <zmq_addon.hpp>
 
 #include "flowtune/common/endpoint.h"
 #include "flowtune/common/router.h"
@@ -56,6 +59,16 @@ void drain_rest(zmq::socket_t& s, bool more) {
   }
 }
 
+// The raw 32-byte CURVE key a message's connection holds (its "User-Id",
+// which the ZAP handler set to the key in Z85); empty if none.
+std::string connection_key(const zmq::message_t& m) {
+  const char* z85 = zmq_msg_gets(m.handle(), "User-Id");
+  if (z85 == nullptr || std::strlen(z85) != curve::kZ85KeyChars) return {};
+  std::string raw(wire::kCurveKeyBytes, '\0');
+  if (zmq_z85_decode(reinterpret_cast<std::uint8_t*>(raw.data()), z85) == nullptr) return {};
+  return raw;
+}
+
 // {"error": ..., "retry_ms": N}: refused for now, not for good.
 bool is_retry_later(std::string_view answer) {
   const auto j = nlohmann::json::parse(answer, nullptr, false);
@@ -92,6 +105,7 @@ Relay::Relay(zmq::context_t& ctx, const Config& c)
       throw std::runtime_error(std::string("cannot set the CURVE keys: ") + zmq_strerror(zmq_errno()));
     }
   }
+  if (c.listen_key) enable_curve_down(ctx);
   try {
     down_.bind(c.listen);
   } catch (const zmq::error_t& e) {
@@ -107,6 +121,51 @@ Relay::Relay(zmq::context_t& ctx, const Config& c)
   }
 }
 
+// Endpoints below speak CURVE to listen_key. Every key gets its
+// connection: the relay holds no allow-list, and the allocator judges each
+// message by the key chain it comes with. The handler is bound before the
+// listener, so no connection is accepted unasked.
+void Relay::enable_curve_down(zmq::context_t& ctx) {
+  if (zmq_has("curve") == 0) throw std::runtime_error("this libzmq was built without CURVE (libsodium)");
+  zap_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::rep);
+  zap_->set(zmq::sockopt::linger, 0);
+  try {
+    zap_->bind("inproc://zeromq.zap.01");
+  } catch (const zmq::error_t& e) {
+    throw std::runtime_error(std::string("cannot bind the ZAP handler: ") + e.what());
+  }
+  down_.set(zmq::sockopt::curve_server, 1);
+  down_.set(zmq::sockopt::curve_secretkey, config_.listen_key->secret_key);
+  down_.set(zmq::sockopt::zap_domain, "flowtune");
+}
+
+// ZAP (RFC 27): the reply's user id, the client's key in Z85, travels with
+// each of the connection's messages as "User-Id".
+void Relay::answer_zap() {
+  for (int i = 0; i < kMaxPerTurn; ++i) {
+    std::vector<zmq::message_t> req;
+    try {
+      if (!zmq::recv_multipart(*zap_, std::back_inserter(req), zmq::recv_flags::dontwait)) return;
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) return;
+      throw;
+    }
+    std::string status = "400", text = "no CURVE key", user;
+    if (req.size() >= 7 && req[5].to_string_view() == "CURVE" && req[6].size() == wire::kCurveKeyBytes) {
+      char z85[curve::kZ85KeyChars + 1] = {};
+      zmq_z85_encode(z85, req[6].data<std::uint8_t>(), wire::kCurveKeyBytes);
+      status = "200";
+      text = "OK";
+      user = z85;
+    }
+    const std::string_view id = req.size() >= 2 ? req[1].to_string_view() : std::string_view();
+    std::vector<zmq::const_buffer> reply = {zmq::str_buffer("1.0"), zmq::buffer(id),
+                                            zmq::buffer(status), zmq::buffer(text),
+                                            zmq::buffer(user), zmq::str_buffer("")};
+    zmq::send_multipart(*zap_, reply);
+  }
+}
+
 int Relay::run(int signal_fd, std::uint64_t turns) {
   // A batch's deadline wakes the loop through a timerfd: zmq_poll counts in
   // milliseconds, a batch in microseconds.
@@ -117,6 +176,8 @@ int Relay::run(int signal_fd, std::uint64_t turns) {
   const std::size_t timer_item = items.size();
   items.push_back({nullptr, timer, ZMQ_POLLIN, 0});
   if (signal_fd >= 0) items.push_back({nullptr, signal_fd, ZMQ_POLLIN, 0});
+  const std::size_t zap_item = items.size();
+  if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
   const bool pair = ups_.size() > 1;
   const bool key_file = config_.curve && !config_.curve->server_file.empty();
   using std::chrono::steady_clock;
@@ -156,6 +217,7 @@ int Relay::run(int signal_fd, std::uint64_t turns) {
         return static_cast<int>(si.ssi_signo);
       }
     }
+    if (zap_ && (items[zap_item].revents & ZMQ_POLLIN) != 0) answer_zap();
     drain_down();
     if (!routes_.empty() && chosen_ &&
         steady_clock::now() - first_at_ >= std::chrono::microseconds(config_.batch_us)) {
@@ -261,12 +323,21 @@ void Relay::drain_down() {
     }
     zmq::message_t first;
     recv_part(down_, first);
-    if (first.to_string_view() == wire::kRelayTag) {
-      take_batch(hop.to_string_view(), first.more());
+    // Under CURVE downstream each message goes up with the key it came
+    // with; a keyed batch only from a relay that was authenticated here.
+    const std::string key = zap_ ? connection_key(first) : std::string();
+    const bool keyed = first.to_string_view() == wire::kKeyedRelayTag;
+    if ((zap_ && key.empty()) || (keyed && !zap_)) {
+      drain_rest(down_, first.more());
+      ++counters_.unkeyed;
+      continue;
+    }
+    if (keyed || first.to_string_view() == wire::kRelayTag) {
+      take_batch(hop.to_string_view(), first.more(), keyed, key);
       continue;
     }
     if (!first.more()) {
-      add_up(wire::route_push(hop.to_string_view(), {}), std::move(first));
+      add_up(wire::route_push(hop.to_string_view(), {}), key, std::move(first));
       continue;
     }
     zmq::message_t second;
@@ -288,12 +359,16 @@ void Relay::drain_down() {
   }
 }
 
-void Relay::take_batch(std::string_view hop, bool more) {
+void Relay::take_batch(std::string_view hop, bool more, bool keyed, std::string_view below_key) {
   std::size_t pairs = 0;
   while (more) {
-    zmq::message_t route, body;
+    zmq::message_t route, keys, body;
     recv_part(down_, route);
     more = route.more();
+    if (more && keyed) {
+      recv_part(down_, keys);
+      more = keys.more();
+    }
     if (!more || ++pairs > wire::kMaxRelayBatch) {
       drain_rest(down_, more);
       ++counters_.bad_frames;
@@ -302,15 +377,19 @@ void Relay::take_batch(std::string_view hop, bool more) {
     recv_part(down_, body);
     more = body.more();
     std::string r = wire::route_push(hop, route.to_string_view());
-    if (r.empty()) {
+    // The relay below vouched for keys_i; this relay vouches for it.
+    std::string chain(keys.to_string_view());
+    chain.append(below_key);
+    if (r.empty() || (keyed && !wire::valid_key_chain(keys.to_string_view())) ||
+        (zap_ && !wire::valid_key_chain(chain))) {
       ++counters_.dropped;
       continue;
     }
-    add_up(std::move(r), std::move(body));
+    add_up(std::move(r), std::move(chain), std::move(body));
   }
 }
 
-void Relay::add_up(std::string route, zmq::message_t&& body) {
+void Relay::add_up(std::string route, std::string keys, zmq::message_t&& body) {
   // Until an upstream of a pair has said it is active, one batch is held
   // (a standby would turn the endpoints away); what comes beyond it is lost
   // and repaired by the endpoints' retries.
@@ -320,8 +399,9 @@ void Relay::add_up(std::string route, zmq::message_t&& body) {
     return;
   }
   if (routes_.empty()) first_at_ = std::chrono::steady_clock::now();
-  batch_bytes_ += route.size() + body.size();
+  batch_bytes_ += route.size() + keys.size() + body.size();
   routes_.push_back(std::move(route));
+  keys_.push_back(std::move(keys));
   bodies_.push_back(std::move(body));
   if (routes_.size() >= config_.max_batch || batch_bytes_ >= kMaxBatchBytes) flush_up();
 }
@@ -330,9 +410,11 @@ void Relay::flush_up() {
   if (routes_.empty() || !chosen_) return;
   zmq::socket_t& up = ups_[active_];
   try {
-    if (up.send(zmq::buffer(wire::kRelayTag), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+    const std::string_view tag = zap_ ? wire::kKeyedRelayTag : wire::kRelayTag;
+    if (up.send(zmq::buffer(tag), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
       for (std::size_t i = 0; i < routes_.size(); ++i) {
         up.send(zmq::buffer(routes_[i]), zmq::send_flags::sndmore);
+        if (zap_) up.send(zmq::buffer(keys_[i]), zmq::send_flags::sndmore);
         up.send(bodies_[i], i + 1 < routes_.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
       }
       counters_.messages_up += routes_.size();
@@ -346,6 +428,7 @@ void Relay::flush_up() {
     counters_.dropped += routes_.size();
   }
   routes_.clear();
+  keys_.clear();
   bodies_.clear();
   batch_bytes_ = 0;
 }
@@ -430,6 +513,7 @@ std::string Relay::status() const {
                         {"upstream", config_.upstream[active_]},
                         {"upstreams", config_.upstream},
                         {"curve", config_.curve.has_value()},
+                        {"curve_downstream", config_.listen_key.has_value()},
                         {"counters",
                          {{"messages_up", c.messages_up},
                           {"batches_up", c.batches_up},
@@ -438,7 +522,8 @@ std::string Relay::status() const {
                           {"dropped", c.dropped},
                           {"bad_frames", c.bad_frames},
                           {"upstream_switches", c.upstream_switches},
-                          {"key_changes", c.key_changes}}}}
+                          {"key_changes", c.key_changes},
+                          {"unkeyed", c.unkeyed}}}}
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

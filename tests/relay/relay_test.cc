@@ -76,7 +76,11 @@ class RelayProcess {
     }
     ASSERT_TRUE(status()) << "the relay did not answer";
   }
-  std::optional<nlohmann::json> status() { return control_request(ctx_, listen_, nullptr, "status", 100); }
+  std::optional<nlohmann::json> status() {
+    return control_request(ctx_, listen_, keys_ ? &*keys_ : nullptr, "status", 100);
+  }
+  // The relay takes CURVE downstream: flowtune-ctl speaks it too.
+  void set_control_keys(const curve::ClientKeys& k) { keys_ = k; }
   void kill9() {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGKILL);
@@ -94,6 +98,7 @@ class RelayProcess {
  private:
   zmq::context_t ctx_{1};
   std::string listen_;
+  std::optional<curve::ClientKeys> keys_;
   pid_t pid_ = -1;
 };
 
@@ -403,6 +408,163 @@ TEST_F(RelayTest, UnderCurveARelaySpeaksForTheHostsItsKeyNames) {
   }
 }
 
+// With CURVE between endpoints and the relay too (--curve-secret), each
+// endpoint's message goes up with its own key and the relay's (a keyed
+// batch): the allocator schedules an endpoint only where both keys allow
+// its host, only if the relay's key says `relay = true`, and never a key
+// it does not list. Plain endpoints do not get through the relay at all.
+// Each refusal is the allocator's (not_authorized counted) or the relay's
+// handshake.
+TEST_F(RelayTest, UnderCurveDownstreamEachEndpointSpeaksWithItsOwnKey) {
+  FT_SKIP_CURVE_UNDER_TSAN();
+  daemon::testing::CurveSetup keys;
+  const std::string pub = keys.server.own.public_key;
+  const curve::ClientKeys rack = keys.endpoint("rack", "[\"127.0.0.1\"]\nrelay = true");
+  const curve::ClientKeys plain = keys.endpoint("plain-relay", R"(["127.0.0.1"])");
+  const curve::ClientKeys far = keys.endpoint("far-rack", "[\"10.9.9.9\"]\nrelay = true");
+  keys.endpoint("ep", R"(["127.0.0.1"])");
+  keys.endpoint("elsewhere", R"(["10.9.9.9"])");
+  daemon::testing::make_key(keys.dir.path(), "stranger", {}, "", "");
+  daemon_.set_control_keys(keys.op);
+  start_curve_allocator(keys);
+  // Two relays, each serving CURVE with its own pair: one whose key may
+  // vouch, one whose key may not.
+  const auto start_relay = [&](RelayProcess& r, const std::string& ep, const char* key,
+                               const curve::ClientKeys& own) {
+    curve::ClientKeys ctl = keys.op;
+    ctl.server_public = own.own.public_key;
+    r.set_control_keys(ctl);
+    r.start(ep, alloc_ep_, {"--curve-server", pub, "--curve-key", keys.key_file(key), "--curve-secret", keys.key_file(key)});
+  };
+  const std::string good_ep = unique_endpoint(), plain_ep = unique_endpoint(), far_ep = unique_endpoint();
+  RelayProcess good, no_vouch, far_relay;
+  start_relay(good, good_ep, "rack", rack);
+  start_relay(no_vouch, plain_ep, "plain-relay", plain);
+  start_relay(far_relay, far_ep, "far-rack", far);
+  EXPECT_EQ((*good.status())["curve_downstream"], true);
+  // An endpoint's client, with the relay's public key and its own pair
+  // (none: plain).
+  const auto open_as = [&](const std::string& ep, const std::string& relay_pub, const char* key) {
+    if (key != nullptr) {
+      ::setenv("FLOWTUNE_CURVE_SERVER", relay_pub.c_str(), 1);
+      ::setenv("FLOWTUNE_CURVE_KEY", keys.key_file(key).c_str(), 1);
+    }
+    ft_client* c = open(ep);
+    ::unsetenv("FLOWTUNE_CURVE_SERVER");
+    ::unsetenv("FLOWTUNE_CURVE_KEY");
+    return c;
+  };
+  {
+    // The endpoint's key and the relay's both allow 127.0.0.1: scheduled,
+    // registered under the endpoint's own key.
+    ft_client* c = open_as(good_ep, rack.own.public_key, "ep");
+    auto conns = flowlets(c, 2);
+    EXPECT_TRUE(all_near(c, conns, kLinkBytes / 2)) << daemon_.log();
+    EXPECT_EQ(daemon_.status()["flows"], 2);
+    const auto eps = daemon_.control("endpoints");
+    ASSERT_TRUE(eps) << daemon_.log();
+    ASSERT_EQ((*eps)["endpoints"].size(), 1u) << eps->dump();
+    EXPECT_EQ((*eps)["endpoints"][0]["key"], "ep");
+    EXPECT_EQ((*eps)["endpoints"][0]["vouched_by_relays"], 1);
+    close(c, conns);
+    EXPECT_TRUE(eventually([&] { return daemon_.status()["flows"] == 0; }, 3000));
+  }
+  struct Refused {
+    const char* why;
+    const std::string* ep;
+    const std::string* relay_pub;
+    const char* key;
+  } cases[] = {
+      {"a key for another host", &good_ep, &rack.own.public_key, "elsewhere"},
+      {"a key in no list", &good_ep, &rack.own.public_key, "stranger"},
+      {"no key at all", &good_ep, &rack.own.public_key, nullptr},
+      {"a relay whose key may not vouch", &plain_ep, &plain.own.public_key, "ep"},
+      {"a relay whose key names other hosts", &far_ep, &far.own.public_key, "ep"},
+  };
+  const auto refusals = [&] { return daemon_.status()["counters"]["errors"]["not_authorized"].get<int>(); };
+  for (const Refused& k : cases) {
+    SCOPED_TRACE(k.why);
+    const int before = refusals();
+    ft_client* d = open_as(*k.ep, *k.relay_pub, k.key);
+    auto ds = flowlets(d, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    EXPECT_EQ(rate(d, ds[0]->send_fd), 0u);
+    EXPECT_EQ(daemon_.status()["flows"], 0);
+    // Keyed endpoints reach the allocator and are refused there; a plain
+    // one fails the relay's handshake and reaches nothing.
+    if (k.key != nullptr) EXPECT_GT(refusals(), before);
+    else EXPECT_EQ(refusals(), before);
+    close(d, ds);
+  }
+  // A reload that takes `relay = true` from the relay's key drops the
+  // endpoints it vouched for, and hears them no more.
+  ft_client* c = open_as(good_ep, rack.own.public_key, "ep");
+  auto conns = flowlets(c, 1);
+  ASSERT_TRUE(all_near(c, conns, kLinkBytes)) << daemon_.log();
+  daemon::testing::write_file(keys.clients + "/rack.pub",
+                              "public-key = \"" + rack.own.public_key + "\"\nhosts = [\"127.0.0.1\"]\n");
+  ASSERT_EQ(::kill(daemon_.pid(), SIGHUP), 0);
+  EXPECT_TRUE(eventually([&] { return daemon_.log().find("1 endpoints dropped") != std::string::npos; }, 3000))
+      << daemon_.log();
+  EXPECT_EQ(daemon_.status()["flows"], 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // its hello and resync come back
+  EXPECT_EQ(daemon_.status()["flows"], 0);
+  close(c, conns);
+}
+
+// Stacked relays under CURVE downstream: the rack relay vouches for its
+// endpoint to the pod relay, which vouches for both to the allocator. Each
+// relay key of the chain must say `relay = true`.
+TEST_F(RelayTest, UnderCurveDownstreamStackedRelaysVouchInTurn) {
+  FT_SKIP_CURVE_UNDER_TSAN();
+  daemon::testing::CurveSetup keys;
+  const std::string pub = keys.server.own.public_key;
+  const curve::ClientKeys pod = keys.endpoint("pod", "[\"127.0.0.1\"]\nrelay = true");
+  const curve::ClientKeys rack = keys.endpoint("rack", "[\"127.0.0.1\"]\nrelay = true");
+  keys.endpoint("rack-not-relay", R"(["127.0.0.1"])");
+  keys.endpoint("ep", R"(["127.0.0.1"])");
+  daemon_.set_control_keys(keys.op);
+  start_curve_allocator(keys);
+  const std::string pod_ep = unique_endpoint();
+  RelayProcess upper;
+  curve::ClientKeys ctl = keys.op;
+  ctl.server_public = pod.own.public_key;
+  upper.set_control_keys(ctl);
+  upper.start(pod_ep, alloc_ep_, {"--curve-server", pub, "--curve-key", keys.key_file("pod"), "--curve-secret", keys.key_file("pod")});
+  for (const char* lower_key : {"rack", "rack-not-relay"}) {
+    SCOPED_TRACE(lower_key);
+    const bool vouches = std::string(lower_key) == "rack";
+    const std::string rack_ep = unique_endpoint();
+    RelayProcess lower;
+    curve::KeyPair own;
+    ASSERT_EQ(curve::read_key_file(keys.key_file(lower_key), true, &own), "");
+    ctl.server_public = own.public_key;
+    lower.set_control_keys(ctl);
+    lower.start(rack_ep, pod_ep, {"--curve-server", pod.own.public_key, "--curve-key", keys.key_file(lower_key),
+                                  "--curve-secret", keys.key_file(lower_key)});
+    ::setenv("FLOWTUNE_CURVE_SERVER", own.public_key.c_str(), 1);
+    ::setenv("FLOWTUNE_CURVE_KEY", keys.key_file("ep").c_str(), 1);
+    ft_client* c = open(rack_ep);
+    ::unsetenv("FLOWTUNE_CURVE_SERVER");
+    ::unsetenv("FLOWTUNE_CURVE_KEY");
+    auto conns = flowlets(c, 1);
+    if (vouches) {
+      EXPECT_TRUE(all_near(c, conns, kLinkBytes)) << daemon_.log();
+      const auto eps = daemon_.control("endpoints");
+      ASSERT_TRUE(eps);
+      ASSERT_EQ((*eps)["endpoints"].size(), 1u) << eps->dump();
+      EXPECT_EQ((*eps)["endpoints"][0]["key"], "ep");
+      EXPECT_EQ((*eps)["endpoints"][0]["vouched_by_relays"], 2);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      EXPECT_EQ(rate(c, conns[0]->send_fd), 0u);
+      EXPECT_EQ(daemon_.status()["flows"], 0);
+    }
+    close(c, conns);
+    EXPECT_TRUE(eventually([&] { return daemon_.status()["flows"] == 0; }, 3000));
+  }
+}
+
 // The allocator's key rotates (docs/security.md): a relay that names it by
 // its file follows the file once upstream falls silent, and the flowlets
 // behind it keep their rates and new ones get theirs.
@@ -457,6 +619,13 @@ TEST(RelayCli, BadUpstreamListsAndProbePeriodsAreRefused) {
   EXPECT_NE(out.find("99999"), std::string::npos) << out;
   EXPECT_EQ(run("--upstream tcp://127.0.0.1:5555,tcp://127.0.0.1:5556 --probe-ms 0", &out), 2);
   EXPECT_NE(out.find("--probe-ms"), std::string::npos) << out;
+  EXPECT_EQ(run("--curve-secret /no/such/key", &out), 2);
+  EXPECT_NE(out.find("--curve-secret: "), std::string::npos) << out;
+  daemon::testing::TempDir dir;
+  daemon::testing::make_key(dir.path(), "r", {}, "", "");
+  ::unsetenv("FLOWTUNE_CURVE_SERVER");
+  EXPECT_EQ(run("--curve-secret " + dir.path() + "/r.key", &out), 2);
+  EXPECT_NE(out.find("give --curve-server too"), std::string::npos) << out;
 }
 
 // A stand-in for one allocator of a pair: a ROUTER that answers the relay's

@@ -603,7 +603,7 @@ std::vector<EndpointView> Allocator::endpoints(std::uint64_t now_us, std::size_t
     }
     v.push_back({e->id, e->peer, e->host, e->flows.size(),
                  now_us > e->last_heard_us ? now_us - e->last_heard_us : 0, e->messages,
-                 e->errors});
+                 e->errors, e->key_name, e->via_keys.size()});
   }
   return v;
 }

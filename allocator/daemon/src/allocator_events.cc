@@ -102,6 +102,7 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
   if (sender_ != nullptr) {
     e->key = sender_->key;
     e->key_name = sender_->name;
+    for (const Principal* r : sender_->via) e->via_keys.push_back(r->key);
   }
   e->host = *host;
   ref_host(*host);
@@ -126,12 +127,19 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
 
 bool Allocator::may_speak_for(const Principal* who, std::optional<alloc::HostId> host,
                               std::string_view name) const {
-  if (who == nullptr || who->any_host) return true;
-  for (const std::string& h : who->hosts) {
-    if (!name.empty() && h == name) return true;
-    if (host && network_.find_host(h) == host) return true;
-  }
-  return false;
+  if (who == nullptr) return true;
+  const auto one = [&](const Principal& p) {
+    if (p.any_host) return true;
+    for (const std::string& h : p.hosts) {
+      if (!name.empty() && h == name) return true;
+      if (host && network_.find_host(h) == host) return true;
+    }
+    return false;
+  };
+  // A vouched key speaks for a host only where every relay that passed it
+  // up may too.
+  return one(*who) && std::all_of(who->via.begin(), who->via.end(),
+                                  [&](const Principal* r) { return one(*r); });
 }
 
 Cause Allocator::resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::FlowSpec* spec,
@@ -513,7 +521,22 @@ std::size_t Allocator::revalidate_keys(
   for (EndpointIdx idx = 0; idx < endpoints_.size(); ++idx) {
     Endpoint* e = endpoints_[idx].get();
     if (e == nullptr || e->key.empty()) continue;
-    const Principal* key = lookup(e->key);
+    const Principal* found = lookup(e->key);
+    // A vouched key: every relay that vouched must still be a relay's key.
+    Principal vouched;
+    const Principal* key = found;
+    if (found != nullptr && !e->via_keys.empty()) {
+      vouched = *found;
+      for (const std::string& k : e->via_keys) {
+        const Principal* r = lookup(k);
+        if (r == nullptr || !r->relay) {
+          key = nullptr;
+          break;
+        }
+        vouched.via.push_back(r);
+      }
+      if (key != nullptr) key = &vouched;
+    }
     const bool ok = key != nullptr && may_speak_for(key, e->host, network_.host_name(e->host));
     if (ok) e->key_name = key->name;
     if (!ok) {
@@ -544,7 +567,8 @@ void Allocator::activate(std::uint64_t epoch) {
 }
 
 std::string Allocator::key_source_name(std::string_view peer) const {
-  if (sender_ == nullptr || wire::is_relayed_peer(peer)) return {};
+  // Behind a relay the key is the endpoint's own only when vouched for.
+  if (sender_ == nullptr || (wire::is_relayed_peer(peer) && sender_->via.empty())) return {};
   return "k:" + sender_->key;
 }
 

@@ -19,6 +19,7 @@ struct Allocator::Endpoint {
   std::string id;    // from hello: unique per process incarnation
   std::string key;   // the CURVE key of its hello (Principal::key); empty: none
   std::string key_name;  // that key's name (Principal::name), for policy rules
+  std::vector<std::string> via_keys;  // relays' keys that vouched for `key` (Principal::via)
   // Its sources for the quotas (Allocator::sources_): its host's, over TCP
   // its peer address's, and with CURVE (heard directly, not through a
   // relay) its key's; null: none.

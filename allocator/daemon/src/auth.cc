@@ -37,7 +37,7 @@ std::vector<std::string> key_files(const std::string& dir) {
 Principal read_entry(const std::string& path, std::string name, bool needs_hosts) {
   const TomlReader r{path};
   const toml::table t = TomlReader::parse(TomlReader::read_file(path, kMaxKeyFileBytes), path);
-  r.check_keys(t, "", {"public-key", "secret-key", "hosts"});
+  r.check_keys(t, "", {"public-key", "secret-key", "hosts", "relay"});
   if (t.get("secret-key") != nullptr) {
     // An allow-list is read by the allocator only, but a secret there has
     // been copied where it does not belong: say so rather than use it.
@@ -49,6 +49,11 @@ Principal read_entry(const std::string& path, std::string name, bool needs_hosts
   if (key == nullptr || !key->is_string()) r.fail(key, "public-key", "expected the key, a string");
   p.key = key->as_string()->get();
   if (std::string why = curve::key_error(p.key); !why.empty()) r.fail(key, "public-key", why);
+  if (const toml::node* relay = t.get("relay"); relay != nullptr) {
+    if (!needs_hosts) r.fail(relay, "relay", "only an endpoint key (--curve-clients) can be a relay's");
+    if (!relay->is_boolean()) r.fail(relay, "relay", "expected true or false");
+    p.relay = relay->as_boolean()->get();
+  }
   const toml::node* hosts = t.get("hosts");
   if (hosts == nullptr) {
     if (needs_hosts) {

@@ -192,6 +192,10 @@ json endpoints_json(const Allocator& a, std::uint64_t now_us, std::size_t limit,
                     {"idle_ms", static_cast<double>(e.idle_us) * 1e-3},
                     {"messages", e.messages},
                     {"errors", e.errors}});
+    if (!e.key_name.empty()) {
+      list.back()["key"] = e.key_name;
+      list.back()["vouched_by_relays"] = e.vouched_by;
+    }
   }
   return {{"endpoints", list}, {"total", a.num_endpoints()}, {"epoch", a.epoch()},
           {"next", next_of(next)}};

@@ -206,6 +206,7 @@ Server::Reload Server::reload_keys() {
   } catch (const ConfigError& e) {
     return refuse(e.what());
   }
+  vouched_.clear();  // it points into the old lists
   ++auth_info_.reloads;
   auth_info_.last_reload_error.clear();
   count_keys();
@@ -439,7 +440,8 @@ int Server::receive_one(std::uint64_t now) {
     recv_part(router_, frames[0]);
     more = frames[0].more();
     count = 1;
-    if (frames[0].to_string_view() == wire::kRelayTag) {
+    if (frames[0].to_string_view() == wire::kRelayTag ||
+        frames[0].to_string_view() == wire::kKeyedRelayTag) {
       return std::max(1, relay_batch(peer.to_string_view(), frames[0], more, now));
     }
   }
@@ -734,34 +736,88 @@ int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool 
             " are refused: not in --relay-from";
     }
   }
+  // A keyed batch's chains mean something only when the relay sending it
+  // was authenticated, and is a relay's key.
+  const bool keyed = tag.to_string_view() == wire::kKeyedRelayTag;
+  if (why.empty() && keyed && !zap_) {
+    why = "keyed relay batches need CURVE on the allocator (--curve-secret)";
+  } else if (why.empty() && keyed && !sender->principal.relay) {
+    why = "key \"" + sender->principal.name + "\" may not vouch for the keys behind it (relay = true)";
+  }
   if (!why.empty()) {
     drain();
     allocator_.on_unauthorized(relay, why, now);
     return 1;
   }
   ++allocator_.counters().relay_batches;
+  const std::size_t frames = keyed ? 3 : 2;
   int pairs = 0;
   while (more) {
-    zmq::message_t route, body;
+    zmq::message_t route, keys, body;
     recv_part(router_, route);
     more = route.more();
+    if (more && keyed) {
+      recv_part(router_, keys);
+      more = keys.more();
+    }
     if (!more || static_cast<std::size_t>(++pairs) > wire::kMaxRelayBatch) {
       drain();
-      allocator_.on_bad_frames(relay, 2 * static_cast<std::size_t>(pairs) + 1, now);  // a route without its message, or too many
+      allocator_.on_bad_frames(relay, frames * static_cast<std::size_t>(pairs) + 1, now);  // a route without its message, or too many
       return pairs;
     }
     recv_part(router_, body);
     more = body.more();
     const std::string peer = wire::valid_route(route.to_string_view()) ? wire::relayed_peer(relay, route.to_string_view())
                                                                         : std::string();
-    if (!wire::is_relayed_peer(peer)) {
-      allocator_.on_bad_frames(relay, 2 * static_cast<std::size_t>(pairs) + 1, now);
+    if (!wire::is_relayed_peer(peer) || (keyed && !wire::valid_key_chain(keys.to_string_view()))) {
+      allocator_.on_bad_frames(relay, frames * static_cast<std::size_t>(pairs) + 1, now);
       continue;
     }
-    allocator_.on_message(peer, {body.data<std::uint8_t>(), body.size()}, now,
-                          sender != nullptr ? &sender->principal : nullptr, {});
+    const Principal* speaker = sender != nullptr ? &sender->principal : nullptr;
+    if (keyed) {
+      speaker = vouched(keys.to_string_view(), *sender, &why);
+      if (speaker == nullptr) {
+        allocator_.on_unauthorized(peer, why, now);
+        continue;
+      }
+    }
+    allocator_.on_message(peer, {body.data<std::uint8_t>(), body.size()}, now, speaker, {});
   }
   return pairs;
+}
+
+// The endpoint key a chain vouches for (wire/relay.h: innermost first),
+// with every relay that passed it up, the top one included, in its `via`.
+// Null, and *why, when a key is in no endpoint list or a relay's key lacks
+// `relay = true`. Kept until the lists are read again.
+const Principal* Server::vouched(std::string_view chain, const KeyEntry& top, std::string* why) {
+  std::string id(chain);
+  id.append(top.principal.key);
+  if (const auto it = vouched_.find(id); it != vouched_.end()) return &it->second;
+  Principal p;
+  for (std::size_t i = 0; i < chain.size(); i += wire::kCurveKeyBytes) {
+    char z85[curve::kZ85KeyChars + 1] = {};
+    zmq_z85_encode(z85, reinterpret_cast<const std::uint8_t*>(chain.data() + i), wire::kCurveKeyBytes);
+    const KeyEntry* k = keys_.find(z85);
+    if (k == nullptr || (k->roles & kRoleEndpoint) == 0) {
+      *why = std::string(i == 0 ? "the endpoint's key " : "a relay's key ") + z85 +
+             " is in no endpoint list (--curve-clients)";
+      return nullptr;
+    }
+    if (i == 0) {
+      p = k->principal;
+    } else if (!k->principal.relay) {
+      *why = "key \"" + k->principal.name + "\" passed an endpoint's message up but may not vouch (relay = true)";
+      return nullptr;
+    } else {
+      p.via.push_back(&k->principal);
+    }
+  }
+  p.via.push_back(&top.principal);
+  // Chains are few (one per endpoint key and path of relays); a flood of
+  // made-up ones is refused above, as every key must be listed.
+  if (vouched_.size() >= kMaxVouched) vouched_.clear();
+  return &vouched_.emplace(std::move(id), std::move(p)).first->second;
 }
 
 bool Server::relay_allowed(std::string_view address) const {

@@ -729,8 +729,8 @@ TEST_F(AllocatorTest, OneKeyIsHeldToItsQuotaWhateverHostsAndAddressesItUses) {
   c.max_flows_per_source = 10;
   c.max_endpoints_per_source = 3;
   make(c, 64);
-  Principal a{"KEY-A", "tenant-a", {"*"}, true};
-  Principal b{"KEY-B", "tenant-b", {"*"}, true};
+  Principal a{"KEY-A", "tenant-a", {"*"}, true, false, {}};
+  Principal b{"KEY-B", "tenant-b", {"*"}, true, false, {}};
   auto send_as = [&](const Principal& who, std::string_view peer, std::vector<wire::EndpointEvent> ev,
                      std::string_view address) {
     EndpointMessage m;
@@ -771,6 +771,42 @@ TEST_F(AllocatorTest, OneKeyIsHeldToItsQuotaWhateverHostsAndAddressesItUses) {
   for (std::uint64_t k = 1; k <= 4; ++k) send_as(a, "a0", {wire::FlowletEnd{k}}, "10.9.9.0");
   send_as(a, "a2", {start_of(5, 2, 40)}, "10.9.9.2");
   EXPECT_EQ(alloc_->num_flows(), 16u);
+}
+
+// Behind a relay that vouches for each endpoint's own key (keyed batches),
+// the key is the endpoint's: its quota holds across relays, and the host
+// must be allowed by the relay's key as well as its own.
+TEST_F(AllocatorTest, AKeyVouchedForByRelaysIsHeldToItsQuotaAndTheirHosts) {
+  AllocatorConfig c = config();
+  c.max_flows_per_source = 5;
+  make(c, 64);
+  Principal rack1{"RELAY-1", "rack1", {"h1", "h2", "h3"}, false, true, {}};
+  Principal rack2{"RELAY-2", "rack2", {"h4"}, false, true, {}};
+  Principal a_via1{"KEY-A", "tenant-a", {}, true, false, {&rack1}};
+  Principal a_via2{"KEY-A", "tenant-a", {}, true, false, {&rack2}};
+  auto send_as = [&](const Principal& who, std::string_view peer, std::vector<wire::EndpointEvent> ev) {
+    EndpointMessage m;
+    m.events = std::move(ev);
+    alloc_->on_message(peer, wire::encode(m), now_, &who, {});
+  };
+  const auto peer = [](const char* relay, int i) {
+    return wire::relayed_peer(relay, wire::route_push("ep" + std::to_string(i), {}));
+  };
+  // Given: key A on h1 through rack1 and h4 through rack2, 3 starts each.
+  send_as(a_via1, peer("relay1", 1), {wire::Hello{"ep-1", "h1"}});
+  send_as(a_via2, peer("relay2", 4), {wire::Hello{"ep-4", "h4"}});
+  for (std::uint64_t k = 1; k <= 3; ++k) {
+    send_as(a_via1, peer("relay1", 1), {start_of(k, 1, 40)});
+    send_as(a_via2, peer("relay2", 4), {start_of(k, 4, 40)});
+  }
+  // Expect: one quota for the key, whichever relay carried it.
+  EXPECT_EQ(alloc_->num_endpoints(), 2u);
+  EXPECT_EQ(alloc_->num_flows(), 5u);
+  EXPECT_EQ(errors(Cause::kTooManyFlows), 1u);
+  // h5 is A's (any host) but not rack2's: refused.
+  send_as(a_via2, peer("relay2", 5), {wire::Hello{"ep-5", "h5"}});
+  EXPECT_EQ(alloc_->num_endpoints(), 2u);
+  EXPECT_EQ(errors(Cause::kNotAuthorized), 1u);
 }
 
 // The input budget is per source, charged before decoding, hellos

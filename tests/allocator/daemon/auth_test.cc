@@ -75,6 +75,18 @@ TEST_F(KeyRingTest, RolesComeFromTheListsAKeyIsIn) {
   EXPECT_EQ(ring.count(kRoleRead), 3u);
   EXPECT_EQ(ring.count(kRoleAdmin), 2u);
   EXPECT_EQ(ring.find(curve::generate().public_key), nullptr);
+  EXPECT_FALSE(e->principal.relay);
+}
+
+TEST_F(KeyRingTest, OnlyAnEndpointKeyMayBeARelaysAndSaysSoWithABoolean) {
+  const auto r = make_key(dir_.path(), "rack", {clients()}, "[\"h1\"]\nrelay = true", "");
+  EXPECT_TRUE(KeyRing::load(config_).find(r.own.public_key)->principal.relay);
+  write_file(clients() + "/rack.pub", "public-key = \"" + r.own.public_key + "\"\nhosts = [\"h1\"]\nrelay = 1\n");
+  expect_refused("rack.pub:3: relay: expected true or false");
+  fs::remove(clients() + "/rack.pub");
+  make_key(dir_.path(), "reader", {config_.ctl_dir}, "", "");
+  write_file(config_.ctl_dir + "/reader.pub", "public-key = \"" + r.own.public_key + "\"\nrelay = true\n");
+  expect_refused("relay: only an endpoint key (--curve-clients) can be a relay's");
 }
 
 TEST_F(KeyRingTest, MistakesAreRefusedWithTheFileAndTheReason) {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <cstdint>
 #include <string>
@@ -44,6 +45,11 @@ struct Config {
   // CURVE upstream: the relay's key pair, an endpoint key of the allocator's
   // --curve-clients bound to the hosts behind it (unset: plain).
   std::optional<curve::ClientKeys> curve;
+  // CURVE downstream: the key pair endpoints (and relays below) must speak
+  // to (unset: plain). Any key may connect; each message goes up with the
+  // key it came with, and the allocator decides (keyed batches,
+  // wire/relay.h).
+  std::optional<curve::KeyPair> listen_key;
 };
 
 struct Counters {
@@ -55,6 +61,7 @@ struct Counters {
   std::uint64_t bad_frames = 0;     // neither a message, a batch nor a flowtune-ctl request
   std::uint64_t upstream_switches = 0;  // a standby took over and the relay followed
   std::uint64_t key_changes = 0;        // the allocator's key file named a new key
+  std::uint64_t unkeyed = 0;  // under CURVE downstream, a message without a key, or a keyed batch from a plain relay
 };
 
 class Relay {
@@ -75,13 +82,19 @@ class Relay {
   void read_role(std::size_t i, std::string_view answer, std::chrono::steady_clock::time_point now);
   void choose_upstream(std::chrono::steady_clock::time_point now);
   void follow_server_key(std::chrono::steady_clock::time_point now);
-  void take_batch(std::string_view hop, bool more);
-  void add_up(std::string route, zmq::message_t&& body);
+  // A batch from a relay below; keyed: triples with key chains. below_key:
+  // the raw key the relay below connected with (CURVE downstream), which
+  // joins each chain.
+  void take_batch(std::string_view hop, bool more, bool keyed, std::string_view below_key);
+  void add_up(std::string route, std::string keys, zmq::message_t&& body);
+  void enable_curve_down(zmq::context_t& ctx);
+  void answer_zap();
   void flush_up();
   std::string status() const;
 
   Config config_;
   zmq::socket_t down_;  // ROUTER: endpoints and relays below
+  std::unique_ptr<zmq::socket_t> zap_;  // REP: CURVE downstream's handshakes
   std::vector<zmq::socket_t> ups_;  // DEALERs: the allocator(s) or the relay above
   std::size_t active_ = 0;          // where batches go
   bool chosen_ = false;             // one upstream, or one of a pair said it is active
@@ -100,6 +113,7 @@ class Relay {
   std::string bound_;
   // The batch going up: routes and messages, interleaved.
   std::vector<std::string> routes_;
+  std::vector<std::string> keys_;  // each message's key chain (CURVE downstream)
   std::vector<zmq::message_t> bodies_;
   std::size_t batch_bytes_ = 0;
   std::chrono::steady_clock::time_point first_at_;  // when the batch's first message came

@@ -9,6 +9,18 @@
 // route the path back to it: the routing ids of the hops below, outermost
 // first, each as [length: 1 byte][id]. The answers come down the same way,
 // and every relay pops its own hop. ZeroMQ routing ids are 1-255 bytes.
+//
+// A relay whose endpoints speak CURVE to it (flowtune-relay --curve-secret)
+// sends keyed batches instead, one triple per endpoint message:
+//
+//   "flowtune-relay-keyed", route_1, keys_1, message_1, ...
+//
+// keys_i is the chain of CURVE public keys (32 raw bytes each) that vouch
+// for message_i, innermost first: the key the endpoint itself connected
+// with, then the key of each relay below that passed it up. The relay
+// sending the batch does not list itself: its upstream knows its key from
+// the connection. The allocator checks every key of the chain against its
+// own lists (docs/security.md#relays). Answers come down unkeyed.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +30,17 @@
 namespace flowtune::wire {
 
 inline constexpr std::string_view kRelayTag = "flowtune-relay";
+inline constexpr std::string_view kKeyedRelayTag = "flowtune-relay-keyed";
+inline constexpr std::size_t kCurveKeyBytes = 32;
+// Keys in one chain: the endpoint's and a relay's per hop (routes stop at
+// 8 hops).
+inline constexpr std::size_t kMaxKeyChain = 9;
+
+// A chain of keys_i well formed: 1 to kMaxKeyChain keys of 32 bytes.
+inline bool valid_key_chain(std::string_view keys) {
+  return !keys.empty() && keys.size() % kCurveKeyBytes == 0 &&
+         keys.size() / kCurveKeyBytes <= kMaxKeyChain;
+}
 // (route, message) pairs per batch.
 inline constexpr std::size_t kMaxRelayBatch = 1024;
 // A route longer than this (relays stacked 8 deep and more) is refused.

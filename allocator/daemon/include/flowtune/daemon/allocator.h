@@ -131,6 +131,12 @@ struct Principal {
   std::string name;                // the key file's name, for logs
   std::vector<std::string> hosts;  // host names or IPv4 addresses, as in a hello
   bool any_host = false;           // hosts = ["*"]
+  // `relay = true`: a relay's key, which may vouch for the endpoint keys
+  // behind it (keyed batches, wire/relay.h).
+  bool relay = false;
+  // Set only on a vouched endpoint key: the relays that passed its message
+  // up. The host must be allowed by each of them too.
+  std::vector<const Principal*> via;
 };
 
 struct Outgoing {
@@ -181,6 +187,8 @@ struct EndpointView {
   std::uint64_t idle_us;  // since the endpoint was last heard
   std::uint64_t messages;
   std::uint64_t errors;
+  std::string key_name;  // its CURVE key's name; empty: none
+  std::size_t vouched_by = 0;  // relays that vouched for that key
 };
 
 class Allocator {

@@ -111,6 +111,7 @@ class Server {
   // A relay's batch; returns the endpoint messages it held.
   int relay_batch(std::string_view relay, const zmq::message_t& tag, bool more, std::uint64_t now_us);
   bool relay_allowed(std::string_view address) const;
+  const Principal* vouched(std::string_view chain, const KeyEntry& top, std::string* why);
   // What the turn owes the endpoints behind one relay (peers: full keys).
   struct RelayOut {
     std::vector<std::string> peers;
@@ -154,6 +155,9 @@ class Server {
 
   AuthConfig auth_;
   KeyRing keys_;
+  // Endpoint keys vouched for by relays, by chain (Server::vouched).
+  std::unordered_map<std::string, Principal> vouched_;
+  static constexpr std::size_t kMaxVouched = 1u << 16;
   AuthInfo auth_info_;
   std::unique_ptr<zmq::socket_t> zap_;      // REP, inproc://zeromq.zap.01
   std::unique_ptr<zmq::socket_t> monitor_;  // PAIR: the router's failed handshakes
