@@ -6,16 +6,15 @@
 
 #include <cstring>
 #include <iostream>
-#include <iterator>
 #include <map>
 #include <stdexcept>
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <zmq_addon.hpp>
 
 #include "flowtune/common/endpoint.h"
 #include "flowtune/common/router.h"
+#include "flowtune/common/zap.h"
 #include "flowtune/wire/messages.h"
 #include "flowtune/wire/relay.h"
 #include "flowtune/wire/role.h"
@@ -139,31 +138,11 @@ void Relay::enable_curve_down(zmq::context_t& ctx) {
   down_.set(zmq::sockopt::zap_domain, "flowtune");
 }
 
-// ZAP (RFC 27): the reply's user id, the client's key in Z85, travels with
-// each of the connection's messages as "User-Id".
+// ZAP (common/zap.h): any CURVE key is let in, and travels with its
+// connection's messages as "User-Id".
 void Relay::answer_zap() {
-  for (int i = 0; i < kMaxPerTurn; ++i) {
-    std::vector<zmq::message_t> req;
-    try {
-      if (!zmq::recv_multipart(*zap_, std::back_inserter(req), zmq::recv_flags::dontwait)) return;
-    } catch (const zmq::error_t& e) {
-      if (e.num() == EINTR) return;
-      throw;
-    }
-    std::string status = "400", text = "no CURVE key", user;
-    if (req.size() >= 7 && req[5].to_string_view() == "CURVE" && req[6].size() == wire::kCurveKeyBytes) {
-      char z85[curve::kZ85KeyChars + 1] = {};
-      zmq_z85_encode(z85, req[6].data<std::uint8_t>(), wire::kCurveKeyBytes);
-      status = "200";
-      text = "OK";
-      user = z85;
-    }
-    const std::string_view id = req.size() >= 2 ? req[1].to_string_view() : std::string_view();
-    std::vector<zmq::const_buffer> reply = {zmq::str_buffer("1.0"), zmq::buffer(id),
-                                            zmq::buffer(status), zmq::buffer(text),
-                                            zmq::buffer(user), zmq::str_buffer("")};
-    zmq::send_multipart(*zap_, reply);
-  }
+  curve::ZapRequest r;
+  for (int i = 0; i < kMaxPerTurn && curve::zap_receive(*zap_, &r); ++i) curve::zap_reply(*zap_, r);
 }
 
 int Relay::run(int signal_fd, std::uint64_t turns) {

@@ -18,6 +18,7 @@
 
 #include "allocator_internal.h"
 #include "flowtune/common/curve.h"
+#include "flowtune/common/zap.h"
 #include "flowtune/common/endpoint.h"
 #include "flowtune/common/router.h"
 #include "flowtune/daemon/control.h"
@@ -279,46 +280,24 @@ std::string Server::rotate_key(const curve::KeyPair& own) {
   return "the allocator's key rotated (now " + own.public_key + "); clients reconnect with it";
 }
 
-// ZAP (RFC 27): request frames are version, request id, domain, address,
-// routing id, mechanism, credentials (CURVE: the client's 32-byte public
-// key); the reply's user id (the key in Z85) travels with every message
-// of the connection as its "User-Id" property.
+// ZAP (common/zap.h): the key in Z85 travels with every message of the
+// connection as its "User-Id" property.
 void Server::answer_zap(std::uint64_t now) {
-  for (int i = 0; i < kMaxAuthPerTurn; ++i) {
-    std::vector<zmq::message_t> req;
-    try {
-      if (!zmq::recv_multipart(*zap_, std::back_inserter(req), zmq::recv_flags::dontwait)) return;
-    } catch (const zmq::error_t& e) {
-      if (e.num() == EINTR) return;
-      throw;
-    }
+  curve::ZapRequest r;
+  for (int i = 0; i < kMaxAuthPerTurn && curve::zap_receive(*zap_, &r); ++i) {
     // Every CURVE key gets its connection; whether it is allowed is asked
     // of each message. libzmq 4.3 never reconnects a socket refused here,
     // so a client whose key a reload adds a moment later would stay
     // locked out until restarted; this way it is heard from the reload on.
-    std::string status = "400";
-    std::string text = "no CURVE key";
-    std::string user;
-    if (req.size() >= 7 && req[5].to_string_view() == "CURVE" && req[6].size() == 32) {
-      char z85[curve::kZ85KeyChars + 1] = {};
-      zmq_z85_encode(z85, req[6].data<std::uint8_t>(), 32);
-      status = "200";
-      text = "OK";
-      user = z85;
-      if (keys_.find(z85) != nullptr) {
-        ++auth_info_.accepted;
-      } else {
-        ++auth_info_.unknown_keys;
-        log_.note(Note::kKeyRefused, LogLevel::kWarn, now,
-                  "a connection from " + std::string(req[3].to_string_view()) + " holds key " +
-                      z85 + ", in no allow-list: its messages are refused");
-      }
+    if (!r.z85.empty() && keys_.find(r.z85) != nullptr) {
+      ++auth_info_.accepted;
+    } else if (!r.z85.empty()) {
+      ++auth_info_.unknown_keys;
+      log_.note(Note::kKeyRefused, LogLevel::kWarn, now,
+                "a connection from " + r.address + " holds key " + r.z85 +
+                    ", in no allow-list: its messages are refused");
     }
-    const std::string_view id = req.size() >= 2 ? req[1].to_string_view() : std::string_view();
-    std::vector<zmq::const_buffer> reply = {zmq::str_buffer("1.0"), zmq::buffer(id),
-                                            zmq::buffer(status), zmq::buffer(text),
-                                            zmq::buffer(user), zmq::str_buffer("")};
-    zmq::send_multipart(*zap_, reply);
+    curve::zap_reply(*zap_, r);
   }
 }
 
