@@ -77,8 +77,9 @@ void set_counters(benchmark::State& state, std::uint32_t flows, unsigned threads
 // the serial engine (one block), otherwise blocks for the multi-core driver.
 template <typename Real>
 std::unique_ptr<BasicEngine<Real>> make_engine(const Topology& t, const std::vector<FlowSpec>& specs,
-                                               unsigned threads) {
+                                               unsigned threads, bool sparse_links = true) {
   EngineConfig cfg;
+  cfg.sparse_links = sparse_links;
   cfg.blocks = threads == 0 ? 1 : ParallelDriver::blocks_for_threads(threads);
   auto e = std::make_unique<BasicEngine<Real>>(t.capacities_bps(), t.num_sites(), cfg);
   for (const auto& f : specs) e->add_flow(f);
@@ -270,6 +271,27 @@ void BM_PolicyVsDefault(benchmark::State& state) {
   set_counters(state, flows, threads == 0 ? 1 : threads);
   state.counters["default_us"] = per_iteration_us(state, plain_s);
   state.counters["policy_cost"] = policy_s / plain_s;
+}
+
+// A big network carrying few flows (the daemon between bursts, a swarm of
+// mostly idle hosts): the price update over the links in use
+// (EngineConfig::sparse_links, the default) against a sweep over every
+// link, interleaved; the same flows, the same bits. speedup = sweep / used.
+void BM_SparseVsDense(benchmark::State& state) {
+  Case c = make_case(state);
+  auto sweep = make_engine<double>(c.topology, c.specs, 0, false);
+  auto used = make_engine<double>(c.topology, c.specs, 0, true);
+  Stepper step(0);
+  for (int i = 0; i < kWarmupIterations; ++i) {
+    step(*sweep);
+    step(*used);
+  }
+  const auto [sweep_s, used_s] = interleave(state, [&] { step(*sweep); }, [&] { step(*used); });
+  set_counters(state, c.flows, 1);
+  state.counters["links"] = static_cast<double>(used->num_links());
+  state.counters["sweep_us"] = per_iteration_us(state, sweep_s);
+  state.counters["used_us"] = per_iteration_us(state, used_s);
+  state.counters["speedup"] = sweep_s / used_s;
 }
 
 // Coflow planning (alloc::CoflowPlanner, run by PolicyBook when a flowlet of
@@ -497,6 +519,13 @@ BENCHMARK(BM_ThreadsVsSerial<Schedule::kPersistent, false>)
 BENCHMARK(BM_RepartitionVsIteration)->Apply([](benchmark::internal::Benchmark* b) {
   b->ArgNames({"hosts", "flows", "threads"});
   for (auto [hosts, flows] : kSizes) b->Args({hosts, flows, 0});
+  b->UseManualTime();
+  b->MinTime(0.05);
+});
+BENCHMARK(BM_SparseVsDense)->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hosts", "flows", "threads"});
+  for (std::int64_t flows : {64, 256, 1024, 4096}) b->Args({4608, flows, 0});
+  b->Args({1536, 49152, 0});  // every link in use: the sweep either way
   b->UseManualTime();
   b->MinTime(0.05);
 });

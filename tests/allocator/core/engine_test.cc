@@ -1394,3 +1394,88 @@ TEST(FloatEngine, LargeAlphaWithHugeCapacityStaysFinite) {
 
 }  // namespace
 }  // namespace flowtune::alloc
+
+namespace flowtune::alloc {
+namespace {
+
+// A big network carrying few flows: the price update visits only the links
+// in use (sparse_links), and must give the bits a sweep over every link
+// gives, through arrivals, departures, classes, compaction and re-blocking,
+// as the links in use cross the sparse/sweep threshold both ways.
+template <typename Real>
+void expect_sparse_links_identical(std::uint64_t seed) {
+  constexpr std::uint32_t kHosts = 500;  // 1,000 links: uplinks, then downlinks
+  EngineConfig sparse;
+  sparse.blocks = 2;
+  EngineConfig dense = sparse;
+  dense.sparse_links = false;
+  std::vector<double> caps(2 * kHosts, 10e9);
+  BasicEngine<Real> a(caps, kHosts, sparse), b(caps, kHosts, dense);
+  oracle::Rng rng(seed);
+  std::vector<FlowId> live;
+  for (int round = 0; round < 120; ++round) {
+    // Bursts of arrivals to about 1,200 flows (nine links in ten in use),
+    // then mostly departures back to a handful.
+    const bool grow = (round / 30) % 2 == 0;
+    const int changes = 1 + static_cast<int>(rng.below(grow ? 80 : 100));
+    for (int c = 0; c < changes; ++c) {
+      if (grow || live.empty() || rng.chance(0.2)) {
+        FlowSpec f;
+        f.src_site = static_cast<std::uint32_t>(rng.below(kHosts));
+        f.dst_site = static_cast<std::uint32_t>(rng.below(kHosts));
+        f.path.push(static_cast<LinkId>(f.src_site));
+        f.path.push(static_cast<LinkId>(kHosts + f.dst_site));
+        f.weight = rng.log_uniform(0.5, 4);
+        f.priority = static_cast<std::uint8_t>(3 + rng.below(3));
+        const FlowId id = a.add_flow(f);
+        ASSERT_EQ(b.add_flow(f), id);
+        live.push_back(id);
+      } else {
+        const std::size_t i = rng.below(live.size());
+        a.remove_flow(live[i]);
+        b.remove_flow(live[i]);
+        live[i] = live.back();
+        live.pop_back();
+      }
+    }
+    if (round % 17 == 16) {
+      a.compact();
+      b.compact();
+    }
+    if (round % 29 == 28) {
+      const std::uint32_t k = 1 + static_cast<std::uint32_t>(rng.below(3));
+      ASSERT_EQ(a.set_blocks(k), b.set_blocks(k));
+    }
+    a.iterate();
+    b.iterate();
+    ASSERT_EQ(a.num_layers(), b.num_layers());
+    for (FlowId id : live) {
+      ASSERT_EQ(a.rate_bps(id), b.rate_bps(id)) << "round " << round << " flow " << id;
+      ASSERT_EQ(a.raw_rate_bps(id), b.raw_rate_bps(id)) << "round " << round << " flow " << id;
+    }
+    // Every link of every layer: price and F-NORM ratio.
+    std::vector<std::uint32_t> all(a.num_layers() * a.num_links());
+    for (std::uint32_t v = 0; v < all.size(); ++v) all[v] = v;
+    std::vector<Real> sa(2 * all.size()), sb(2 * all.size());
+    a.save_links(all.data(), all.size(), sa.data());
+    b.save_links(all.data(), all.size(), sb.data());
+    for (std::size_t i = 0; i < sa.size(); ++i) {
+      ASSERT_EQ(sa[i], sb[i]) << "round " << round << ": virtual link " << i / 2
+                              << (i % 2 == 0 ? " price" : " ratio");
+    }
+  }
+}
+
+TEST(SparseLinks, VisitingOnlyLinksInUseGivesTheBitsOfASweepDouble) {
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    expect_sparse_links_identical<double>(seed);
+  }
+}
+
+TEST(SparseLinks, VisitingOnlyLinksInUseGivesTheBitsOfASweepFloat) {
+  expect_sparse_links_identical<float>(4);
+}
+
+}  // namespace
+}  // namespace flowtune::alloc

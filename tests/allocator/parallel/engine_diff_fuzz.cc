@@ -3,8 +3,9 @@
 // two engines with the same block count, one iterated by BasicEngine (serial)
 // and one by the multi-core ParallelDriver on a schedule the input picks (TBB,
 // the persistent team on every iteration, the team that runs small engines
-// alone on the team's layout, or alone on one block). Checked after every
-// iteration:
+// alone on the team's layout, or alone on one block); in half the inputs
+// the serial engine sweeps every link where the other visits only those in
+// use (EngineConfig::sparse_links). Checked after every iteration:
 //   - both engines give bit-identical rates and prices (same block order),
 //     or, where the driver ran alone on one block, equal to 1e-6 relative
 //     (the same sums in another order);
@@ -79,11 +80,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   Bytes in(data, size);
   const Topology& t = topology();
   EngineConfig cfg;
-  cfg.blocks = 1 + in.u8() % 3;
+  const std::uint8_t first = in.u8();
+  cfg.blocks = 1 + first % 3;
   cfg.algorithm = in.u8() % 4 == 0 ? Algorithm::kGradient : Algorithm::kNed;
   cfg.normalizer = Normalizer::kFNorm;
   const std::uint8_t schedule = in.u8() % 4;
-  Engine serial(t.capacities_bps(), t.num_sites(), cfg);
+  // The serial engine sweeps every link in half the inputs: visiting only
+  // the links in use (and pruning blocks' dead copies) is the same update.
+  EngineConfig serial_cfg = cfg;
+  serial_cfg.sparse_links = (first / 3) % 2 == 0;
+  Engine serial(t.capacities_bps(), t.num_sites(), serial_cfg);
   Engine parallel(t.capacities_bps(), t.num_sites(), cfg);
   std::vector<FlowId> ids;
   std::vector<double> caps;

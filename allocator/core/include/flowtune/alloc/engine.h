@@ -67,6 +67,10 @@ struct EngineConfig {
   // Use the x86-64 baseline kernels even where AVX-512 ones would run (tests
   // compare the two; operators can rule out a CPU-specific path).
   bool portable_kernels = false;
+  // The price update visits only the links that carry flows when they are
+  // few (a big network carrying few flows); false visits every link
+  // (benchmarks and tests compare the two: the same arithmetic).
+  bool sparse_links = true;
   // Strict priority classes: the share of a link kept for each lower class
   // in use there, taken from the classes above it (docs/policy.md). A
   // starved class must still trickle: TCP paced at rate r sleeps len/r after
@@ -339,13 +343,16 @@ class BasicEngine {
   }
   // update_links's bodies, with sum_of(i, l) giving the (y, h) sums of the
   // i-th layer in class order on link l.
-  template <typename Sum>
-  LinkPartial update_single(std::size_t begin, std::size_t end, Sum sum_of);
-  template <typename Sum>
-  LinkPartial update_layered(std::size_t begin, std::size_t end, Sum sum_of);
+  // Links is a range of link ids (every link of a range, or those in use).
+  template <typename Links, typename Sum>
+  LinkPartial update_single(const Links& links, Sum sum_of);
+  template <typename Links, typename Sum>
+  LinkPartial update_layered(const Links& links, Sum sum_of);
   // Σ of the blocks' accumulators for virtual link v (in block order).
   detail::LinkAcc<Real> link_sum(std::size_t v) const;
   void rebuild_contributions();
+  void count_uses(const Path& p, bool add);
+  void refresh_used_links();
   double min_path_capacity(const Path& p) const;
   // The global links of flow slot s of block k.
   Path path_of(const Block& k, std::size_t s) const;
@@ -394,6 +401,15 @@ class BasicEngine {
   // only time a block's accumulator array can move.
   std::vector<std::uint32_t> contrib_begin_;
   std::vector<const detail::LinkAcc<Real>*> contrib_;
+  // Links in use: live flows per link (any class), a bit per link with
+  // flows, and those links ascending (made again in prepare() when a link
+  // started or stopped being used). The others carry no flow; their ratio
+  // is 0. A block's copies of links outlive its flows (until compact()), so
+  // this is not what the blocks hold.
+  std::vector<std::uint32_t> uses_;
+  std::vector<std::uint64_t> used_bits_;
+  std::vector<std::uint32_t> used_links_;
+  bool used_dirty_ = false;
   bool contributions_dirty_ = true;
   // Stable flow ids.
   std::vector<Slot> slots_;
