@@ -1,8 +1,8 @@
 #include "flowtune/alloc/engine.h"
 
 #include <algorithm>
-#include <bit>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <span>

@@ -125,6 +125,19 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
   }
 }
 
+std::optional<Principal> vouched_for(const Principal& key, const std::vector<const Principal*>& relays,
+                                     std::string* why) {
+  for (const Principal* r : relays) {
+    if (!r->relay) {
+      *why = "key \"" + r->name + "\" passed an endpoint's message up but may not vouch (relay = true)";
+      return std::nullopt;
+    }
+  }
+  Principal p = key;
+  p.via = relays;
+  return p;
+}
+
 bool Allocator::may_speak_for(const Principal* who, std::optional<alloc::HostId> host,
                               std::string_view name) const {
   if (who == nullptr) return true;
@@ -521,21 +534,17 @@ std::size_t Allocator::revalidate_keys(
   for (EndpointIdx idx = 0; idx < endpoints_.size(); ++idx) {
     Endpoint* e = endpoints_[idx].get();
     if (e == nullptr || e->key.empty()) continue;
-    const Principal* found = lookup(e->key);
+    const Principal* key = lookup(e->key);
     // A vouched key: every relay that vouched must still be a relay's key.
-    Principal vouched;
-    const Principal* key = found;
-    if (found != nullptr && !e->via_keys.empty()) {
-      vouched = *found;
-      for (const std::string& k : e->via_keys) {
-        const Principal* r = lookup(k);
-        if (r == nullptr || !r->relay) {
-          key = nullptr;
-          break;
-        }
-        vouched.via.push_back(r);
+    std::optional<Principal> vouched;
+    if (key != nullptr && !e->via_keys.empty()) {
+      std::vector<const Principal*> relays;
+      for (const std::string& k : e->via_keys) relays.push_back(lookup(k));
+      std::string why;
+      if (std::find(relays.begin(), relays.end(), nullptr) == relays.end()) {
+        vouched = vouched_for(*key, relays, &why);
       }
-      if (key != nullptr) key = &vouched;
+      key = vouched ? &*vouched : nullptr;
     }
     const bool ok = key != nullptr && may_speak_for(key, e->host, network_.host_name(e->host));
     if (ok) e->key_name = key->name;

@@ -773,7 +773,7 @@ const Principal* Server::vouched(std::string_view chain, const KeyEntry& top, st
   std::string id(chain);
   id.append(top.principal.key);
   if (const auto it = vouched_.find(id); it != vouched_.end()) return &it->second;
-  Principal p;
+  std::vector<const Principal*> chain_keys;
   for (std::size_t i = 0; i < chain.size(); i += wire::kCurveKeyBytes) {
     char z85[curve::kZ85KeyChars + 1] = {};
     zmq_z85_encode(z85, reinterpret_cast<const std::uint8_t*>(chain.data() + i), wire::kCurveKeyBytes);
@@ -783,20 +783,16 @@ const Principal* Server::vouched(std::string_view chain, const KeyEntry& top, st
              " is in no endpoint list (--curve-clients)";
       return nullptr;
     }
-    if (i == 0) {
-      p = k->principal;
-    } else if (!k->principal.relay) {
-      *why = "key \"" + k->principal.name + "\" passed an endpoint's message up but may not vouch (relay = true)";
-      return nullptr;
-    } else {
-      p.via.push_back(&k->principal);
-    }
+    chain_keys.push_back(&k->principal);
   }
-  p.via.push_back(&top.principal);
+  chain_keys.push_back(&top.principal);
+  const std::vector<const Principal*> relays(chain_keys.begin() + 1, chain_keys.end());
+  std::optional<Principal> p = vouched_for(*chain_keys.front(), relays, why);
+  if (!p) return nullptr;
   // Chains are few (one per endpoint key and path of relays); a flood of
   // made-up ones is refused above, as every key must be listed.
   if (vouched_.size() >= kMaxVouched) vouched_.clear();
-  return &vouched_.emplace(std::move(id), std::move(p)).first->second;
+  return &vouched_.emplace(std::move(id), std::move(*p)).first->second;
 }
 
 bool Server::relay_allowed(std::string_view address) const {

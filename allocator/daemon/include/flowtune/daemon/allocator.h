@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -138,6 +139,12 @@ struct Principal {
   // up. The host must be allowed by each of them too.
   std::vector<const Principal*> via;
 };
+
+// `key` as heard through `relays` (innermost first, the one that sent the
+// batch last): a copy whose `via` holds them. Empty, and *why, where one of
+// them is not a relay's key (`relay = true`).
+std::optional<Principal> vouched_for(const Principal& key, const std::vector<const Principal*>& relays,
+                                     std::string* why);
 
 struct Outgoing {
   std::string peer;  // ZeroMQ routing id
