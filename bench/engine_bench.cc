@@ -20,6 +20,7 @@
 #include <x86intrin.h>
 
 #include "flowtune/alloc/clos_engine.h"
+#include "floor_kernels.h"
 #include "flowtune/alloc/coflow.h"
 #include "flowtune/alloc/engine.h"
 #include "flowtune/alloc/parallel.h"
@@ -406,6 +407,148 @@ void BM_ClosVsEngine(benchmark::State& state) {
       engine_s / (static_cast<double>(state.iterations()) * kAbBlock) * tsc_hz() / c.flows;
 }
 
+// F-NORM folded into the next rate pass (BasicClosEngine::set_fold_fnorm)
+// against its own pass, each iteration followed by what a driver does with
+// the rates, a scan of every one (summed here): the separate engine's
+// rates(), the folded one's lagged_rates() (one iteration late, no pass of
+// their own). Interleaved in blocks of kAbBlock; reported time and
+// core_cycles_per_flow = the folded engine's; separate_us and the speed-up
+// beside it.
+template <typename Real>
+void BM_ClosFoldVsSeparate(benchmark::State& state) {
+  const Case c = make_case(state);
+  flowtune::alloc::BasicClosEngine<Real> separate(c.topology, EngineConfig{}), folded(c.topology, EngineConfig{});
+  separate.set_fold_fnorm(false);
+  folded.set_fold_fnorm(true);
+  for (const auto& f : c.specs) {
+    separate.add_flow(f);
+    folded.add_flow(f);
+  }
+  auto scan = [](auto rates) {
+    Real sum = 0;
+    for (std::size_t s = 0; s < rates.size; ++s) sum += rates.rates[s];
+    benchmark::DoNotOptimize(sum);
+  };
+  for (int i = 0; i < kWarmupIterations; ++i) {
+    separate.iterate();
+    folded.iterate();
+  }
+  const auto [separate_s, folded_s] = interleave(
+      state,
+      [&] {
+        separate.iterate();
+        scan(separate.rates());
+      },
+      [&] {
+        folded.iterate();
+        scan(folded.lagged_rates());
+      });
+  set_counters(state, c.flows, 1);
+  state.counters["separate_us"] = per_iteration_us(state, separate_s);
+  state.counters["speedup_vs_separate"] = separate_s / folded_s;
+  state.counters["separate_cycles_per_flow"] =
+      separate_s / (static_cast<double>(state.iterations()) * kAbBlock) * tsc_hz() / c.flows;
+}
+
+// The floor under any layout of the Clos engine (floor_kernels.cc), float,
+// over the §5.2 flows laid out as the Clos engine lays them (sorted by
+// source half; dst = each flow's destination half): a pass of streams alone,
+// one with a gather, one with a gather and an add into the same entry (the
+// least a pushing layout does per flow), and a pull in destination order (a
+// gather by permutation, summed into runs). Timed in turn with the Clos
+// engine's whole iteration over the same flows; TSC cycles per flow each.
+void BM_ClosFloor(benchmark::State& state) {
+#if !defined(FT_FLOOR_AVX512)
+  state.SkipWithError("floor kernels built without AVX-512: the engine's best kernels would differ");
+  return;
+#else
+  if (!__builtin_cpu_supports("avx512f")) {
+    state.SkipWithError("this CPU has no AVX-512: the floor would not be the engine's");
+    return;
+  }
+  namespace fl = flowtune::bench::floor;
+  const Case c = make_case(state);
+  const Topology& t = c.topology;
+  const std::uint32_t H = t.num_hosts(), S = t.num_spines(), ways = S + 1;
+  struct Half {
+    std::uint32_t src, dst;
+  };
+  std::vector<Half> halves;
+  for (const FlowSpec& f : c.specs) {
+    const std::uint32_t a = f.path.links[0], b = f.path.links[f.path.size - 1] - H;
+    const std::uint32_t way = f.path.size == 4 ? (f.path.links[1] - 2 * H) % S : S;
+    halves.push_back({a * ways + way, way * H + b});
+  }
+  std::stable_sort(halves.begin(), halves.end(), [](Half x, Half y) { return x.src < y.src; });
+  const std::size_t n = halves.size(), tables = std::size_t{ways} * H;
+  std::vector<std::uint32_t> dst(n), perm(n), run(n);
+  for (std::size_t s = 0; s < n; ++s) dst[s] = halves[s].dst;
+  for (std::size_t s = 0; s < n; ++s) perm[s] = static_cast<std::uint32_t>(s);
+  std::stable_sort(perm.begin(), perm.end(), [&](std::uint32_t x, std::uint32_t y) { return dst[x] < dst[y]; });
+  for (std::size_t s = 0; s < n; ++s) run[s] = dst[perm[s]];
+  std::mt19937_64 rng(3);
+  std::vector<float> w(n), floor_price(n), x(n), table(tables), sums(tables);
+  for (std::size_t s = 0; s < n; ++s) {
+    w[s] = 1.0f + static_cast<float>(rng() % 4);
+    floor_price[s] = 0.01f;
+  }
+  for (auto& v : table) v = 0.5f + static_cast<float>(rng() % 100) / 100.0f;
+  std::vector<fl::Pair> acc(tables, fl::Pair{0, 0});
+  std::vector<float> ratio(tables);
+  for (auto& v : ratio) v = 1.0f + static_cast<float>(rng() % 8) / 8.0f;
+  std::vector<float> cap(n, 10.0f), xn(n);
+  flowtune::alloc::BasicClosEngine<float> clos(t, EngineConfig{});
+  for (const auto& f : c.specs) clos.add_flow(f);
+  for (int i = 0; i < kWarmupIterations; ++i) clos.iterate();
+  using Clock = std::chrono::steady_clock;
+  double t_stream = 0, t_gather = 0, t_add = 0, t_add1 = 0, t_fused = 0, t_fused1 = 0, t_pull = 0,
+         t_clos = 0;
+  auto timed = [](double& total, auto&& f) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kAbBlock; ++i) benchmark::DoNotOptimize(f());
+    total += std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  for (auto _ : state) {
+    timed(t_stream, [&] { return fl::stream(n, w.data(), floor_price.data(), x.data()); });
+    timed(t_gather, [&] { return fl::gather(n, dst.data(), table.data(), w.data(), floor_price.data(), x.data()); });
+    timed(t_add, [&] {
+      return fl::gather_add(n, dst.data(), table.data(), w.data(), floor_price.data(), x.data(), acc.data());
+    });
+    timed(t_fused, [&] {
+      return fl::fused(n, dst.data(), table.data(), ratio.data(), w.data(), floor_price.data(), cap.data(), x.data(),
+                       xn.data(), acc.data());
+    });
+    timed(t_add1, [&] {
+      return fl::gather_add_scalar(n, dst.data(), table.data(), w.data(), floor_price.data(), x.data(),
+                                   acc.data());
+    });
+    timed(t_fused1, [&] {
+      return fl::fused_scalar(n, dst.data(), table.data(), ratio.data(), w.data(), floor_price.data(),
+                              cap.data(), x.data(), xn.data(), acc.data());
+    });
+    timed(t_pull, [&] { return fl::pull(n, perm.data(), run.data(), x.data(), sums.data()); });
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kAbBlock; ++i) clos.iterate();
+    const double dc = std::chrono::duration<double>(Clock::now() - t0).count();
+    t_clos += dc;
+    state.SetIterationTime(dc / kAbBlock);
+  }
+  set_counters(state, c.flows, 1);
+  const double per = tsc_hz() / (static_cast<double>(state.iterations()) * kAbBlock * static_cast<double>(n));
+  state.counters["stream_cycles_per_flow"] = t_stream * per;
+  state.counters["gather_cycles_per_flow"] = t_gather * per;
+  // Each of the two kernels of each kind, and the faster as the floor.
+  state.counters["gather_add_chunked_cycles_per_flow"] = t_add * per;
+  state.counters["gather_add_scalar_cycles_per_flow"] = t_add1 * per;
+  state.counters["gather_add_cycles_per_flow"] = std::min(t_add, t_add1) * per;
+  state.counters["fused_chunked_cycles_per_flow"] = t_fused * per;
+  state.counters["fused_scalar_cycles_per_flow"] = t_fused1 * per;
+  state.counters["fused_cycles_per_flow"] = std::min(t_fused, t_fused1) * per;
+  state.counters["pull_cycles_per_flow"] = t_pull * per;
+  state.counters["clos_iteration_cycles_per_flow"] = t_clos * per;
+#endif
+}
+
 // Churn: each timed step replaces kChurn flows (one leaves, a new random one
 // arrives) and runs one iteration, on the general engine and the Clos one
 // over the same flows, interleaved; the Clos engine's sorts are in its time.
@@ -543,6 +686,24 @@ BENCHMARK(BM_ClosVsEngine<float>)->Name("BM_ClosVsEngine/float")->Apply([](bench
   b->MinTime(0.05);
 });
 BENCHMARK(BM_ClosVsEngine<double>)->Name("BM_ClosVsEngine/double")->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hosts", "flows", "threads"});
+  for (auto [hosts, flows] : kSizes) b->Args({hosts, flows, 0});
+  b->UseManualTime();
+  b->MinTime(0.05);
+});
+BENCHMARK(BM_ClosFoldVsSeparate<float>)->Name("BM_ClosFoldVsSeparate/float")->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hosts", "flows", "threads"});
+  for (auto [hosts, flows] : kSizes) b->Args({hosts, flows, 0});
+  b->UseManualTime();
+  b->MinTime(0.05);
+});
+BENCHMARK(BM_ClosFoldVsSeparate<double>)->Name("BM_ClosFoldVsSeparate/double")->Apply([](benchmark::internal::Benchmark* b) {
+  b->ArgNames({"hosts", "flows", "threads"});
+  for (auto [hosts, flows] : kSizes) b->Args({hosts, flows, 0});
+  b->UseManualTime();
+  b->MinTime(0.05);
+});
+BENCHMARK(BM_ClosFloor)->Apply([](benchmark::internal::Benchmark* b) {
   b->ArgNames({"hosts", "flows", "threads"});
   for (auto [hosts, flows] : kSizes) b->Args({hosts, flows, 0});
   b->UseManualTime();

@@ -38,6 +38,7 @@ def load(path):
             "engine_cycles": b.get("engine_core_cycles_per_flow"),
             "speedup_engine": b.get("speedup_vs_engine"),
             "sorts_per_step": b.get("sorts_per_step"),
+            "raw": b,
         }
     return data.get("context", {}), rows
 
@@ -107,6 +108,35 @@ def clos_table(rows):
     return bool(cv or churn)
 
 
+def floor_table(rows):
+    """F-NORM folded into the next pass against its own (BM_ClosFoldVsSeparate/
+    <real>), and the per-flow floor under any Clos layout beside the Clos
+    engine's iteration (BM_ClosFloor): the tables in docs/engine.md."""
+    fold = {k: r for k, r in rows.items() if k[0].startswith("BM_ClosFoldVsSeparate/")}
+    if fold:
+        print("\n| hosts | flows | real | separate F-NORM cycles / flow | folded cycles / flow | folded vs separate |")
+        print("|---:|---:|---|---:|---:|---:|")
+        for (k, h, f, t) in sorted(fold, key=lambda k: (k[0], k[1], k[2])):
+            r = fold[(k, h, f, t)]["raw"]
+            print(f"| {h:,} | {f:,} | {k.split('/')[1]} | {r['separate_cycles_per_flow']:.1f} | "
+                  f"{r['core_cycles_per_flow']:.1f} | {r['speedup_vs_separate']:.2f}× |")
+    floor = {k: r for k, r in rows.items() if k[0] == "BM_ClosFloor" and "stream_cycles_per_flow" in r["raw"]}
+    if floor:
+        print("\n| hosts | flows | streams | + gather | gather + add | gather + add + folded F-NORM "
+              "| pull (gather by permutation, run sums) | pull layout (gather + F-NORM + pull) "
+              "| Clos engine iteration |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for (k, h, f, t) in sorted(floor):
+            r = floor[(k, h, f, t)]["raw"]
+            fnorm = r["fused_cycles_per_flow"] - r["gather_add_cycles_per_flow"]
+            pull_layout = r["gather_cycles_per_flow"] + fnorm + r["pull_cycles_per_flow"]
+            print(f"| {h:,} | {f:,} | {r['stream_cycles_per_flow']:.2f} | {r['gather_cycles_per_flow']:.2f} | "
+                  f"{r['gather_add_cycles_per_flow']:.2f} | {r['fused_cycles_per_flow']:.2f} | "
+                  f"{r['pull_cycles_per_flow']:.2f} | {pull_layout:.2f} | "
+                  f"{r['clos_iteration_cycles_per_flow']:.2f} |")
+    return bool(fold or floor)
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: engine_table.py RESULTS.json")
@@ -114,6 +144,7 @@ def main():
     printed = ab_table(ctx, rows)
     printed = threads_table(rows) or printed
     printed = clos_table(rows) or printed
+    printed = floor_table(rows) or printed
     if printed:
         return
     naive = {(h, f): r["us"] for (k, h, f, t), r in rows.items() if k == "BM_Naive"}

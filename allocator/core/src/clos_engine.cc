@@ -224,6 +224,7 @@ template <typename Real>
 FlowError BasicClosEngine<Real>::set_limits(FlowId id, double weight, double max_bps) {
   FT_ASSERT(has_flow(id), id);
   if (FlowError e = check_limits(weight, max_bps); e != FlowError::kOk) return e;
+  finish_fnorm();  // it reads the old cap
   const std::uint32_t s = slot_of_[id];
   const double limit = limit_of({run_src_[run_[s]], dst_[s]}, max_bps);
   weight_[s] = static_cast<Real>(weight);
@@ -236,6 +237,7 @@ FlowError BasicClosEngine<Real>::set_limits(FlowId id, double weight, double max
 // source half becomes one run, and flows keep their relative order within it.
 template <typename Real>
 void BasicClosEngine<Real>::sort_flows() {
+  finish_fnorm();  // its ratios are by run, which the sort renumbers
   const std::size_t n = run_.size();
   std::vector<std::uint32_t> start(std::size_t{ways_} * hosts_ + 1, 0);
   for (std::size_t s = 0; s < n; ++s) {
@@ -377,11 +379,35 @@ void BasicClosEngine<Real>::iterate() {
   refresh_tables();
   const detail::ClosArrays<Real> f{run_.size(), run_.data(), dst_.data(), weight_.data(),
                                    floor_price_.data(), cap_.data(), x_.data(), xn_.data()};
-  kernels_->clos_rate_pass_log(f, run_price_.data(), dst_price_.data(), run_acc_.data(),
-                               dst_acc_.data());
+  // Slots appended since the last link step have ratio 0 (a new run) or
+  // x 0, which normalize to xn 0 as clos_fnorm would leave them.
+  if (fnorm_pending_) {
+    kernels_->clos_fnorm_rate_pass_log(f, run_ratio_.data(), dst_ratio_.data(), run_price_.data(),
+                                       dst_price_.data(), run_acc_.data(), dst_acc_.data());
+  } else {
+    kernels_->clos_rate_pass_log(f, run_price_.data(), dst_price_.data(), run_acc_.data(),
+                                 dst_acc_.data());
+  }
   link_step();
-  kernels_->clos_fnorm(f, run_ratio_.data(), dst_ratio_.data());
+  fnorm_pending_ = true;
+  if (!fold_fnorm_) finish_fnorm();
   ++iterations_;
+}
+
+template <typename Real>
+void BasicClosEngine<Real>::finish_fnorm() const {
+  if (!fnorm_pending_) return;
+  const detail::ClosArrays<Real> f{run_.size(), run_.data(), dst_.data(), weight_.data(),
+                                   floor_price_.data(), cap_.data(),
+                                   const_cast<Real*>(x_.data()), xn_.data()};
+  kernels_->clos_fnorm(f, run_ratio_.data(), dst_ratio_.data());
+  fnorm_pending_ = false;
+}
+
+template <typename Real>
+void BasicClosEngine<Real>::set_fold_fnorm(bool on) {
+  fold_fnorm_ = on;
+  if (!on) finish_fnorm();
 }
 
 template <typename Real>
@@ -392,6 +418,7 @@ std::uint64_t BasicClosEngine<Real>::solve(std::uint64_t max_iterations) {
 template <typename Real>
 double BasicClosEngine<Real>::rate_bps(FlowId id) const {
   FT_ASSERT(has_flow(id), id);
+  finish_fnorm();
   return static_cast<double>(xn_[slot_of_[id]]) * kUnitBps;
 }
 

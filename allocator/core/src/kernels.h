@@ -66,6 +66,12 @@ struct Kernels {
                              const Real* dst_price, LinkAcc<Real>* run_acc, LinkAcc<Real>* dst_acc);
   // xn_s = min(x_s / max(run_ratio[run_s], dst_ratio[dst_s]), cap_s).
   void (*clos_fnorm)(const ClosArrays<Real>& f, const Real* run_ratio, const Real* dst_ratio);
+  // clos_fnorm by the ratios given, then clos_rate_pass_log, in one pass
+  // over the flows (each flow's old x_s is normalized before it is replaced).
+  void (*clos_fnorm_rate_pass_log)(const ClosArrays<Real>& f, const Real* run_ratio,
+                                   const Real* dst_ratio, const Real* run_price,
+                                   const Real* dst_price, LinkAcc<Real>* run_acc,
+                                   LinkAcc<Real>* dst_acc);
   const char* name;
 };
 

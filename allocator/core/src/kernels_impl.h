@@ -141,16 +141,26 @@ void fnorm(const FlowArrays<Real>& f, const Real* __restrict ratio) {
 
 // ---- The Clos layout (clos_engine.cc). ----
 
-template <typename Real>
+// kFold: first F-NORM the previous iteration's x_s by the ratios its link
+// step left (what clos_fnorm would have done), in the same pass.
+template <typename Real, bool kFold>
 inline void clos_rates_chunk(const ClosArrays<Real>& f, std::size_t begin, std::size_t end,
                              const Real* __restrict run_price, const Real* __restrict dst_price,
+                             const Real* __restrict run_ratio, const Real* __restrict dst_ratio,
                              Real* __restrict d) {
   const std::uint32_t* __restrict run = f.run;
   const std::uint32_t* __restrict dst = f.dst;
   const Real* __restrict w = f.weight;
   const Real* __restrict fl = f.floor_price;
   Real* __restrict x = f.x;
+  const Real* __restrict cap = f.cap;
+  Real* __restrict xn = f.xn;
   for (std::size_t s = begin; s < end; ++s) {
+    if constexpr (kFold) {
+      const Real m = max_of(run_ratio[run[s]], dst_ratio[dst[s]]);
+      const Real scaled = m > Real{0} ? x[s] / m : x[s];
+      xn[s] = min_of(scaled, cap[s]);
+    }
     Real P = run_price[run[s]] + dst_price[dst[s]];
     P = max_of(P, fl[s]);
     Real inv = Real{1} / P;
@@ -207,10 +217,11 @@ inline void carry(RunCarry& c, LinkAcc<float>* __restrict run_acc, std::uint32_t
   c.run = r;
 }
 
-template <typename Real>
-void clos_rate_pass_log(const ClosArrays<Real>& f, const Real* __restrict run_price,
-                        const Real* __restrict dst_price, LinkAcc<Real>* __restrict run_acc,
-                        LinkAcc<Real>* __restrict dst_acc) {
+template <typename Real, bool kFold>
+void clos_pass(const ClosArrays<Real>& f, const Real* __restrict run_price,
+               const Real* __restrict dst_price, const Real* __restrict run_ratio,
+               const Real* __restrict dst_ratio, LinkAcc<Real>* __restrict run_acc,
+               LinkAcc<Real>* __restrict dst_acc) {
   alignas(64) Real d[kChunk];
   RunCarry c;
   const std::uint32_t* __restrict run = f.run;
@@ -218,7 +229,7 @@ void clos_rate_pass_log(const ClosArrays<Real>& f, const Real* __restrict run_pr
   const Real* __restrict x = f.x;
   for (std::size_t begin = 0; begin < f.n; begin += kChunk) {
     const std::size_t end = min_of(f.n, begin + kChunk);
-    clos_rates_chunk(f, begin, end, run_price, dst_price, d);
+    clos_rates_chunk<Real, kFold>(f, begin, end, run_price, dst_price, run_ratio, dst_ratio, d);
     for (std::size_t s = begin; s < end; ++s) {
       const Real xs = x[s];
       const Real ds = d[s - begin];
@@ -226,6 +237,21 @@ void clos_rate_pass_log(const ClosArrays<Real>& f, const Real* __restrict run_pr
       carry(c, run_acc, run[s], xs, ds);
     }
   }
+}
+
+template <typename Real>
+void clos_rate_pass_log(const ClosArrays<Real>& f, const Real* __restrict run_price,
+                        const Real* __restrict dst_price, LinkAcc<Real>* __restrict run_acc,
+                        LinkAcc<Real>* __restrict dst_acc) {
+  clos_pass<Real, false>(f, run_price, dst_price, nullptr, nullptr, run_acc, dst_acc);
+}
+
+template <typename Real>
+void clos_fnorm_rate_pass_log(const ClosArrays<Real>& f, const Real* __restrict run_ratio,
+                              const Real* __restrict dst_ratio, const Real* __restrict run_price,
+                              const Real* __restrict dst_price, LinkAcc<Real>* __restrict run_acc,
+                              LinkAcc<Real>* __restrict dst_acc) {
+  clos_pass<Real, true>(f, run_price, dst_price, run_ratio, dst_ratio, run_acc, dst_acc);
 }
 
 template <typename Real>
@@ -245,7 +271,8 @@ void clos_fnorm(const ClosArrays<Real>& f, const Real* __restrict run_ratio,
 
 template <typename Real>
 const Kernels<Real> kTable = {&rate_pass_log<Real>, &accumulate<Real>, &fnorm<Real>,
-                              &clos_rate_pass_log<Real>, &clos_fnorm<Real>, FT_KERNEL_NAME};
+                              &clos_rate_pass_log<Real>, &clos_fnorm<Real>,
+                              &clos_fnorm_rate_pass_log<Real>, FT_KERNEL_NAME};
 
 }  // namespace
 }  // namespace flowtune::alloc::detail::FT_KERNEL_NS

@@ -75,7 +75,27 @@ class BasicClosEngine {
     const Real* rates;
     std::size_t size;
   };
-  Rates rates() const { return {id_of_slot_.data(), xn_.data(), xn_.size()}; }
+  Rates rates() const {
+    finish_fnorm();
+    return {id_of_slot_.data(), xn_.data(), xn_.size()};
+  }
+
+  // Fold F-NORM into the next iteration's rate pass (default off): an
+  // iteration leaves its normalized rates pending, and the next one
+  // normalizes each flow's x in the pass that replaces it, one pass over
+  // the flows per iteration instead of two. Whatever reads or changes what
+  // F-NORM uses (rates, limits, the sort) finishes a pending one first, so
+  // every rate read is the same, bit for bit, on or off. Off by default:
+  // it measured 0.97-1.04x the separate pass (engine_bench
+  // BM_ClosFoldVsSeparate; docs/engine.md), since the pass it saves streams
+  // what the gathers it keeps already wait on.
+  void set_fold_fnorm(bool on);
+  bool fold_fnorm() const { return fold_fnorm_; }
+  // With fold_fnorm(): the rates F-NORM gave the iteration before the last
+  // one, as the last one's pass left them, without another pass (0 for a
+  // flow added since). A driver that can publish rates one iteration late
+  // reads these and never pays F-NORM's own pass.
+  Rates lagged_rates() const { return {id_of_slot_.data(), xn_.data(), xn_.size()}; }
 
   double rate_bps(FlowId id) const;
   double raw_rate_bps(FlowId id) const;
@@ -106,6 +126,7 @@ class BasicClosEngine {
   void push_run_links(std::uint32_t src_half);
   void refresh_tables();
   void link_step();
+  void finish_fnorm() const;
 
   EngineConfig config_;
   const detail::Kernels<Real>* kernels_;
@@ -117,7 +138,12 @@ class BasicClosEngine {
   AlignedVector<detail::LinkAcc<Real>> link_acc_;
   // Flow slots: sorted by source half in [0, sorted_), appended after.
   AlignedVector<std::uint32_t> run_, dst_;
-  AlignedVector<Real> weight_, floor_price_, cap_, x_, xn_;
+  AlignedVector<Real> weight_, floor_price_, cap_, x_;
+  // Normalized rates: filled in on the first read after an iteration that
+  // left them pending (fold_fnorm_).
+  mutable AlignedVector<Real> xn_;
+  bool fold_fnorm_ = false;
+  mutable bool fnorm_pending_ = false;
   std::vector<FlowId> id_of_slot_;  // kFree for a hole
   // Runs: each run's source half and its two links (up, and ToR -> spine
   // or the zero link), and per iteration its sums, path price and ratio.
