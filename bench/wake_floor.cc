@@ -15,6 +15,9 @@
 // long after the call the consumer ran (woken_*), which a start's way to
 // the allocator pays.
 //
+// Then the other ways issue 16 names (futex, adaptive spinning, io_uring,
+// no wake-up at all), at two gaps between starts (measure_other).
+//
 // Prints one JSON object. Usage: wake_floor [ROUNDS] (default 400)
 #include <pthread.h>
 #include <sched.h>
@@ -22,7 +25,10 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <linux/futex.h>
+#include <liburing.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -129,6 +135,139 @@ Result measure(const std::string& way, int policy, bool asleep, int rounds) {
           pct(with_work, 0.9), pct(woken, 0.5), pct(woken, 0.9)};
 }
 
+// The other ways issue 16 names, each with a consumer that does nothing but
+// wait for the producer's wake-ups, `gap_us` apart:
+//   futex        FUTEX_WAKE on a word the consumer waits on (FUTEX_WAIT), always;
+//   spin-futex   the consumer spins `spin_us` after each wake-up before it
+//                waits; the producer makes the FUTEX_WAKE call only when the
+//                consumer said it is about to wait (adaptive spinning);
+//   uring-msg    the consumer waits in io_uring_wait_cqe; the producer posts
+//                to its ring with IORING_OP_MSG_RING from a ring of its own
+//                (one io_uring_enter);
+//   timer        no wake-up at all: the producer sets a flag and the consumer
+//                looks every `spin_us` (a deferred start, found on a timer).
+// Also reported: the consumer's CPU time per wake-up (what spinning costs).
+struct Futex {
+  std::atomic<std::uint32_t> word{0};
+  std::atomic<bool> waiting{false};
+};
+
+long futex(std::atomic<std::uint32_t>* w, int op, std::uint32_t v, const timespec* ts) {
+  return syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(w), op, v, ts, nullptr, 0);
+}
+
+double thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
+struct Other {
+  Result r;
+  double consumer_cpu_ns_per_wake;
+};
+
+Other measure_other(const std::string& way, int gap_us, int spin_us_, int rounds) {
+  Futex f;
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> woke_ns{0};
+  std::atomic<std::uint32_t> seen{0};
+  std::atomic<double> consumer_cpu{0};
+  io_uring consumer_ring{}, producer_ring{};
+  const bool uring = way == "uring-msg";
+  if (uring && (io_uring_queue_init(8, &consumer_ring, 0) < 0 || io_uring_queue_init(8, &producer_ring, 0) < 0)) {
+    return {{-1, -1, -1, -1, -1, -1}, -1};
+  }
+  auto note = [&](std::uint32_t v) {
+    if (v != seen.load(std::memory_order_relaxed)) {
+      seen = v;
+      woke_ns = Clock::now().time_since_epoch().count();
+    }
+  };
+  std::thread consumer([&] {
+    const double cpu0 = thread_cpu_ns();
+    while (!stop.load()) {
+      if (way == "timer") {
+        note(f.word.load());
+        std::this_thread::sleep_for(std::chrono::microseconds(spin_us_));
+      } else if (uring) {
+        io_uring_cqe* cqe = nullptr;
+        if (io_uring_wait_cqe(&consumer_ring, &cqe) == 0) {
+          note(static_cast<std::uint32_t>(cqe->user_data));
+          io_uring_cqe_seen(&consumer_ring, cqe);
+        }
+      } else {
+        if (way == "spin-futex") {  // spin a while for the next one
+          const auto t = Clock::now();
+          while (f.word.load() == seen.load() && !stop.load() &&
+                 Clock::now() - t < std::chrono::microseconds(spin_us_)) {
+          }
+          note(f.word.load());
+          if (f.word.load() != seen.load()) continue;
+        }
+        const std::uint32_t v = seen.load();
+        f.waiting = true;
+        // Waits only while the word is still what was seen: no lost wake-up.
+        if (f.word.load() == v && !stop.load()) futex(&f.word, FUTEX_WAIT_PRIVATE, v, nullptr);
+        f.waiting = false;
+        note(f.word.load());
+      }
+    }
+    consumer_cpu = thread_cpu_ns() - cpu0;
+  });
+  std::vector<double> wake, with_work, woken;
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < rounds; ++i) {
+    const auto gap_end = Clock::now() + std::chrono::microseconds(gap_us);
+    if (gap_us >= 1000) {
+      std::this_thread::sleep_until(gap_end);
+    } else {
+      while (Clock::now() < gap_end) {
+      }
+    }
+    woke_ns = 0;
+    const auto t0 = Clock::now();
+    const std::uint32_t v = f.word.fetch_add(1) + 1;
+    if (way == "futex" || (way == "spin-futex" && f.waiting.load())) {
+      futex(&f.word, FUTEX_WAKE_PRIVATE, 1, nullptr);
+    } else if (uring) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&producer_ring);
+      io_uring_prep_msg_ring(sqe, consumer_ring.ring_fd, 0, v, 0);
+      sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+      io_uring_submit(&producer_ring);
+    }
+    const auto t1 = Clock::now();
+    spin_us(15);
+    const auto t2 = Clock::now();
+    wake.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+    with_work.push_back(std::chrono::duration<double, std::nano>(t2 - t0).count());
+    while (woke_ns.load() == 0 && Clock::now() - t0 < std::chrono::milliseconds(100)) {
+      std::this_thread::yield();
+    }
+    woken.push_back(static_cast<double>(woke_ns.load() - t0.time_since_epoch().count()));
+    if (uring) {  // reap what the producer's ring may have posted (errors)
+      io_uring_cqe* cqe = nullptr;
+      while (io_uring_peek_cqe(&producer_ring, &cqe) == 0) io_uring_cqe_seen(&producer_ring, cqe);
+    }
+  }
+  stop = true;
+  f.word.fetch_add(1);
+  futex(&f.word, FUTEX_WAKE_PRIVATE, 1, nullptr);
+  if (uring) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&producer_ring);
+    io_uring_prep_msg_ring(sqe, consumer_ring.ring_fd, 0, 0, 0);
+    io_uring_submit(&producer_ring);
+  }
+  consumer.join();
+  if (uring) {
+    io_uring_queue_exit(&consumer_ring);
+    io_uring_queue_exit(&producer_ring);
+  }
+  return {{pct(wake, 0.5), pct(wake, 0.9), pct(with_work, 0.5), pct(with_work, 0.9), pct(woken, 0.5),
+           pct(woken, 0.9)},
+          consumer_cpu.load() / rounds};
+}
+
 const char* policy_name(int p) {
   return p == SCHED_BATCH ? "batch" : p == SCHED_IDLE ? "idle" : "default";
 }
@@ -153,6 +292,25 @@ int main(int argc, char** argv) {
   row("eventfd", SCHED_OTHER, false);  // the baseline: nobody to wake
   for (const char* way : {"eventfd", "tgkill"}) {
     for (const int policy : {SCHED_OTHER, SCHED_BATCH, SCHED_IDLE}) row(way, policy, true);
+  }
+  std::printf("\n], \"other_ways\": [");
+  first = true;
+  auto other = [&](const std::string& way, int gap_us, int spin) {
+    const Other o = measure_other(way, gap_us, spin, rounds);
+    std::printf("%s\n  {\"way\": \"%s\", \"gap_us\": %d, \"spin_or_period_us\": %d, "
+                "\"wake_p50_ns\": %.0f, \"wake_p90_ns\": %.0f, "
+                "\"with_15us_work_p50_ns\": %.0f, \"woken_p50_ns\": %.0f, \"woken_p90_ns\": %.0f, "
+                "\"consumer_cpu_ns_per_wake\": %.0f}",
+                first ? "" : ",", way.c_str(), gap_us, spin, o.r.wake_p50_ns, o.r.wake_p90_ns,
+                o.r.with_work_p50_ns, o.r.woken_p50_ns, o.r.woken_p90_ns, o.consumer_cpu_ns_per_wake);
+    first = false;
+  };
+  for (const int gap : {2000, 100}) {  // starts 2 ms apart (the shim bench's), and a burst
+    other("futex", gap, 0);
+    other("spin-futex", gap, 50);
+    other("spin-futex", gap, 500);
+    other("uring-msg", gap, 0);
+    other("timer", gap, 50);
   }
   std::printf("\n]}\n");
   return 0;

@@ -60,8 +60,9 @@ find_package(MPI REQUIRED COMPONENTS C)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(zmq REQUIRED IMPORTED_TARGET libzmq)
 pkg_check_modules(uv REQUIRED IMPORTED_TARGET libuv)
-# liburing: flowtune-shuffle's data path (examples/shuffle).
-if(FT_BUILD_EXAMPLES)
+# liburing: flowtune-shuffle's data path (examples/shuffle), and the
+# io_uring way of bench/wake_floor.
+if(FT_BUILD_EXAMPLES OR FT_BUILD_BENCH)
   pkg_check_modules(uring REQUIRED IMPORTED_TARGET liburing)
 endif()
 if(FT_BUILD_TESTS)
