@@ -61,6 +61,10 @@ def normalizers(d, base):
         fig, ax = plt.subplots(figsize=(6, 4))
         lines(ax, series(d["interval_sweep"], "scheme", "iteration_us", "fraction_of_optimal"),
               scale=100)
+        sus = [p for p in d["interval_sweep"] if p.get("sustained")]
+        if sus:  # the interval each engine sustains on the machine that ran it
+            ax.plot([p["iteration_us"] for p in sus], [p["fraction_of_optimal"] * 100 for p in sus],
+                    "k*", ms=12, label="at the interval the engine sustains here")
         ax.set_xscale("log")
         ax.axhline(100, color="gray", lw=0.8)
         finish(fig, ax, "Throughput vs optimal at load 0.8, by iteration interval",

@@ -91,6 +91,10 @@ Distribution summarize(std::vector<double> values);
 
 struct SimResult {
   double wall_s = 0;
+  // The engine's own time per iteration (steady_clock around iterate(),
+  // measured window only) on the machine the simulation ran on: the
+  // iteration interval this engine sustains at this network and load.
+  double engine_iteration_us_mean = 0;
   std::uint64_t steps = 0;
   double offered_flowlets_per_s = 0;
   double workload_mean_bytes = 0;

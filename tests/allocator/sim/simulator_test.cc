@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -76,12 +78,17 @@ TEST(Simulator, HeadroomIsLeftUnscheduledAsByTheAllocator) {
 TEST(Simulator, ASeedNamesOneRun) {
   SimConfig c = small();
   json a = to_json(simulate(c)), b = to_json(simulate(c));
-  a.erase("wall_s");
-  b.erase("wall_s");
+  // Times on this machine, not results.
+  for (json* j : {&a, &b}) {
+    EXPECT_GT((*j)["engine_iteration_us_mean"].get<double>(), 0);
+    j->erase("wall_s");
+    j->erase("engine_iteration_us_mean");
+  }
   EXPECT_EQ(a, b);
   c.seed = 2;
   json d = to_json(simulate(c));
   d.erase("wall_s");
+  d.erase("engine_iteration_us_mean");
   EXPECT_NE(a, d);
 }
 
@@ -272,6 +279,32 @@ TEST(SimCli, FigureWritesJsonWithItsSummary) {
   EXPECT_TRUE(j["summary"].contains("ned_iterations_to_1pct"));
   EXPECT_TRUE(j["summary"].contains("gradient_iterations_to_1pct"));
   EXPECT_NE(r.out.find("convergence: {"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+// The normalizers figure reruns load 0.8 at the interval each engine
+// sustained in its 10 µs run (its own time per iteration, rounded up to
+// 0.1 µs) and reports it beside the swept intervals.
+TEST(SimCli, NormalizersRerunAtTheIntervalTheEngineSustains) {
+  std::string dir = temp_path("fig");
+  CliResult r = sim("figure normalizers --quick --no-plot --no-progress --out '" + dir + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  json j = json::parse(slurp(dir + "/normalizers.json"));
+  int sustained = 0;
+  for (const json& p : j["interval_sweep"]) {
+    EXPECT_GT(p["engine_iteration_us_mean"].get<double>(), 0);
+    if (!p["sustained"].get<bool>()) continue;
+    ++sustained;
+    for (const json& q : j["interval_sweep"]) {
+      if (q["sustained"].get<bool>() || q["scheme"] != p["scheme"] || q["iteration_us"].get<double>() != 10) continue;
+      const double want = std::max(0.1, std::ceil(q["engine_iteration_us_mean"].get<double>() * 10) / 10);
+      EXPECT_NEAR(p["iteration_us"].get<double>(), want, 1e-9) << p["scheme"];
+    }
+    const std::string key = p["scheme"].get<std::string>() + "_fraction_of_optimal_at_sustained_interval_load_0_8";
+    EXPECT_EQ(j["summary"][key], p["fraction_of_optimal"]);
+    EXPECT_GT(p["fraction_of_optimal"].get<double>(), 0.5);
+  }
+  EXPECT_EQ(sustained, 2) << "NED and Gradient";
   std::filesystem::remove_all(dir);
 }
 
