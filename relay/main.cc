@@ -48,11 +48,23 @@ relay. flowtune-ctl --allocator ENDPOINT status shows its counters.
                         and the allocator checks it: this relay's key
                         there needs `relay = true`. Without it endpoints
                         talk to the relay in plain text
+  --curve-clients DIR   with --curve-secret: only the endpoint keys in DIR
+                        may connect (NAME.pub files as the allocator's
+                        --curve-clients reads them; a relay below needs
+                        `relay = true`, and every key of its batches'
+                        chains must be listed too). Without it any key
+                        connects and the allocator refuses what it does
+                        not list. Re-read on SIGHUP (a list that does not
+                        load leaves the old one)
+  --curve-ctl DIR       with --curve-secret: keys that may only ask this
+                        relay's status (flowtune-ctl); re-read on SIGHUP
   --probe-ms MS         with a standby pair: how often each is asked its
                         role (default 100); a takeover reaches the relay
                         within about 3 probes
   -h, --help            show this help
 
+signals: SIGINT/SIGTERM stop it; SIGHUP re-reads --curve-clients and
+--curve-ctl.
 exit status: 0 after SIGINT/SIGTERM, 2 on a configuration error.
 )";
 
@@ -75,6 +87,8 @@ int main(int argc, char** argv) {
     else if (args.is("--curve-server")) curve_server = args.value();
     else if (args.is("--curve-key")) curve_key = args.value();
     else if (args.is("--curve-secret")) curve_secret = args.value();
+    else if (args.is("--curve-clients")) c.clients_dir = args.value();
+    else if (args.is("--curve-ctl")) c.ctl_dir = args.value();
     else if (args.is("--max-batch")) c.max_batch = args.count(1024);
     else if (args.is("--batch-us")) c.batch_us = args.count(1'000'000);
     else if (args.is("--heartbeat-ms")) c.heartbeat_ms = static_cast<std::uint32_t>(args.count(3'600'000));
@@ -94,10 +108,15 @@ int main(int argc, char** argv) {
     if (!curve) args.fail("--curve-secret: endpoints' keys mean something only to an allocator that speaks CURVE: give --curve-server too");
     c.listen_key = own;
   }
+  if ((!c.clients_dir.empty() || !c.ctl_dir.empty()) && !c.listen_key) {
+    args.fail(std::string(c.clients_dir.empty() ? "--curve-ctl" : "--curve-clients") +
+              ": an allow-list judges CURVE keys: give --curve-secret too");
+  }
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
   sigprocmask(SIG_BLOCK, &mask, nullptr);
   const int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
   try {
@@ -106,7 +125,20 @@ int main(int argc, char** argv) {
     std::string ups;
     for (const auto& ep : c.upstream) ups += (ups.empty() ? "" : ",") + ep;
     std::cerr << "flowtune-relay: listening on " << relay.bound_endpoint() << "; upstream " << ups << std::endl;
-    const int sig = relay.run(sfd);
+    if (relay.listed_keys() > 0 || !c.clients_dir.empty() || !c.ctl_dir.empty()) {
+      std::cerr << "flowtune-relay: allow-list of " << relay.listed_keys() << " keys" << std::endl;
+    }
+    int sig;
+    while ((sig = relay.run(sfd)) == SIGHUP) {
+      const std::string why = relay.reload();
+      if (c.clients_dir.empty() && c.ctl_dir.empty()) {
+        std::cerr << "flowtune-relay: SIGHUP: no allow-list to read (--curve-clients, --curve-ctl)" << std::endl;
+      } else if (why.empty()) {
+        std::cerr << "flowtune-relay: SIGHUP: allow-list of " << relay.listed_keys() << " keys" << std::endl;
+      } else {
+        std::cerr << "flowtune-relay: SIGHUP: the allow-list stays as it was: " << why << std::endl;
+      }
+    }
     const auto& k = relay.counters();
     std::cerr << "flowtune-relay: stopping on " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": "
               << k.messages_up << " messages up in " << k.batches_up << " batches, " << k.messages_down

@@ -104,6 +104,11 @@ Relay::Relay(zmq::context_t& ctx, const Config& c)
       throw std::runtime_error(std::string("cannot set the CURVE keys: ") + zmq_strerror(zmq_errno()));
     }
   }
+  if (!c.clients_dir.empty() || !c.ctl_dir.empty()) {
+    if (!c.listen_key) throw std::runtime_error("an allow-list (--curve-clients, --curve-ctl) needs --curve-secret");
+    if (const std::string why = reload(); !why.empty()) throw std::runtime_error(why);
+    counters_.reloads = 0;
+  }
   if (c.listen_key) enable_curve_down(ctx);
   try {
     down_.bind(c.listen);
@@ -120,10 +125,10 @@ Relay::Relay(zmq::context_t& ctx, const Config& c)
   }
 }
 
-// Endpoints below speak CURVE to listen_key. Every key gets its
-// connection: the relay holds no allow-list, and the allocator judges each
-// message by the key chain it comes with. The handler is bound before the
-// listener, so no connection is accepted unasked.
+// Endpoints below speak CURVE to listen_key. Without an allow-list every
+// key gets its connection, and the allocator judges each message by the key
+// chain it comes with; with one, only the keys it lists. The handler is
+// bound before the listener, so no connection is accepted unasked.
 void Relay::enable_curve_down(zmq::context_t& ctx) {
   if (zmq_has("curve") == 0) throw std::runtime_error("this libzmq was built without CURVE (libsodium)");
   zap_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::rep);
@@ -138,11 +143,53 @@ void Relay::enable_curve_down(zmq::context_t& ctx) {
   down_.set(zmq::sockopt::zap_domain, "flowtune");
 }
 
-// ZAP (common/zap.h): any CURVE key is let in, and travels with its
-// connection's messages as "User-Id".
+// ZAP (common/zap.h): a CURVE key is let in (with an allow-list, a listed
+// one), and travels with its connection's messages as "User-Id".
 void Relay::answer_zap() {
   curve::ZapRequest r;
-  for (int i = 0; i < kMaxPerTurn && curve::zap_receive(*zap_, &r); ++i) curve::zap_reply(*zap_, r);
+  for (int i = 0; i < kMaxPerTurn && curve::zap_receive(*zap_, &r); ++i) {
+    if (ring_ && !r.z85.empty() && ring_->find(r.z85) == nullptr) {
+      ++counters_.refused;
+      curve::zap_reply(*zap_, r, "key not in this relay's allow-list");
+      continue;
+    }
+    curve::zap_reply(*zap_, r);
+  }
+}
+
+std::string Relay::reload() {
+  if (config_.clients_dir.empty() && config_.ctl_dir.empty()) return {};
+  daemon::AuthConfig a;
+  a.clients_dir = config_.clients_dir;
+  a.ctl_dir = config_.ctl_dir;
+  try {
+    ring_ = std::make_unique<daemon::KeyRing>(daemon::KeyRing::load(a));
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  ++counters_.reloads;
+  return {};
+}
+
+std::size_t Relay::listed_keys() const { return ring_ ? ring_->size() : 0; }
+
+const daemon::KeyEntry* Relay::listed(const zmq::message_t& m) const {
+  const char* z85 = zmq_msg_gets(m.handle(), "User-Id");
+  return z85 == nullptr ? nullptr : ring_->find(z85);
+}
+
+// A key chain from below (raw keys, innermost first): the endpoint's key,
+// then the relays' below the one that sent it; each listed as an endpoint
+// key, each relay's with `relay = true`.
+bool Relay::chain_listed(std::string_view chain) const {
+  for (std::size_t i = 0; i * wire::kCurveKeyBytes < chain.size(); ++i) {
+    char z85[curve::kZ85KeyChars + 1] = {};
+    zmq_z85_encode(z85, reinterpret_cast<const std::uint8_t*>(chain.data()) + i * wire::kCurveKeyBytes,
+                   wire::kCurveKeyBytes);
+    const daemon::KeyEntry* e = ring_->find(z85);
+    if (e == nullptr || (e->roles & daemon::kRoleEndpoint) == 0 || (i > 0 && !e->principal.relay)) return false;
+  }
+  return true;
 }
 
 int Relay::run(int signal_fd, std::uint64_t turns) {
@@ -311,12 +358,30 @@ void Relay::drain_down() {
       ++counters_.unkeyed;
       continue;
     }
+    // With an allow-list, each message is judged by the list in force now
+    // (a reload may have removed a key whose connection lives on).
+    const daemon::KeyEntry* entry = ring_ ? listed(first) : nullptr;
+    const bool endpoint_key = entry != nullptr && (entry->roles & daemon::kRoleEndpoint) != 0;
     if (keyed || first.to_string_view() == wire::kRelayTag) {
+      if (ring_ && !(endpoint_key && entry->principal.relay)) {
+        drain_rest(down_, first.more());
+        ++counters_.not_listed;
+        continue;
+      }
       take_batch(hop.to_string_view(), first.more(), keyed, key);
       continue;
     }
     if (!first.more()) {
+      if (ring_ && !endpoint_key) {
+        ++counters_.not_listed;
+        continue;
+      }
       add_up(wire::route_push(hop.to_string_view(), {}), key, std::move(first));
+      continue;
+    }
+    if (ring_ && entry == nullptr) {
+      drain_rest(down_, first.more());
+      ++counters_.not_listed;
       continue;
     }
     zmq::message_t second;
@@ -362,6 +427,10 @@ void Relay::take_batch(std::string_view hop, bool more, bool keyed, std::string_
     if (r.empty() || (keyed && !wire::valid_key_chain(keys.to_string_view())) ||
         (zap_ && !wire::valid_key_chain(chain))) {
       ++counters_.dropped;
+      continue;
+    }
+    if (ring_ && !chain_listed(keys.to_string_view())) {
+      ++counters_.not_listed;
       continue;
     }
     add_up(std::move(r), std::move(chain), std::move(body));
@@ -493,6 +562,10 @@ std::string Relay::status() const {
                         {"upstreams", config_.upstream},
                         {"curve", config_.curve.has_value()},
                         {"curve_downstream", config_.listen_key.has_value()},
+                        {"allow_list", ring_ ? nlohmann::json{{"keys", ring_->size()},
+                                                              {"clients_dir", config_.clients_dir},
+                                                              {"ctl_dir", config_.ctl_dir}}
+                                             : nlohmann::json(nullptr)},
                         {"counters",
                          {{"messages_up", c.messages_up},
                           {"batches_up", c.batches_up},
@@ -502,7 +575,10 @@ std::string Relay::status() const {
                           {"bad_frames", c.bad_frames},
                           {"upstream_switches", c.upstream_switches},
                           {"key_changes", c.key_changes},
-                          {"unkeyed", c.unkeyed}}}}
+                          {"unkeyed", c.unkeyed},
+                          {"refused", c.refused},
+                          {"not_listed", c.not_listed},
+                          {"reloads", c.reloads}}}}
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -87,6 +87,7 @@ class RelayProcess {
     ::waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
+  pid_t pid() const { return pid_; }
   int stop() {
     ::kill(pid_, SIGTERM);
     int st = 0;
@@ -565,6 +566,161 @@ TEST_F(RelayTest, UnderCurveDownstreamStackedRelaysVouchInTurn) {
   }
 }
 
+// A relay with an allow-list of its own (--curve-clients, --curve-ctl)
+// refuses the keys it does not list at its handshake, so their messages
+// never reach the allocator's budget; a SIGHUP re-reads the list, a key it
+// removed is heard no more on the connection it still holds, and a list
+// that does not load leaves the one in force.
+TEST_F(RelayTest, UnderCurveDownstreamARelaysAllowListKeepsStrangersAtItsDoor) {
+  FT_SKIP_CURVE_UNDER_TSAN();
+  daemon::testing::CurveSetup keys;
+  const std::string pub = keys.server.own.public_key;
+  const curve::ClientKeys rack = keys.endpoint("rack", "[\"127.0.0.1\"]\nrelay = true");
+  keys.endpoint("ep", R"(["127.0.0.1"])");
+  keys.endpoint("other", R"(["127.0.0.1"])");  // the allocator lists it, the relay does not
+  daemon::testing::make_key(keys.dir.path(), "stranger", {}, "", "");
+  daemon_.set_control_keys(keys.op);
+  start_curve_allocator(keys);
+  const std::string list = keys.dir.path() + "/relay-clients";
+  std::filesystem::create_directory(list);
+  std::filesystem::copy_file(keys.clients + "/ep.pub", list + "/ep.pub");
+  const std::string relay_ep = unique_endpoint();
+  RelayProcess relay;
+  curve::ClientKeys ctl = keys.op;
+  ctl.server_public = rack.own.public_key;
+  relay.set_control_keys(ctl);
+  relay.start(relay_ep, alloc_ep_, {"--curve-server", pub, "--curve-key", keys.key_file("rack"), "--curve-secret",
+                                    keys.key_file("rack"), "--curve-clients", list, "--curve-ctl", keys.ctl});
+  const auto st = relay.status();
+  ASSERT_TRUE(st);
+  EXPECT_EQ((*st)["allow_list"]["keys"], 2) << st->dump();  // ep, and op to ask this
+  const auto counter = [&](const char* name) { return (*relay.status())["counters"][name].get<int>(); };
+  const auto open_as = [&](const char* key) {
+    ::setenv("FLOWTUNE_CURVE_SERVER", rack.own.public_key.c_str(), 1);
+    ::setenv("FLOWTUNE_CURVE_KEY", keys.key_file(key).c_str(), 1);
+    ft_client* c = open(relay_ep);
+    ::unsetenv("FLOWTUNE_CURVE_SERVER");
+    ::unsetenv("FLOWTUNE_CURVE_KEY");
+    return c;
+  };
+  ft_client* c = open_as("ep");
+  auto conns = flowlets(c, 1);
+  ASSERT_TRUE(all_near(c, conns, kLinkBytes)) << daemon_.log();
+  // Strangers to the relay, listed by the allocator or not: refused at the
+  // relay's door, nothing for the allocator to refuse.
+  const auto refusals = [&] { return daemon_.status()["counters"]["errors"]["not_authorized"].get<int>(); };
+  for (const char* key : {"stranger", "other"}) {
+    SCOPED_TRACE(key);
+    const int before = refusals(), refused = counter("refused");
+    ft_client* d = open_as(key);
+    auto ds = flowlets(d, 1);
+    EXPECT_TRUE(eventually([&] { return counter("refused") > refused; }, 3000));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_EQ(rate(d, ds[0]->send_fd), 0u);
+    EXPECT_EQ(refusals(), before);
+    EXPECT_EQ(daemon_.status()["flows"], 1);
+    close(d, ds);
+  }
+  // A list that does not load: the one in force stays.
+  daemon::testing::write_file(list + "/broken.pub", "public-key = 12\n");
+  ASSERT_EQ(::kill(relay.pid(), SIGHUP), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(counter("reloads"), 0);
+  EXPECT_EQ((*relay.status())["allow_list"]["keys"], 2);
+  // ep taken off the list: its connection lives, its messages go nowhere.
+  std::filesystem::remove(list + "/broken.pub");
+  std::filesystem::remove(list + "/ep.pub");
+  ASSERT_EQ(::kill(relay.pid(), SIGHUP), 0);
+  ASSERT_TRUE(eventually([&] { return counter("reloads") == 1; }, 3000));
+  EXPECT_EQ((*relay.status())["allow_list"]["keys"], 1);
+  auto late = flowlets(c, 1);
+  EXPECT_TRUE(eventually([&] { return counter("not_listed") > 0; }, 3000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(rate(c, late[0]->send_fd), 0u);
+  // Listed again: heard again, the late flowlet rated.
+  std::filesystem::copy_file(keys.clients + "/ep.pub", list + "/ep.pub");
+  ASSERT_EQ(::kill(relay.pid(), SIGHUP), 0);
+  ASSERT_TRUE(eventually([&] { return counter("reloads") == 2; }, 3000));
+  conns.push_back(std::move(late[0]));
+  EXPECT_TRUE(eventually([&] { return rate(c, conns.back()->send_fd) > 0; }, 5000)) << daemon_.log();
+  close(c, conns);
+}
+
+// Stacked, the upper relay's allow-list judges each batch: from a lower
+// relay's key with `relay = true` only, and every key of its chains listed.
+TEST_F(RelayTest, UnderCurveDownstreamARelaysAllowListJudgesTheChainsOfBatches) {
+  FT_SKIP_CURVE_UNDER_TSAN();
+  daemon::testing::CurveSetup keys;
+  const std::string pub = keys.server.own.public_key;
+  const curve::ClientKeys pod = keys.endpoint("pod", "[\"127.0.0.1\"]\nrelay = true");
+  keys.endpoint("rack", "[\"127.0.0.1\"]\nrelay = true");
+  keys.endpoint("ep", R"(["127.0.0.1"])");
+  daemon_.set_control_keys(keys.op);
+  start_curve_allocator(keys);
+  const std::string pod_list = keys.dir.path() + "/pod-clients";
+  std::filesystem::create_directory(pod_list);
+  const std::string pod_ep = unique_endpoint();
+  RelayProcess upper;
+  curve::ClientKeys ctl = keys.op;
+  ctl.server_public = pod.own.public_key;
+  upper.set_control_keys(ctl);
+  curve::KeyPair rack_own;
+  ASSERT_EQ(curve::read_key_file(keys.key_file("rack"), true, &rack_own), "");
+  struct Case {
+    const char* why;
+    std::string rack_pub;  // the pod's entry for the rack relay ("": none)
+    bool list_ep;
+    bool rated;
+  } cases[] = {
+      {"the whole chain listed", "public-key = \"" + rack_own.public_key + "\"\nhosts = [\"127.0.0.1\"]\nrelay = true\n", true, true},
+      {"the endpoint's key not listed at the pod", "public-key = \"" + rack_own.public_key + "\"\nhosts = [\"127.0.0.1\"]\nrelay = true\n", false, false},
+      {"the rack relay's key without relay = true", "public-key = \"" + rack_own.public_key + "\"\nhosts = [\"127.0.0.1\"]\n", true, false},
+  };
+  bool started = false;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.why);
+    daemon::testing::write_file(pod_list + "/rack.pub", k.rack_pub);
+    if (k.list_ep) {
+      std::filesystem::copy_file(keys.clients + "/ep.pub", pod_list + "/ep.pub",
+                                 std::filesystem::copy_options::overwrite_existing);
+    } else {
+      std::filesystem::remove(pod_list + "/ep.pub");
+    }
+    if (!started) {
+      upper.start(pod_ep, alloc_ep_, {"--curve-server", pub, "--curve-key", keys.key_file("pod"), "--curve-secret",
+                                      keys.key_file("pod"), "--curve-clients", pod_list, "--curve-ctl", keys.ctl});
+      started = true;
+    } else {
+      const int reloads = (*upper.status())["counters"]["reloads"].get<int>();
+      ASSERT_EQ(::kill(upper.pid(), SIGHUP), 0);
+      ASSERT_TRUE(eventually([&] { return (*upper.status())["counters"]["reloads"] == reloads + 1; }, 3000));
+    }
+    const int dropped = (*upper.status())["counters"]["not_listed"].get<int>();
+    const std::string rack_ep = unique_endpoint();
+    RelayProcess lower;
+    ctl.server_public = rack_own.public_key;
+    lower.set_control_keys(ctl);
+    lower.start(rack_ep, pod_ep, {"--curve-server", pod.own.public_key, "--curve-key", keys.key_file("rack"),
+                                  "--curve-secret", keys.key_file("rack")});
+    ::setenv("FLOWTUNE_CURVE_SERVER", rack_own.public_key.c_str(), 1);
+    ::setenv("FLOWTUNE_CURVE_KEY", keys.key_file("ep").c_str(), 1);
+    ft_client* c = open(rack_ep);
+    ::unsetenv("FLOWTUNE_CURVE_SERVER");
+    ::unsetenv("FLOWTUNE_CURVE_KEY");
+    auto conns = flowlets(c, 1);
+    if (k.rated) {
+      EXPECT_TRUE(all_near(c, conns, kLinkBytes)) << daemon_.log();
+    } else {
+      EXPECT_TRUE(eventually([&] { return (*upper.status())["counters"]["not_listed"] > dropped; }, 3000));
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      EXPECT_EQ(rate(c, conns[0]->send_fd), 0u);
+      EXPECT_EQ(daemon_.status()["flows"], 0);
+    }
+    close(c, conns);
+    EXPECT_TRUE(eventually([&] { return daemon_.status()["flows"] == 0; }, 3000));
+  }
+}
+
 // The allocator's key rotates (docs/security.md): a relay that names it by
 // its file follows the file once upstream falls silent, and the flowlets
 // behind it keep their rates and new ones get theirs.
@@ -626,6 +782,26 @@ TEST(RelayCli, BadUpstreamListsAndProbePeriodsAreRefused) {
   ::unsetenv("FLOWTUNE_CURVE_SERVER");
   EXPECT_EQ(run("--curve-secret " + dir.path() + "/r.key", &out), 2);
   EXPECT_NE(out.find("give --curve-server too"), std::string::npos) << out;
+  // An allow-list judges CURVE keys: without --curve-secret it is refused,
+  // and one that does not load stops the relay with the file named.
+  EXPECT_EQ(run("--curve-clients " + dir.path(), &out), 2);
+  EXPECT_NE(out.find("--curve-clients: an allow-list judges CURVE keys"), std::string::npos) << out;
+  EXPECT_EQ(run("--curve-ctl " + dir.path(), &out), 2);
+  EXPECT_NE(out.find("--curve-ctl: an allow-list judges CURVE keys"), std::string::npos) << out;
+  const std::string list = dir.path() + "/list";
+  std::filesystem::create_directory(list);
+  daemon::testing::write_file(list + "/bad.pub", "public-key = \"short\"\n");
+  const curve::KeyPair server = curve::generate();
+  EXPECT_EQ(run("--curve-server '" + server.public_key + "' --curve-key " + dir.path() + "/r.key --curve-secret " +
+                    dir.path() + "/r.key --curve-clients " + list,
+                &out),
+            2);
+  EXPECT_NE(out.find("bad.pub"), std::string::npos) << out;
+  EXPECT_EQ(run("--curve-server '" + server.public_key + "' --curve-key " + dir.path() + "/r.key --curve-secret " +
+                    dir.path() + "/r.key --curve-clients /no/such/dir",
+                &out),
+            2);
+  EXPECT_NE(out.find("/no/such/dir: cannot open the key directory"), std::string::npos) << out;
 }
 
 // A stand-in for one allocator of a pair: a ROUTER that answers the relay's

@@ -1,5 +1,6 @@
 // ZAP (ZeroMQ's authentication protocol, RFC 27) as the allocator and
-// flowtune-relay answer it: every CURVE key gets its connection, and the
+// flowtune-relay answer it: every CURVE key gets its connection (a relay
+// with an allow-list refuses the keys it does not list), and the
 // reply's user id (the key in Z85) travels with each of the connection's
 // messages as its "User-Id" property, where the receiver judges it. A
 // handshake without a CURVE key is refused.
@@ -47,11 +48,12 @@ inline bool zap_receive(zmq::socket_t& handler, ZapRequest* r) {
   return true;
 }
 
-// 200 with the key as the user id for a CURVE handshake, 400 otherwise.
-inline void zap_reply(zmq::socket_t& handler, const ZapRequest& r) {
-  const bool ok = !r.z85.empty();
+// 200 with the key as the user id for a CURVE handshake, 400 otherwise;
+// `refusal` (not null): 400 with that text whatever the key.
+inline void zap_reply(zmq::socket_t& handler, const ZapRequest& r, const char* refusal = nullptr) {
+  const bool ok = !r.z85.empty() && refusal == nullptr;
   const std::string status = ok ? "200" : "400";
-  const std::string text = ok ? "OK" : "no CURVE key";
+  const std::string text = ok ? "OK" : refusal != nullptr ? refusal : "no CURVE key";
   std::vector<zmq::const_buffer> reply = {zmq::str_buffer("1.0"), zmq::buffer(r.id),
                                           zmq::buffer(status), zmq::buffer(text),
                                           zmq::buffer(r.z85), zmq::str_buffer("")};

@@ -31,6 +31,7 @@
 #include <zmq.hpp>
 
 #include "flowtune/common/curve.h"
+#include "flowtune/daemon/auth.h"
 
 namespace flowtune::relay {
 
@@ -46,10 +47,16 @@ struct Config {
   // --curve-clients bound to the hosts behind it (unset: plain).
   std::optional<curve::ClientKeys> curve;
   // CURVE downstream: the key pair endpoints (and relays below) must speak
-  // to (unset: plain). Any key may connect; each message goes up with the
-  // key it came with, and the allocator decides (keyed batches,
-  // wire/relay.h).
+  // to (unset: plain). Each message goes up with the key it came with, and
+  // the allocator decides (keyed batches, wire/relay.h).
   std::optional<curve::KeyPair> listen_key;
+  // The relay's own allow-list under CURVE downstream, in the allocator's
+  // formats (docs/security.md; empty: any key connects): endpoint keys
+  // (NAME.pub with hosts, `relay = true` for a relay below), and keys that
+  // may only ask this relay's status. A key in neither is refused at the
+  // handshake; a message whose key a reload removed is dropped; a keyed
+  // batch goes up only from a relay key, with every key of its chain listed.
+  std::string clients_dir, ctl_dir;
 };
 
 struct Counters {
@@ -62,6 +69,12 @@ struct Counters {
   std::uint64_t upstream_switches = 0;  // a standby took over and the relay followed
   std::uint64_t key_changes = 0;        // the allocator's key file named a new key
   std::uint64_t unkeyed = 0;  // under CURVE downstream, a message without a key, or a keyed batch from a plain relay
+  // With an allow-list: handshakes refused (a key in no list), and
+  // messages dropped (a key a reload removed, a key without the role, a
+  // batch from a key without `relay = true`, a chain key not listed).
+  std::uint64_t refused = 0;
+  std::uint64_t not_listed = 0;
+  std::uint64_t reloads = 0;  // allow-lists read again (SIGHUP), successfully
 };
 
 class Relay {
@@ -73,6 +86,10 @@ class Relay {
   int run(int signal_fd, std::uint64_t turns = UINT64_MAX);
   const std::string& bound_endpoint() const { return bound_; }
   const Counters& counters() const { return counters_; }
+  // Reads the allow-lists again (SIGHUP). "" on success (or without
+  // lists), else the reason, and the lists in force stay.
+  std::string reload();
+  std::size_t listed_keys() const;
 
  private:
   void drain_down();
@@ -89,12 +106,17 @@ class Relay {
   void add_up(std::string route, std::string keys, zmq::message_t&& body);
   void enable_curve_down(zmq::context_t& ctx);
   void answer_zap();
+  // The allow-list's entry for a message's connection key (its User-Id);
+  // null where not listed. Without an allow-list: never called.
+  const daemon::KeyEntry* listed(const zmq::message_t& m) const;
+  bool chain_listed(std::string_view chain) const;
   void flush_up();
   std::string status() const;
 
   Config config_;
   zmq::socket_t down_;  // ROUTER: endpoints and relays below
   std::unique_ptr<zmq::socket_t> zap_;  // REP: CURVE downstream's handshakes
+  std::unique_ptr<daemon::KeyRing> ring_;  // the allow-list, if any
   std::vector<zmq::socket_t> ups_;  // DEALERs: the allocator(s) or the relay above
   std::size_t active_ = 0;          // where batches go
   bool chosen_ = false;             // one upstream, or one of a pair said it is active
