@@ -308,7 +308,33 @@ void print_policy(const json& p) {
   std::cout << "\n";
 }
 
+// A relay's or a witness's status: what it is, then its counters, one
+// "name value" pair each (their own status shapes, not the allocator's).
+void print_peer_status(const json& j) {
+  if (j.value("relay", false)) {
+    std::cout << "relay     " << j.value("listen", "") << " -> " << j.value("upstream", "")
+              << (j.value("curve", false) ? ", CURVE upstream" : "")
+              << (j.value("curve_downstream", false) ? ", CURVE downstream" : "");
+    if (j.contains("allow_list") && j["allow_list"].is_object()) {
+      std::cout << ", allow-list of " << j["allow_list"].value("keys", 0u) << " keys";
+    }
+    std::cout << "\n";
+  } else {
+    std::cout << "witness   " << j.value("listen", "") << (j.value("curve", false) ? " (CURVE)" : "")
+              << "  holder " << j.value("holder", 0u) << "  term " << j.value("term", 0u) << "  lease left "
+              << j.value("lease_left_ms", 0u) << " ms\n";
+  }
+  if (!j.contains("counters") || !j["counters"].is_object()) return;
+  std::cout << "counters ";
+  for (const auto& [name, v] : j["counters"].items()) std::cout << " " << name << " " << v;
+  std::cout << "\n";
+}
+
 void print_status(const json& j) {
+  if (j.value("relay", false) || j.value("witness", false)) {
+    print_peer_status(j);
+    return;
+  }
   const json& c = j["counters"];
   std::cout << "allocator " << j["listen"].get<std::string>() << "  epoch " << j["epoch"]
             << "  up " << std::fixed << std::setprecision(1) << j["uptime_s"].get<double>()

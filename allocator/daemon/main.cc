@@ -142,6 +142,13 @@ hot standby (docs/scale.md):
   --probe-ms MS              how often the peer is asked its role (default 100)
   --takeover-ms MS           the peer's silence that makes a standby take over;
                              at least two probes (default 500)
+  --witness ENDPOINT         with --standby-of: the pair's flowtune-witness, a
+                             third voice on a third machine. A standby then
+                             takes over from a silent peer only once the
+                             witness grants it the pair's lease, and the
+                             active stands down when it hears neither the
+                             witness nor its peer, so a partition leaves at
+                             most one serving (give both the same witness)
   --role-probes-per-sec N    role probes answered a second, the pair's and
                              relays' together; past it (a tenth of a second's
                              burst) they are told to retry, which reads as
@@ -181,6 +188,7 @@ struct Options {
   std::uint64_t busy_poll_us = 0;
   AuthConfig auth;
   std::string standby_of;
+  std::string witness;
   std::vector<flowtune::Cidr> relay_from;
   std::uint64_t probe_ms = 100;
   std::uint64_t takeover_ms = 500;
@@ -256,6 +264,7 @@ Options parse(int argc, char** argv) {
     else if (args.is("--curve-ctl")) o.auth.ctl_dir = args.value();
     else if (args.is("--curve-admin")) o.auth.admin_dir = args.value();
     else if (args.is("--standby-of")) o.standby_of = args.value();
+    else if (args.is("--witness")) o.witness = args.value();
     else if (args.is("--relay-from")) {
       for (const std::string& item : flowtune::cli::split_commas(args.value())) {
         const auto net = flowtune::parse_cidr(item);
@@ -283,6 +292,15 @@ Options parse(int argc, char** argv) {
       usage_error("--standby-of: " + why);
     }
     if (o.standby_of == o.listen) usage_error("--standby-of names this allocator's own --listen");
+  }
+  if (!o.witness.empty()) {
+    if (o.standby_of.empty()) usage_error("--witness: a witness breaks ties within a standby pair: give --standby-of too");
+    if (const std::string why = flowtune::endpoint_port_error(o.witness); !why.empty()) {
+      usage_error("--witness: " + why);
+    }
+    if (o.witness == o.listen || o.witness == o.standby_of) {
+      usage_error("--witness names an allocator of the pair: the witness runs apart (flowtune-witness)");
+    }
   }
   if (o.probe_ms == 0) usage_error("--probe-ms must be at least 1");
   if (o.role_probes_per_sec == 0) usage_error("--role-probes-per-sec must be at least 1");
@@ -347,7 +365,7 @@ std::string describe(const Options& o, const Network& n, const Allocator& a, int
   }
   if (!o.standby_of.empty()) {
     s += "; standby pair with " + o.standby_of + " (probe " + std::to_string(o.probe_ms) + " ms, takeover " +
-         std::to_string(o.takeover_ms) + " ms)";
+         std::to_string(o.takeover_ms) + " ms" + (o.witness.empty() ? "" : ", witness " + o.witness) + ")";
   }
   s += "; relays from " + (o.relay_from.empty() ? std::string("no address") :
                            std::to_string(o.relay_from.size()) + " network(s)");
@@ -484,7 +502,8 @@ int run(const Options& o) {
   server.set_relay_from(o.relay_from);
   server.set_role_probe_rate(static_cast<double>(o.role_probes_per_sec));
   if (!o.standby_of.empty()) {
-    server.enable_standby(ctx, {o.standby_of, o.probe_ms * 1000, o.takeover_ms * 1000, new_epoch(), new_epoch});
+    server.enable_standby(ctx, {o.standby_of, o.probe_ms * 1000, o.takeover_ms * 1000, new_epoch(), new_epoch,
+                                o.witness});
   }
   std::string auth = "; authentication: none";
   if (const AuthInfo& a = server.auth_info(); a.on) {

@@ -137,7 +137,10 @@ json ha_json(const HaInfo& h) {
   return {{"peer", h.peer},
           {"term", h.term},
           {"peer_role", h.peer_role.empty() ? json(nullptr) : json(h.peer_role)},
-          {"peer_heard_s_ago", h.peer_heard_s_ago < 0 ? json(nullptr) : json(h.peer_heard_s_ago)}};
+          {"peer_heard_s_ago", h.peer_heard_s_ago < 0 ? json(nullptr) : json(h.peer_heard_s_ago)},
+          {"witness", h.witness.empty() ? json(nullptr) : json(h.witness)},
+          {"witness_heard_s_ago", h.witness_heard_s_ago < 0 ? json(nullptr) : json(h.witness_heard_s_ago)},
+          {"lease_left_s", h.lease_left_s}};
 }
 
 json status_json(const Allocator& a, const ServerInfo& info) {

@@ -340,6 +340,7 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
     items.push_back({monitor_->handle(), 0, ZMQ_POLLIN, 0});
   }
   if (probe_) items.push_back({probe_->handle(), 0, ZMQ_POLLIN, 0});
+  if (witness_) items.push_back({witness_->handle(), 0, ZMQ_POLLIN, 0});
   for (std::uint64_t turn = 0; turn < stop_after_turns; ++turn) {
     long timeout_ms = -1;
     std::uint64_t now = now_us();
@@ -569,8 +570,28 @@ void Server::enable_standby(zmq::context_t& ctx, Standby s) {
   } catch (const zmq::error_t& e) {
     throw ConfigError("--standby-of " + s.peer + ": " + e.what());
   }
+  if (!s.witness.empty()) {
+    if (const std::string why = endpoint_port_error(s.witness); !why.empty()) {
+      throw ConfigError("--witness: " + why);
+    }
+    witness_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
+    witness_->set(zmq::sockopt::linger, 0);
+    // As the probe: a claim goes only to a live connection, none piles up.
+    witness_->set(zmq::sockopt::immediate, 1);
+    witness_->set(zmq::sockopt::sndhwm, 4);
+    witness_->set(zmq::sockopt::reconnect_ivl, static_cast<int>(std::max<std::uint64_t>(s.probe_us / 1000, 1)));
+    // The witness speaks the pair's key pair, as the peer does.
+    if (auth_.enabled() && curve::apply_client(witness_->handle(), {probe_key_.public_key, probe_key_, {}}) != 0) {
+      throw ConfigError(std::string("CURVE on the witness's connection: ") + zmq_strerror(zmq_errno()));
+    }
+    try {
+      witness_->connect(s.witness);
+    } catch (const zmq::error_t& e) {
+      throw ConfigError("--witness " + s.witness + ": " + e.what());
+    }
+  }
   const std::uint64_t now = now_us();
-  takeover_.emplace(s.takeover_us, s.id, now);
+  takeover_.emplace(s.takeover_us, s.id, now, witness_ != nullptr);
   allocator_.stand_by("this allocator is standing by; " + s.peer + " is active", now);
   next_probe_us_ = now;
   standby_ = std::move(s);
@@ -622,10 +643,51 @@ void Server::rekey_probe(bool alternate) {
   probe_key_ = own;
 }
 
-// Each turn of a pair: the peer's answers, a probe when due, and the rule.
+void Server::read_witness_answers(std::uint64_t now) {
+  for (;;) {
+    std::vector<zmq::message_t> frames;
+    try {
+      if (!zmq::recv_multipart(*witness_, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
+    } catch (const zmq::error_t&) {
+      return;
+    }
+    if (frames.size() != 2 || frames[0].to_string_view() != kControlTag) continue;
+    const auto a = wire::parse_claim_answer(frames[1].to_string_view());
+    if (a) {
+      takeover_->on_claim_answer(*a, now);
+      continue;
+    }
+    // A refusal of another kind (a key it does not list, a rate limit):
+    // no lease, said every 10 s.
+    if (now >= next_witness_warning_us_) {
+      next_witness_warning_us_ = now + 10'000'000;
+      log_.write(LogLevel::kWarn, "the witness " + standby_->witness + " answers a claim with " +
+                                      frames[1].to_string().substr(0, 200));
+    }
+  }
+}
+
+// A claim (a standby whose peer is silent) or a renewal (the active), its
+// nonce the time it went out: the lease counts from then.
+void Server::claim(std::uint64_t now) {
+  if (!takeover_->wants_claim(now)) return;
+  const wire::ClaimRequest c{takeover_->id(), takeover_->term(), standby_->takeover_us / 1000, now};
+  try {
+    if (witness_->send(zmq::buffer(std::string_view(kControlTag)), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      (void)witness_->send(zmq::buffer(wire::claim_request(c)), zmq::send_flags::dontwait);
+    }
+  } catch (const zmq::error_t&) {
+    // Not connected: no lease this time.
+  }
+}
+
+// Each turn of a pair: the peer's (and the witness's) answers, a probe (and
+// a claim) when due, and the rule.
 void Server::standby_turn(std::uint64_t now) {
   read_probe_answers(now);
+  if (witness_) read_witness_answers(now);
   if (now >= next_probe_us_) {
+    if (witness_) claim(now);
     next_probe_us_ = now + standby_->probe_us;
     // Unanswered for a probe period: the peer may have rotated the pair's
     // key before this allocator's reload. The file says (a key installed
@@ -653,11 +715,23 @@ void Server::standby_turn(std::uint64_t now) {
   const std::string term = std::to_string(takeover_->term());
   if (now_role == PairRole::kActive) {
     allocator_.activate(standby_->new_epoch());
-    const char* why = takeover_->why() == Takeover::Why::kTieBreak
-                          ? "both stood by; this one has the lower id"
-                          : "the peer did not answer";
+    const char* why = takeover_->why() == Takeover::Why::kTieBreak ? "both stood by; this one has the lower id"
+                      : witness_ ? "the peer did not answer; the witness granted the lease"
+                                 : "the peer did not answer";
     log_.write(LogLevel::kWarn, "taking over from " + standby_->peer + " (" + why + ") as term " +
                                     term + ", epoch " + std::to_string(allocator_.epoch()));
+    return;
+  }
+  if (takeover_->why() == Takeover::Why::kIsolated || takeover_->why() == Takeover::Why::kWitnessRefused) {
+    const bool isolated = takeover_->why() == Takeover::Why::kIsolated;
+    allocator_.stand_by(std::string("this allocator stood down: ") +
+                            (isolated ? "it hears neither its peer nor the witness" : "the witness holds a newer lease"),
+                        now);
+    log_.write(LogLevel::kWarn, std::string("standing down (term ") + term + "): " +
+                                    (isolated ? "neither " + standby_->peer + " nor the witness " + standby_->witness +
+                                                    " answered within half the takeover time"
+                                              : "the witness " + standby_->witness +
+                                                    " granted the lease to a newer term"));
     return;
   }
   const PeerView& p = *takeover_->peer();
@@ -674,6 +748,14 @@ HaInfo Server::ha_info(std::uint64_t now) const {
   if (takeover_->peer()) {
     h.peer_role = to_string(takeover_->peer()->role);
     h.peer_heard_s_ago = static_cast<double>(now - std::min(now, takeover_->peer_heard_us())) * 1e-6;
+  }
+  if (witness_) {
+    h.witness = standby_->witness;
+    if (takeover_->witness_heard_us() > 0) {
+      h.witness_heard_s_ago = static_cast<double>(now - std::min(now, takeover_->witness_heard_us())) * 1e-6;
+    }
+    const std::uint64_t until = takeover_->lease_until_us();
+    h.lease_left_s = static_cast<double>(until > now ? until - now : 0) * 1e-6;
   }
   return h;
 }

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/prctl.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -85,6 +86,8 @@ class DaemonProcess {
     pid_ = ::fork();
     if (pid_ < 0) return false;
     if (pid_ == 0) {
+      // Gone with the test, however it ends (a crash would leave it running).
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       std::FILE* f = std::freopen(stderr_path_.c_str(), "w", stderr);
       (void)f;
       // The daemon must not inherit the test's sockets: it would keep their

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <optional>
 
 namespace flowtune::daemon {
@@ -113,6 +114,109 @@ TEST(Takeover, AnErrorAnswerIsLifeNotSilenceAndAnOldAnswerDoesNotCount) {
   ASSERT_EQ(probe(u, 100'000, 100'000 + kTakeoverUs, std::nullopt), PairRole::kActive);
   // The old active's last answer is stale: it must not make us stand down.
   EXPECT_EQ(probe(u, 200'000 + kTakeoverUs, 200'000 + 3 * kTakeoverUs, std::nullopt), PairRole::kActive);
+}
+
+// ---- with a witness (standby.h: a majority of the three decides) ----
+
+wire::ClaimAnswer granted(std::uint64_t id, std::uint64_t term, std::uint64_t nonce) {
+  return {true, id, term, kTakeoverUs / 1000, nonce};
+}
+wire::ClaimAnswer refused(std::uint64_t holder, std::uint64_t term, std::uint64_t nonce) {
+  return {false, holder, term, 100, nonce};
+}
+
+// A standby alone with a silent peer (and its witness answering with `a`,
+// or not at all), probing and claiming every 100 ms from `from` to `to`.
+PairRole alone(Takeover& t, std::uint64_t from, std::uint64_t to,
+               const std::function<std::optional<wire::ClaimAnswer>(std::uint64_t)>& a) {
+  PairRole r = t.role();
+  for (std::uint64_t now = from; now <= to; now += 100'000) {
+    t.on_probe_sent(now);
+    if (t.wants_claim(now)) {
+      if (auto ans = a(now)) t.on_claim_answer(*ans, now + 2);
+    }
+    r = t.decide(now + 3);
+  }
+  return r;
+}
+
+TEST(TakeoverWithWitness, ASilentPeerIsTakenOverOnlyOnceTheWitnessGrantsTheLease) {
+  Takeover t(kTakeoverUs, 7, 0, /*witness=*/true);
+  EXPECT_FALSE(t.wants_claim(0));  // a standby that hears no silence yet does not claim
+  // The witness refuses (the active peer still holds the lease): no takeover, however long.
+  EXPECT_EQ(alone(t, 0, 10 * kTakeoverUs, [](std::uint64_t now) { return refused(3, 4, now); }), PairRole::kStandby);
+  // Nor while the witness is silent.
+  EXPECT_EQ(alone(t, 11 * kTakeoverUs, 20 * kTakeoverUs, [](std::uint64_t) { return std::nullopt; }),
+            PairRole::kStandby);
+  // Granted: active, with a term above the holder's it was refused for.
+  EXPECT_EQ(alone(t, 20 * kTakeoverUs + 100'000, 20 * kTakeoverUs + 100'000,
+                  [](std::uint64_t now) { return granted(7, 0, now); }),
+            PairRole::kActive);
+  EXPECT_EQ(t.why(), Takeover::Why::kPeerSilent);
+  EXPECT_EQ(t.term(), 5u);
+}
+
+TEST(TakeoverWithWitness, AnActiveThatHearsNeitherItsPeerNorTheWitnessStandsDownBeforeItsLeaseEnds) {
+  Takeover t(kTakeoverUs, 7, 0, true);
+  ASSERT_EQ(alone(t, 0, kTakeoverUs, [](std::uint64_t now) { return granted(7, 0, now); }), PairRole::kActive);
+  // Renewed every probe: it stays.
+  ASSERT_EQ(alone(t, kTakeoverUs + 100'000, 10 * kTakeoverUs, [](std::uint64_t now) { return granted(7, 1, now); }),
+            PairRole::kActive);
+  const std::uint64_t last = 10 * kTakeoverUs;  // the last granted claim went out then
+  EXPECT_EQ(t.lease_until_us(), last + kTakeoverUs / 2);
+  // Then the witness falls silent too: it stands down when half the
+  // takeover time has passed since its last granted claim went out, before
+  // the witness (which holds the lease the whole takeover time from when it
+  // read the claim) would grant it to the other side.
+  t.on_probe_sent(last + 100'000);
+  EXPECT_EQ(t.decide(last + kTakeoverUs / 2 - 1), PairRole::kActive);
+  EXPECT_EQ(t.decide(last + kTakeoverUs / 2), PairRole::kStandby);
+  EXPECT_EQ(t.why(), Takeover::Why::kIsolated);
+}
+
+TEST(TakeoverWithWitness, AnActiveWhosePeerDefersNeedsNoWitness) {
+  // Started together, the lower id takes over by the tie-break (the two are
+  // a majority) and keeps serving while its peer answers "standby", the
+  // witness never answering.
+  Takeover low(kTakeoverUs, 3, 0, true);
+  for (std::uint64_t now = 0; now <= 20 * kTakeoverUs; now += 100'000) {
+    low.on_probe_sent(now);
+    low.on_answer(peer(PairRole::kStandby, 0, 8), now + 1);
+    EXPECT_TRUE(low.wants_claim(now) == (low.role() == PairRole::kActive));
+    low.decide(now + 2);
+  }
+  EXPECT_EQ(low.role(), PairRole::kActive);
+  EXPECT_EQ(low.why(), Takeover::Why::kTieBreak);
+  // The peer falls silent too: past half the takeover time, it stands down.
+  const std::uint64_t heard = 20 * kTakeoverUs + 1;
+  low.on_probe_sent(heard + 100'000);
+  EXPECT_EQ(low.decide(heard + kTakeoverUs / 2 - 1), PairRole::kActive);
+  EXPECT_EQ(low.decide(heard + kTakeoverUs / 2), PairRole::kStandby);
+  EXPECT_EQ(low.why(), Takeover::Why::kIsolated);
+}
+
+TEST(TakeoverWithWitness, ARefusalNamingANewerTermMakesTheActiveStandDownAnOlderOneDoesNot) {
+  Takeover t(kTakeoverUs, 7, 0, true);
+  ASSERT_EQ(alone(t, 0, kTakeoverUs, [](std::uint64_t now) { return granted(7, 0, now); }), PairRole::kActive);
+  ASSERT_EQ(t.term(), 1u);
+  // The witness still holds a lease for an older term (an old holder that
+  // claimed once more before it heard of this takeover): this one keeps
+  // serving while its peer defers to it.
+  t.on_probe_sent(2 * kTakeoverUs);
+  t.on_answer(peer(PairRole::kStandby, 0, 9), 2 * kTakeoverUs + 1);
+  t.on_claim_answer(refused(9, 0, 2 * kTakeoverUs), 2 * kTakeoverUs + 2);
+  EXPECT_EQ(t.decide(2 * kTakeoverUs + 3), PairRole::kActive);
+  // A newer term holds it: stand down at once.
+  t.on_claim_answer(refused(9, 2, 2 * kTakeoverUs + 10), 2 * kTakeoverUs + 11);
+  EXPECT_EQ(t.decide(2 * kTakeoverUs + 12), PairRole::kStandby);
+  EXPECT_EQ(t.why(), Takeover::Why::kWitnessRefused);
+}
+
+TEST(TakeoverWithWitness, WithoutAWitnessNothingChanges) {
+  Takeover t(kTakeoverUs, 7, 0);
+  EXPECT_FALSE(t.wants_claim(10 * kTakeoverUs));
+  EXPECT_EQ(alone(t, 0, kTakeoverUs, [](std::uint64_t) { return std::nullopt; }), PairRole::kActive);
+  EXPECT_EQ(alone(t, kTakeoverUs, 10 * kTakeoverUs, [](std::uint64_t) { return std::nullopt; }), PairRole::kActive);
 }
 
 TEST(RoleAnswer, RoundTripsAndRefusesWhatIsNotOne) {

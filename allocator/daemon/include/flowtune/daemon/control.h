@@ -40,6 +40,9 @@ struct HaInfo {
   std::uint64_t term = 0;
   std::string peer_role;       // as last heard; empty: never heard
   double peer_heard_s_ago = -1;
+  std::string witness;            // empty: no witness
+  double witness_heard_s_ago = -1;
+  double lease_left_s = 0;        // the witness's lease, as this allocator counts it
 };
 
 struct ServerInfo {

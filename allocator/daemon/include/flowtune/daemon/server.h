@@ -84,6 +84,9 @@ class Server {
     std::uint64_t takeover_us = 500'000;
     std::uint64_t id = 1;  // tie-break: random per process
     std::function<std::uint64_t()> new_epoch;  // for each takeover
+    // The pair's witness (flowtune-witness), if any: see standby.h. It
+    // speaks the pair's CURVE key pair when CURVE is on.
+    std::string witness;
   };
   void enable_standby(zmq::context_t& ctx, Standby s);
   // Addresses flowtune-relay may send batches from (TCP; ipc listeners
@@ -119,6 +122,9 @@ class Server {
   };
   bool send_relay_batch(const std::string& relay, const RelayOut& out, std::size_t at, std::size_t end);
   void read_probe_answers(std::uint64_t now_us);
+  // With a witness: its answers to claims, and a claim (or renewal) when due.
+  void read_witness_answers(std::uint64_t now_us);
+  void claim(std::uint64_t now_us);
   HaInfo ha_info(std::uint64_t now_us) const;
   void flush();
   // False when the message was dropped (the peer left or its queue is full).
@@ -130,6 +136,8 @@ class Server {
   std::optional<Standby> standby_;
   std::optional<Takeover> takeover_;
   std::unique_ptr<zmq::socket_t> probe_;
+  std::unique_ptr<zmq::socket_t> witness_;  // DEALER to the witness, if any
+  std::uint64_t next_witness_warning_us_ = 0;
   curve::KeyPair own_;                       // the key the listener speaks
   curve::KeyPair probe_key_, probe_prev_key_;  // the probe's, and the one before
   std::uint64_t last_rekey_check_us_ = 0;

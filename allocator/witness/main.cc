@@ -1,0 +1,80 @@
+// flowtune-witness: see include/flowtune/witness/witness.h. Configuration
+// errors exit with status 2 and the reason; SIGINT/SIGTERM stop it (status
+// 0); SIGHUP re-reads --curve-clients.
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <stdexcept>
+
+#include "flowtune/common/cli.h"
+#include "flowtune/witness/witness.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: flowtune-witness [options]
+
+The third voice of a hot standby pair (flowtune-allocator --standby-of ...
+--witness ENDPOINT): an allocator takes over from a silent peer only while
+it holds the pair's lease here, and an active one that hears neither this
+witness nor its peer stands down before its lease runs out, so a partition
+between the two allocators leaves at most one of them serving. Run it on
+a third machine. flowtune-ctl --allocator ENDPOINT status shows its lease.
+
+  --listen ENDPOINT       the pair claims here (default tcp://0.0.0.0:5557)
+  --curve-secret FILE     speak CURVE with this key pair: the pair's own
+                          --curve-secret (they speak to it as to each other)
+  --curve-clients DIR     with --curve-secret: the keys that may claim or
+                          ask (NAME.pub files, as flowtune-ctl's lists; the
+                          pair's public key, and operators'); re-read on
+                          SIGHUP
+  --claims-per-sec N      requests answered a second, with a second's burst
+                          (default 1000); past it they are told to retry
+  -h, --help              show this help
+
+signals: SIGINT/SIGTERM stop it; SIGHUP re-reads --curve-clients.
+exit status: 0 after SIGINT/SIGTERM, 2 on a configuration error.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  flowtune::witness::Config c;
+  flowtune::cli::Args args("flowtune-witness", kUsage, argc, argv);
+  while (args.next()) {
+    if (args.is("--listen")) c.listen = args.value();
+    else if (args.is("--curve-secret")) c.secret_file = args.value();
+    else if (args.is("--curve-clients")) c.clients_dir = args.value();
+    else if (args.is("--claims-per-sec")) c.claims_per_sec = args.number(1, 1e6);
+    else args.unknown();
+  }
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  const int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+  try {
+    zmq::context_t ctx(1);
+    flowtune::witness::Witness w(ctx, c);
+    std::cerr << "flowtune-witness: listening on " << w.bound_endpoint() << std::endl;
+    int sig;
+    while ((sig = w.run(sfd)) == SIGHUP) {
+      const std::string why = w.reload();
+      std::cerr << "flowtune-witness: SIGHUP: "
+                << (c.clients_dir.empty() ? "no allow-list to read"
+                                          : why.empty() ? "allow-list read" : "the allow-list stays as it was: " + why)
+                << std::endl;
+    }
+    const auto& k = w.counters();
+    std::cerr << "flowtune-witness: stopping on " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": " << k.claims
+              << " claims, " << k.grants << " granted, " << k.refusals << " refused" << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "flowtune-witness: " << e.what() << "\n";
+    return 2;
+  }
+  ::close(sfd);
+  return 0;
+}
