@@ -1,7 +1,8 @@
 // libFuzzer differential target: arbitrary bytes pick a network (a two-tier
 // Clos at full bisection, an oversubscribed one, or a big switch) and NED or
 // Gradient, then drive arrivals, departures, limit changes, sorts and
-// iterations on the Clos engine (clos_engine.h) and on the general engine
+// iterations on the Clos engine (clos_engine.h; for half the inputs with
+// F-NORM folded into the next rate pass) and on the general engine
 // (engine.h, one block), the reference. Checked after every batch of
 // iterations (each batch starting from the reference's prices):
 //   - both give the same ids, and rates, raw rates and prices equal to 1e-6
@@ -85,9 +86,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const Topology& t = topology(in.u8() % 3);
   EngineConfig cfg;
   cfg.algorithm = in.u8() % 4 == 0 ? Algorithm::kGradient : Algorithm::kNed;
-  cfg.portable_kernels = in.u8() % 2 == 0;
+  const std::uint8_t kernels = in.u8();
+  cfg.portable_kernels = kernels % 2 == 0;
   Engine ref(t.capacities_bps(), t.num_sites(), cfg);
   ClosEngine clos(t, cfg);
+  // Half the inputs fold F-NORM into the next rate pass (from a bit of the
+  // same byte, so the corpus keeps its meaning): rates read the same.
+  clos.set_fold_fnorm((kernels >> 1) % 2 == 1);
   std::vector<FlowId> ids;
   std::vector<double> caps;
   for (int op = 0; op < 256 && !in.empty(); ++op) {
