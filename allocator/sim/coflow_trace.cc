@@ -6,11 +6,13 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_set>
 
 #include "flowtune/alloc/coflow.h"
+#include "flowtune/alloc/engine.h"
 
 namespace flowtune::sim {
 
@@ -121,9 +123,9 @@ CoflowTrace load_coflow_trace(const std::string& name_or_path) {
 }
 
 std::string check(const CoflowSimConfig& c) {
-  if (c.policy != "pf" && c.policy != "fair" && c.policy != "stf" && c.policy != "sebf" &&
-      c.policy != "bssi" && c.policy != "offline") {
-    return "policy must be pf, fair, stf, sebf, bssi or offline";
+  if (c.policy != "pf" && c.policy != "pf-engine" && c.policy != "fair" && c.policy != "stf" &&
+      c.policy != "sebf" && c.policy != "bssi" && c.policy != "offline") {
+    return "policy must be pf, pf-engine, fair, stf, sebf, bssi or offline";
   }
   if (!(c.port_gbps > 0 && c.port_gbps <= 1e4)) return "port rate must be within (0, 10000] Gbit/s";
   if (!(c.time_scale > 0 && c.time_scale <= 1e6)) return "time scale must be positive";
@@ -228,6 +230,14 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
   pc.ordered_share = c.ordered_share;
   const std::vector<double> cap(2 * static_cast<std::size_t>(trace.ports), port_bps);
   alloc::CoflowPlanner planner;
+  // pf-engine: the allocator's own engine (NED + F-NORM, log utility) solved
+  // to its tolerance at every event, from the last event's prices.
+  std::unique_ptr<alloc::Engine> engine;
+  if (c.policy == "pf-engine") {
+    alloc::EngineConfig ec;
+    engine = std::make_unique<alloc::Engine>(cap, 1, ec);
+  }
+  std::vector<alloc::FlowId> engine_id;  // beside flows
   // Active flows stay grouped by coflow in arrival order (ends compact them
   // in place), so the planner's grouping finds them sorted.
   std::vector<alloc::CoflowFlow> flows;
@@ -244,12 +254,21 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
       for (const auto& f : all[next].flows) {
         flows.push_back(f);
         owner.push_back(static_cast<std::uint32_t>(next));
+        if (engine) {
+          alloc::FlowSpec spec;
+          spec.path = f.path;
+          engine_id.push_back(engine->add_flow(spec));
+        }
       }
       left[next] = static_cast<std::uint32_t>(all[next].flows.size());
       ++next;
     }
     if (c.policy == "fair") {
       equal_shares(cap, flows, per_link, rates);
+    } else if (engine) {
+      engine->solve(c.engine_iterations);
+      rates.resize(flows.size());
+      for (std::size_t i = 0; i < flows.size(); ++i) rates[i] = engine->rate_bps(engine_id[i]);
     } else {
       planner.plan(pc, cap, flows, rates);
       planner.backfill(cap, flows, rates);
@@ -275,15 +294,18 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
         if (--left[k] == 0) {
           r.coflows.push_back(o);
         }
+        if (engine) engine->remove_flow(engine_id[i]);
         continue;
       }
       flows[i].remaining_bytes -= rates[i] * dt / 8;
       flows[w] = flows[i];
       owner[w] = owner[i];
+      if (engine) engine_id[w] = engine_id[i];
       ++w;
     }
     flows.resize(w);
     owner.resize(w);
+    if (engine) engine_id.resize(w);
     t += dt;
   }
   std::sort(r.coflows.begin(), r.coflows.end(),

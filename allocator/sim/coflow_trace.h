@@ -10,6 +10,9 @@
 // coflow arrives or flows end, constant in between, and a flow ends when its
 // bytes run out. Policies:
 //   pf       per-flow fair sharing (max-min, the planner's backfill alone)
+//   pf-engine  per-flow proportional fairness as the daemon computes it with
+//            --coflow-policy none: the engine (NED + F-NORM, log utility)
+//            solved to its tolerance at every event, from the last prices
 //   fair     per-port equal shares: each flow the smaller of its two links'
 //            equal shares, the spare not handed on (per-flow fair sharing as
 //            the Varys/Aalo trace simulator models it; a weaker baseline)
@@ -50,7 +53,10 @@ CoflowTrace parse_coflow_trace(std::istream& in, const std::string& name);
 CoflowTrace load_coflow_trace(const std::string& name_or_path);
 
 struct CoflowSimConfig {
-  std::string policy = "sebf";  // pf | fair | stf | sebf | bssi | offline
+  std::string policy = "sebf";  // pf | pf-engine | fair | stf | sebf | bssi | offline
+  // pf-engine: the most NED iterations per event (it stops at the engine's
+  // tolerance).
+  std::uint64_t engine_iterations = 2000;
   double port_gbps = 1.0;
   // Arrival times are multiplied by this: below 1 the same coflows come
   // faster (a higher load).

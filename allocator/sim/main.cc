@@ -98,7 +98,9 @@ run options (defaults: the paper's §5.3 network and web workload):
 
 coflows options (docs/coflows.md):
   --trace fb|FILE            Coflow-Benchmark trace (fb: 526 coflows, 150 racks)
-  --policy pf|fair|stf|sebf|bssi|offline  per-flow fair (max-min);
+  --policy pf|pf-engine|fair|stf|sebf|bssi|offline  per-flow fair (max-min);
+                             proportional fairness by the allocator's engine
+                             (NED + F-NORM solved at every event; slower);
                              per-port equal shares (the spare not handed on);
                              smallest coflow first;
                              smallest effective bottleneck first with MADD;

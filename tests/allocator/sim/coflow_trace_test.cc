@@ -156,6 +156,22 @@ TEST(CoflowReplay, EqualSharesLeaveWhatAFlowCannotUseIdle) {
   }
 }
 
+// The same instance under the allocator's own engine (pf-engine: NED +
+// F-NORM solved at every event): proportional fairness, which is neither
+// max-min nor equal shares. Port 0's uplink and port 2's downlink bind:
+// with prices a and b, coflow 1 gets 1/a, coflow 2 1/(a + b) and each of
+// coflow 3's flows 1/b, so 1/a + 1/(a + b) = 1 and 1/(a + b) + 2/b = 1:
+// a = 4/3, b = 8/3, rates 3/4, 1/4 and 3/8 MiB/s. Coflow 1 ends at 4/3 s;
+// then port 2's three flows share it equally (1/3 each): coflow 3's halves
+// end 1.5 s later, at 17/6 s, and coflow 2's last 1/6 MiB alone at 3 s.
+TEST(CoflowReplay, TheEnginesProportionalFairnessIsNeitherMaxMinNorEqualShares) {
+  const CoflowTrace t = parse("4 3\n1 0 1 0 1 1:1\n2 0 1 0 1 2:1\n3 0 2 1 3 1 2:2\n");
+  const auto pf = simulate_coflows(t, exact("pf-engine"));
+  EXPECT_NEAR(cct(pf, 1), 4.0 / 3, 2e-3);
+  EXPECT_NEAR(cct(pf, 3), 17.0 / 6, 2e-3);
+  EXPECT_NEAR(cct(pf, 2), 3, 2e-3);
+}
+
 TEST(CoflowReplay, SebfBeatsStfWhenTheLargerCoflowIsTheQuickerOne) {
   // X (id 1): mappers 0, 1 to reducers 2, 3, 1 MiB per flow: 4 MiB, 2 s
   // alone. Y (id 2): 3 MiB from 0 to 2, 3 s alone. STF serves Y first (Y 3 s,
