@@ -215,7 +215,7 @@ TEST(CoflowCli, ReplaysATraceFileAndRefusesBadArguments) {
     std::string args;
     const char* needle;
   } cases[] = {
-      {"coflows --policy fifo", "policy must be pf, fair, stf, sebf, bssi or offline"},
+      {"coflows --policy fifo", "policy must be pf, pf-engine, fair, stf, sebf, bssi or offline"},
       {"coflows --ordered-share 0", "ordered share must be within"},
       {"coflows --trace /no/such/trace", "cannot open"},
       {"coflows --trace '" + bad + "'", ":2: mapper port"},
