@@ -309,6 +309,7 @@ class Proxy {
         std::uint64_t v;
         (void)!::read(wake_, &v, sizeof v);
       }
+      const std::size_t polled = pairs_.size();  // a pair accepted below is polled next turn
       if (fds[0].revents != 0) {
         const int in = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
         if (in >= 0 && cut_) {
@@ -328,8 +329,9 @@ class Proxy {
       for (std::size_t i = 0; i < pairs_.size(); ++i) {
         const auto [a, b] = pairs_[i];
         bool alive = true;
-        for (const auto& [from, to, ev] : {std::tuple{a, b, fds[2 + 2 * i].revents},
-                                           std::tuple{b, a, fds[3 + 2 * i].revents}}) {
+        const short in_a = i < polled ? fds[2 + 2 * i].revents : 0;
+        const short in_b = i < polled ? fds[3 + 2 * i].revents : 0;
+        for (const auto& [from, to, ev] : {std::tuple{a, b, in_a}, std::tuple{b, a, in_b}}) {
           if (!alive || ev == 0) continue;
           const ssize_t n = ::read(from, buf, sizeof buf);
           // MSG_NOSIGNAL: a peer that closed must not SIGPIPE the test.
