@@ -1,14 +1,16 @@
 // flowtune-relay: see include/flowtune/relay/relay.h. Configuration errors
 // exit with status 2 and the reason; SIGINT/SIGTERM stop it (status 0).
 #include <signal.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <stdexcept>
 
 #include "flowtune/common/cli.h"
+#include "flowtune/common/signals.h"
 #include "flowtune/relay/relay.h"
 
 namespace {
@@ -112,13 +114,11 @@ int main(int argc, char** argv) {
     args.fail(std::string(c.clients_dir.empty() ? "--curve-ctl" : "--curve-clients") +
               ": an allow-list judges CURVE keys: give --curve-secret too");
   }
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGHUP);
-  sigprocmask(SIG_BLOCK, &mask, nullptr);
-  const int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+  const int sfd = flowtune::daemon_signal_fd();
+  if (sfd < 0) {
+    std::cerr << "flowtune-relay: signalfd: " << std::strerror(errno) << "\n";
+    return 2;
+  }
   try {
     zmq::context_t ctx(1);
     flowtune::relay::Relay relay(ctx, c);

@@ -19,6 +19,7 @@
 
 #include "flowtune/alloc/mpi_driver.h"
 #include "flowtune/common/cli.h"
+#include "flowtune/common/signals.h"
 #include "flowtune/common/curve.h"
 #include "flowtune/common/endpoint.h"
 #include "flowtune/common/ipv4.h"
@@ -442,15 +443,9 @@ int follow(Mpi& mpi, Allocator& allocator, Log& log) {
 }
 
 int run(const Options& o) {
-  // Signals arrive on an fd the loop polls, so shutdown is an ordinary
-  // event. Blocked before any thread starts (MPI's, ZeroMQ's): a thread
-  // that left them open would take SIGTERM's default and kill the process.
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGHUP);
-  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  // Signals arrive on an fd the loop polls; blocked before any thread
+  // starts (common/signals.h).
+  const sigset_t mask = flowtune::block_daemon_signals();
   Mpi mpi(o.mpi);
   Log log(Log::stderr_sink(), o.log_level, static_cast<std::uint64_t>(o.log_interval_s * 1e6));
   Network network = build_network(o);

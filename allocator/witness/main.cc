@@ -2,13 +2,15 @@
 // errors exit with status 2 and the reason; SIGINT/SIGTERM stop it (status
 // 0); SIGHUP re-reads --curve-clients.
 #include <signal.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <stdexcept>
 
 #include "flowtune/common/cli.h"
+#include "flowtune/common/signals.h"
 #include "flowtune/witness/witness.h"
 
 namespace {
@@ -49,13 +51,11 @@ int main(int argc, char** argv) {
     else if (args.is("--claims-per-sec")) c.claims_per_sec = args.number(1, 1e6);
     else args.unknown();
   }
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGHUP);
-  sigprocmask(SIG_BLOCK, &mask, nullptr);
-  const int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+  const int sfd = flowtune::daemon_signal_fd();
+  if (sfd < 0) {
+    std::cerr << "flowtune-witness: signalfd: " << std::strerror(errno) << "\n";
+    return 2;
+  }
   try {
     zmq::context_t ctx(1);
     flowtune::witness::Witness w(ctx, c);

@@ -761,12 +761,9 @@ TEST_F(RelayTest, UnderCurveARelayFollowsTheAllocatorsKeyFile) {
 // status 2, before anything listens.
 TEST(RelayCli, BadUpstreamListsAndProbePeriodsAreRefused) {
   const auto run = [](const std::string& args, std::string* out) {
-    FILE* p = ::popen((std::string(FT_RELAY_BINARY) + " --listen tcp://127.0.0.1:0 " + args + " 2>&1").c_str(), "r");
-    char buf[512];
-    out->clear();
-    while (std::fgets(buf, sizeof buf, p) != nullptr) *out += buf;
-    const int st = ::pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    const auto r = daemon::testing::run_command(std::string(FT_RELAY_BINARY) + " --listen tcp://127.0.0.1:0 " + args);
+    *out = r.output;
+    return r.status;
   };
   std::string out;
   EXPECT_EQ(run("--upstream tcp://127.0.0.1:5555,,tcp://127.0.0.1:5556", &out), 2);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -35,6 +36,22 @@ using Clock = std::chrono::steady_clock;
 inline std::string unique_endpoint() {
   static int n = 0;
   return "ipc:///tmp/ft-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + ".sock";
+}
+
+// A command line's exit status (-1 if it did not exit) and its output,
+// stderr joined to stdout.
+struct CmdResult {
+  int status;
+  std::string output;
+};
+
+inline CmdResult run_command(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int st = ::pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
 // One flowtune-ctl request to `listen` (speaking CURVE with `keys` if not

@@ -234,19 +234,7 @@ TEST_F(DaemonTest, IdleDaemonUsesNoCpu) {
 
 // ---- command lines ----
 
-struct CmdResult {
-  int status;
-  std::string output;
-};
-
-CmdResult run(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int st = ::pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+CmdResult run(const std::string& cmd) { return run_command(cmd); }
 
 // The running daemon re-reads --policy on SIGHUP: live flows take the new
 // tenant weights, none is dropped; a file that does not load is refused with

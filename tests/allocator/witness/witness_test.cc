@@ -184,12 +184,8 @@ TEST(WitnessCli, FlowtuneCtlShowsAWitnessesAndARelaysStatus) {
   w.start(ep);
   ASSERT_TRUE(w.ask(wire::claim_request({5, 3, 60'000, 1})));
   const auto run = [](const std::string& cmd) {
-    FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-    char buf[512];
-    std::string out;
-    while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-    const int st = ::pclose(p);
-    return std::pair{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+    const auto r = daemon::testing::run_command(cmd);
+    return std::pair{r.status, r.output};
   };
   const auto [st, out] = run(std::string(FT_CTL_BINARY) + " --allocator " + ep + " status");
   EXPECT_EQ(st, 0) << out;
@@ -220,12 +216,9 @@ TEST(WitnessCli, FlowtuneCtlShowsAWitnessesAndARelaysStatus) {
 
 TEST(WitnessCli, BadOptionsAreRefusedWithTheReason) {
   const auto run = [](const std::string& args, std::string* out) {
-    FILE* p = ::popen((std::string(FT_WITNESS_BINARY) + " " + args + " 2>&1").c_str(), "r");
-    char buf[512];
-    out->clear();
-    while (std::fgets(buf, sizeof buf, p) != nullptr) *out += buf;
-    const int st = ::pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    const auto r = daemon::testing::run_command(std::string(FT_WITNESS_BINARY) + " " + args);
+    *out = r.output;
+    return r.status;
   };
   std::string out;
   EXPECT_EQ(run("--listen tcp://127.0.0.1:99999", &out), 2);

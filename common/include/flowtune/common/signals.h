@@ -1,0 +1,31 @@
+// The daemons' signals (SIGINT and SIGTERM stop; SIGHUP reloads) taken as
+// events on an fd their loop polls, not by handlers, so shutdown and reload
+// are ordinary turns of the loop.
+#pragma once
+
+#include <signal.h>
+#include <sys/signalfd.h>
+
+namespace flowtune {
+
+// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread and the threads
+// it starts after this (ZeroMQ's, MPI's): a thread that left them open
+// would take SIGTERM's default and kill the process. Returns the set.
+inline sigset_t block_daemon_signals() {
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  return mask;
+}
+
+// Blocks them and returns a close-on-exec signalfd that reads them; -1
+// (errno set) if the kernel refuses one.
+inline int daemon_signal_fd() {
+  const sigset_t mask = block_daemon_signals();
+  return signalfd(-1, &mask, SFD_CLOEXEC);
+}
+
+}  // namespace flowtune
