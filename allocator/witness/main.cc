@@ -31,8 +31,9 @@ a third machine. flowtune-ctl --allocator ENDPOINT status shows its lease.
                           ask (NAME.pub files, as flowtune-ctl's lists; the
                           pair's public key, and operators'); re-read on
                           SIGHUP
-  --claims-per-sec N      requests answered a second, with a second's burst
-                          (default 1000); past it they are told to retry
+  --claims-per-sec N      claims answered a second, with a second's burst
+                          (default 1000); past it they are told to retry,
+                          which the pair reads as the witness's silence
   -h, --help              show this help
 
 signals: SIGINT/SIGTERM stop it; SIGHUP re-reads --curve-clients.

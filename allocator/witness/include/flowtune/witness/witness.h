@@ -44,7 +44,7 @@ struct Config {
   // each other) and the keys that may claim (NAME.pub files without hosts,
   // as flowtune-ctl's lists). Empty: plain, any peer may claim.
   std::string secret_file, clients_dir;
-  double claims_per_sec = 1000;  // answered a second; past it and a second's burst, told to retry
+  double claims_per_sec = 1000;  // claims answered a second; past it and a second's burst, told to retry
 };
 
 struct Counters {
