@@ -1,6 +1,5 @@
 #include "flowtune/relay/relay.h"
 
-#include <sys/signalfd.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 
 #include "flowtune/common/endpoint.h"
 #include "flowtune/common/router.h"
+#include "flowtune/common/signals.h"
 #include "flowtune/common/zap.h"
 #include "flowtune/wire/messages.h"
 #include "flowtune/wire/relay.h"
@@ -22,7 +22,7 @@
 namespace flowtune::relay {
 namespace {
 
-constexpr std::string_view kControlTag = "flowtune-ctl";
+using wire::kControlTag;
 // Messages taken from each side per turn, so neither starves the other.
 constexpr int kMaxPerTurn = 4096;
 // A batch goes up once it holds this many bytes (each message is at most
@@ -107,7 +107,6 @@ Relay::Relay(zmq::context_t& ctx, const Config& c)
   if (!c.clients_dir.empty() || !c.ctl_dir.empty()) {
     if (!c.listen_key) throw std::runtime_error("an allow-list (--curve-clients, --curve-ctl) needs --curve-secret");
     if (const std::string why = reload(); !why.empty()) throw std::runtime_error(why);
-    counters_.reloads = 0;
   }
   if (c.listen_key) enable_curve_down(ctx);
   try {
@@ -162,12 +161,13 @@ std::string Relay::reload() {
   daemon::AuthConfig a;
   a.clients_dir = config_.clients_dir;
   a.ctl_dir = config_.ctl_dir;
+  const bool again = ring_ != nullptr;  // the first read is not a reload
   try {
     ring_ = std::make_unique<daemon::KeyRing>(daemon::KeyRing::load(a));
   } catch (const std::exception& e) {
     return e.what();
   }
-  ++counters_.reloads;
+  if (again) ++counters_.reloads;
   return {};
 }
 
@@ -237,10 +237,9 @@ int Relay::run(int signal_fd, std::uint64_t turns) {
       (void)!::read(timer, &expirations, sizeof expirations);
     }
     if (signal_fd >= 0 && (items[timer_item + 1].revents & ZMQ_POLLIN) != 0) {
-      signalfd_siginfo si{};
-      if (::read(signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+      if (const int sig = take_signal(signal_fd); sig != 0) {
         ::close(timer);
-        return static_cast<int>(si.ssi_signo);
+        return sig;
       }
     }
     if (zap_ && (items[zap_item].revents & ZMQ_POLLIN) != 0) answer_zap();

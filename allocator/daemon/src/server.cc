@@ -1,7 +1,6 @@
 #include "flowtune/daemon/server.h"
 
 #include <malloc.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +20,7 @@
 #include "flowtune/common/zap.h"
 #include "flowtune/common/endpoint.h"
 #include "flowtune/common/router.h"
+#include "flowtune/common/signals.h"
 #include "flowtune/daemon/control.h"
 #include "flowtune/wire/codec.h"
 #include "flowtune/wire/relay.h"
@@ -363,10 +363,7 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
       if (e.num() != EINTR) throw;
     }
     if (signal_item != SIZE_MAX && (items[signal_item].revents & ZMQ_POLLIN) != 0) {
-      signalfd_siginfo si{};
-      if (::read(signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-        return static_cast<int>(si.ssi_signo);
-      }
+      if (const int sig = take_signal(signal_fd); sig != 0) return sig;
     }
     if (zap_item != SIZE_MAX) {
       if ((items[zap_item].revents & ZMQ_POLLIN) != 0) answer_zap(now_us());
@@ -597,20 +594,31 @@ void Server::enable_standby(zmq::context_t& ctx, Standby s) {
   standby_ = std::move(s);
 }
 
-void Server::read_probe_answers(std::uint64_t now) {
+namespace {
+
+// Each flowtune-ctl answer waiting on `s` ([kControlTag, text]) passed to
+// `f` as its text; anything else is skipped.
+template <typename F>
+void each_control_answer(zmq::socket_t& s, F f) {
   for (;;) {
     std::vector<zmq::message_t> frames;
     try {
-      if (!zmq::recv_multipart(*probe_, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
+      if (!zmq::recv_multipart(s, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
     } catch (const zmq::error_t&) {
       return;
     }
-    if (frames.size() != 2 || frames[0].to_string_view() != kControlTag) continue;
-    const std::string text = frames[1].to_string();
+    if (frames.size() == 2 && frames[0].to_string_view() == kControlTag) f(frames[1].to_string_view());
+  }
+}
+
+}  // namespace
+
+void Server::read_probe_answers(std::uint64_t now) {
+  each_control_answer(*probe_, [&](std::string_view text) {
     const auto peer = parse_role_answer(text);
     if (peer && peer->id != 0) {
       takeover_->on_answer(*peer, now);
-      continue;
+      return;
     }
     // It lives, but says no role: a key it refuses, a build without pairs,
     // or one started without --standby-of (id 0). Not silence: no takeover.
@@ -618,11 +626,11 @@ void Server::read_probe_answers(std::uint64_t now) {
     if (now >= next_peer_warning_us_) {
       next_peer_warning_us_ = now + 10'000'000;
       log_.write(LogLevel::kWarn, "the standby peer " + standby_->peer + " answers the role probe with " +
-                                      text.substr(0, 200) +
+                                      std::string(text.substr(0, 200)) +
                                       (peer ? " (it was started without --standby-of)" : "") +
                                       "; both may serve at once until this is fixed");
     }
-  }
+  });
 }
 
 // The probe speaks the pair's key as --curve-secret holds it now; with
@@ -644,27 +652,19 @@ void Server::rekey_probe(bool alternate) {
 }
 
 void Server::read_witness_answers(std::uint64_t now) {
-  for (;;) {
-    std::vector<zmq::message_t> frames;
-    try {
-      if (!zmq::recv_multipart(*witness_, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
-    } catch (const zmq::error_t&) {
-      return;
-    }
-    if (frames.size() != 2 || frames[0].to_string_view() != kControlTag) continue;
-    const auto a = wire::parse_claim_answer(frames[1].to_string_view());
-    if (a) {
+  each_control_answer(*witness_, [&](std::string_view text) {
+    if (const auto a = wire::parse_claim_answer(text)) {
       takeover_->on_claim_answer(*a, now);
-      continue;
+      return;
     }
     // A refusal of another kind (a key it does not list, a rate limit):
     // no lease, said every 10 s.
     if (now >= next_witness_warning_us_) {
       next_witness_warning_us_ = now + 10'000'000;
       log_.write(LogLevel::kWarn, "the witness " + standby_->witness + " answers a claim with " +
-                                      frames[1].to_string().substr(0, 200));
+                                      std::string(text.substr(0, 200)));
     }
-  }
+  });
 }
 
 // A claim (a standby whose peer is silent) or a renewal (the active), its

@@ -8,7 +8,7 @@ Takeover::Takeover(std::uint64_t takeover_us, std::uint64_t id, std::uint64_t no
     : takeover_us_(takeover_us), id_(id), last_decide_us_(now_us), witness_(witness) {}
 
 bool Takeover::wants_claim(std::uint64_t now_us) const {
-  return witness_ && (role_ == PairRole::kActive || (unanswered_ && now_us >= unanswered_since_us_ + takeover_us_));
+  return witness_ && (role_ == PairRole::kActive || silent(now_us));
 }
 
 void Takeover::on_claim_answer(const wire::ClaimAnswer& a, std::uint64_t now_us) {
@@ -49,11 +49,11 @@ PairRole Takeover::decide(std::uint64_t now_us) {
   // silence: its clock starts again with the next probe.
   if (now_us > last_decide_us_ + takeover_us_ / 2 && unanswered_) unanswered_since_us_ = now_us;
   last_decide_us_ = now_us;
-  const bool silent = unanswered_ && now_us >= unanswered_since_us_ + takeover_us_;
-  const bool hears = peer_.has_value() && !silent;
+  const bool quiet = silent(now_us);
+  const bool hears = peer_.has_value() && !quiet;
   const bool leased = lease_until_us_ > now_us;
   if (role_ == PairRole::kStandby) {
-    if (silent) {
+    if (quiet) {
       if (witness_ && !leased) return role_;  // claiming: no grant yet
       why_ = Why::kPeerSilent;
     } else if (hears && peer_->role == PairRole::kStandby && standby_answers_ >= 2 && id_ < peer_->id) {

@@ -1,8 +1,5 @@
 #include "flowtune/witness/witness.h"
 
-#include <sys/signalfd.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -14,12 +11,14 @@
 #include "flowtune/common/curve.h"
 #include "flowtune/common/endpoint.h"
 #include "flowtune/common/router.h"
+#include "flowtune/common/signals.h"
 #include "flowtune/common/zap.h"
+#include "flowtune/wire/role.h"
 
 namespace flowtune::witness {
 namespace {
 
-constexpr std::string_view kControlTag = "flowtune-ctl";
+using wire::kControlTag;
 constexpr int kMaxPerTurn = 1024;
 // A request is a short line; anything longer is not one.
 constexpr std::int64_t kMaxMessageBytes = 4096;
@@ -106,10 +105,7 @@ int Witness::run(int signal_fd, std::uint64_t turns) {
       if (e.num() != EINTR) throw;
     }
     if (signal_fd >= 0 && (items[signal_item].revents & ZMQ_POLLIN) != 0) {
-      signalfd_siginfo si{};
-      if (::read(signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-        return static_cast<int>(si.ssi_signo);
-      }
+      if (const int sig = take_signal(signal_fd); sig != 0) return sig;
     }
     if (zap_ && (items[zap_item].revents & ZMQ_POLLIN) != 0) {
       curve::ZapRequest r;

@@ -5,6 +5,7 @@
 
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <unistd.h>
 
 namespace flowtune {
 
@@ -26,6 +27,14 @@ inline sigset_t block_daemon_signals() {
 inline int daemon_signal_fd() {
   const sigset_t mask = block_daemon_signals();
   return signalfd(-1, &mask, SFD_CLOEXEC);
+}
+
+// The signal waiting on `fd` (a signalfd the loop's poll found readable):
+// its number, or 0 if none could be read.
+inline int take_signal(int fd) {
+  signalfd_siginfo si{};
+  if (::read(fd, &si, sizeof si) != static_cast<ssize_t>(sizeof si)) return 0;
+  return static_cast<int>(si.ssi_signo);
 }
 
 }  // namespace flowtune

@@ -16,6 +16,10 @@
 
 namespace flowtune::wire {
 
+// The first frame of a flowtune-ctl request and of its answer (a role probe,
+// a witness's claim, a status request), apart from endpoint messages.
+inline constexpr std::string_view kControlTag = "flowtune-ctl";
+
 enum class PairRole : std::uint8_t { kStandby, kActive };
 
 inline const char* to_string(PairRole r) { return r == PairRole::kActive ? "active" : "standby"; }

@@ -34,7 +34,7 @@
 
 namespace flowtune::daemon {
 
-inline constexpr const char* kControlTag = "flowtune-ctl";
+inline constexpr const char* kControlTag = wire::kControlTag.data();
 
 class Server {
  public:

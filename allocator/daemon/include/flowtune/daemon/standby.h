@@ -101,6 +101,9 @@ class Takeover {
   std::uint64_t witness_heard_us() const { return witness_heard_us_; }
 
  private:
+  // A probe has gone unanswered for the takeover time.
+  bool silent(std::uint64_t now_us) const { return unanswered_ && now_us >= unanswered_since_us_ + takeover_us_; }
+
   std::uint64_t takeover_us_;
   std::uint64_t id_;
   bool unanswered_ = false;               // a probe has gone out since the last answer
