@@ -34,6 +34,14 @@
 //   client speaking CURVE against the same runs without it, interleaved:
 //   what authentication costs the control loop.
 //
+// early rates (--early-rates): the latency run with the daemon's
+//   --early-rates off and on (a start answered before the turn's iteration),
+//   at 1,000, 10,000 and 50,000 flows (--quick: 1,000), probes 0.5 and 5 ms
+//   apart, interleaved with the bare ZeroMQ echo at each gap, twice (quick:
+//   once). Reported per run: p50/p99 and what the daemon adds to the echo of
+//   the same round (added_p50_us, added_p99_us), and early rates told and
+//   corrected per probe.
+//
 // memory (--memory): the daemon with its default quotas through rounds of
 //   10,000 distinct fake endpoints (each on its own connection from one of
 //   four peers, 8 flowlets each, then gone), 5 s of decompression bombs, and
@@ -446,8 +454,9 @@ class CtlFlood {
 };
 
 json latency_run(const std::string& listen, unsigned threads, std::size_t active, int probes,
-                 double gap_s, std::uint64_t busy_poll_us, double ctl_per_s = 0) {
-  Daemon d(listen, threads, busy_poll_us);
+                 double gap_s, std::uint64_t busy_poll_us, double ctl_per_s = 0,
+                 const std::vector<std::string>& daemon_args = {}) {
+  Daemon d(listen, threads, busy_poll_us, daemon_args);
   zmq::context_t ctx(1);
   std::vector<std::unique_ptr<Endpoint>> bg;
   for (int e = 0; e < kEndpoints; ++e) {
@@ -529,8 +538,17 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
           {"busy_poll_us", busy_poll_us},
           {"daemon_turn_p50_us", s1["counters"]["turn_ns"]["p50"].get<double>() / 1e3},
           {"daemon_turn_p99_us", s1["counters"]["turn_ns"]["p99"].get<double>() / 1e3},
+          {"daemon_early_answer_p50_us", s1["counters"]["early_answer_ns"]["p50"].get<double>() / 1e3},
+          {"daemon_early_answer_p99_us", s1["counters"]["early_answer_ns"]["p99"].get<double>() / 1e3},
           {"daemon_iteration_p50_us", s1["counters"]["iteration_ns"]["p50"].get<double>() / 1e3},
           {"iterations_per_probe", iterations / probes},
+          {"early_rates_per_probe",
+           (s1["counters"]["early_rates"].get<double>() - s0["counters"]["early_rates"].get<double>()) / probes},
+          {"early_rates_corrected_per_probe",
+           (s1["counters"]["early_rates_corrected"].get<double>() -
+            s0["counters"]["early_rates_corrected"].get<double>()) / probes},
+          {"rate_updates_per_probe",
+           (s1["counters"]["rate_updates"].get<double>() - s0["counters"]["rate_updates"].get<double>()) / probes},
           {"daemon_cpu_fraction", cpu / elapsed},
           {"ctl_requests_per_s", ctl_per_s},
           {"ctl_replies", flood.replies()},
@@ -540,6 +558,40 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
            flood.replies() > 0 ? static_cast<double>(flood.bytes()) / static_cast<double>(flood.replies()) : 0.0}};
 }
 
+
+// ---- early rates (--early-rates) ----
+
+json early_rates_runs(const std::string& listen, bool quick) {
+  const std::vector<std::size_t> sizes = quick ? std::vector<std::size_t>{1000}
+                                               : std::vector<std::size_t>{1000, 10000, 50000};
+  json rows = json::array();
+  for (int round = 0; round < (quick ? 1 : 2); ++round) {
+    for (double gap : {0.0005, 0.005}) {
+      const int n = quick ? 200 : (gap > 0.001 ? 400 : 2000);
+      for (std::size_t a : sizes) {
+        // The echo of this round and gap, then the daemon without and with.
+        std::size_t bytes = 0;
+        json pair = json::array();
+        for (const char* mode : {"off", "on"}) {
+          json r = latency_run(listen, 1, a, n, gap, 0, 0, {"--early-rates", mode});
+          r["early_rates"] = mode;
+          r["round"] = round;
+          bytes = r["start_message_bytes"].get<std::size_t>();
+          pair.push_back(r);
+        }
+        const Quantiles echo = echo_baseline(listen, bytes, n, gap);
+        for (json& r : pair) {
+          r["echo_p50_us"] = echo.p50;
+          r["echo_p99_us"] = echo.p99;
+          r["added_p50_us"] = r["p50_us"].get<double>() - echo.p50;
+          r["added_p99_us"] = r["p99_us"].get<double>() - echo.p99;
+          rows.push_back(r);
+        }
+      }
+    }
+  }
+  return rows;
+}
 
 // ---- flood (--flood) ----
 
@@ -1102,6 +1154,7 @@ int main(int argc, char** argv) {
   bool flood = false;
   bool memory = false;
   bool quotas_only = false;  // --flood: skip the runs without quotas
+  bool early = false;
   std::string transport = "tcp";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -1113,11 +1166,13 @@ int main(int argc, char** argv) {
     else if (a == "--curve") curve = true;
     else if (a == "--flood") flood = true;
     else if (a == "--memory") memory = true;
+    else if (a == "--early-rates") early = true;
     else if (a == "--quotas-only") quotas_only = true;
     else if (a == "--allocator-binary" && i + 1 < argc) g_allocator_binary = argv[++i];
     else if (a == "-h" || a == "--help") {
       std::cout << "usage: daemon_bench [--quick] [--ipc] [--latency-only | --throughput-only |\n"
-                   "                    --ctl-flood | --curve | --flood [--quotas-only] | --memory]\n"
+                   "                    --ctl-flood | --curve | --flood [--quotas-only] | --memory |\n"
+                   "                    --early-rates]\n"
                    "                    [--allocator-binary PATH]   (prints JSON; see the file's header)\n";
       return 0;
     } else {
@@ -1156,6 +1211,11 @@ int main(int argc, char** argv) {
           out["flood"].push_back(flood_run(port, quotas, quick));
         }
       }
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
+    if (early) {
+      out["early_rates"] = early_rates_runs(listen, quick);
       std::cout << out.dump(2) << "\n";
       return 0;
     }

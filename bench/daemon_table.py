@@ -38,6 +38,21 @@ def latency(d):
     print()
 
 
+def early_rates(d):
+    rows = d.get("early_rates")
+    if not rows:
+        return
+    print(f"### Early rates: what the daemon adds to ZeroMQ's echo ({d['transport']})\n")
+    print("| active flows | probe gap (ms) | round | early rates | p50 (us) | p99 (us) | echo p50 / p99 (us) | added p50 (us) | added p99 (us) | iteration p50 (us) | early answer p50 (us) | corrected / probe |")
+    print("|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['active_flows']:,} | {r['gap_ms']:g} | {r['round']} | {r['early_rates']} | "
+              f"{r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['echo_p50_us']:.0f} / {r['echo_p99_us']:.0f} | "
+              f"{r['added_p50_us']:.0f} | {r['added_p99_us']:.0f} | {r['daemon_iteration_p50_us']:.0f} | "
+              f"{r['daemon_early_answer_p50_us']:.0f} | {r['early_rates_corrected_per_probe']:.3f} |")
+    print()
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
@@ -47,6 +62,7 @@ def main():
             d = json.load(f)
         throughput(d)
         latency(d)
+        early_rates(d)
     return 0
 
 

@@ -353,7 +353,9 @@ void print_status(const json& j) {
             << c["resyncs"] << ") in " << c["messages_in"] << " messages, " << c["bytes_in"]
             << " B\n"
             << "sent      " << c["rate_updates"] << " rate updates ("
-            << c["rate_updates_suppressed"] << " under threshold), " << c["lease_refreshes"]
+            << c["rate_updates_suppressed"] << " under threshold; " << c.value("early_rates", 0u)
+            << " early, " << c.value("early_rates_corrected", 0u) << " of them corrected), "
+            << c["lease_refreshes"]
             << " lease refreshes in " << c["messages_out"] << " messages, " << c["bytes_out"]
             << " B; " << c["send_failures"] << " send failures\n"
             << "engine    " << c["iterations"] << " iterations; time p50 "

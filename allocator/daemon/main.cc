@@ -65,6 +65,9 @@ engine:
   --norm fnorm|unorm|none    normalizer (default fnorm)
   --threshold T              send a rate only when it moved by more than T
                              (fraction, default 0.01); links are scaled by 1-T
+  --early-rates on|off       answer a flowlet's start with its rate at the current
+                             prices before the turn's iteration, which corrects
+                             it only if it moved past the threshold (default on)
   --headroom H               fraction of every link kept for unscheduled mice and
                              external traffic (default 0)
   --max-settle-iterations N  iterations after a change before giving up on
@@ -227,6 +230,7 @@ Options parse(int argc, char** argv) {
       o.alloc.engine.normalizer = args.choice<Normalizer>(
           {{"fnorm", Normalizer::kFNorm}, {"unorm", Normalizer::kUNorm}, {"none", Normalizer::kNone}});
     } else if (args.is("--threshold")) o.alloc.threshold = args.number();
+    else if (args.is("--early-rates")) o.alloc.early_rates = args.choice<bool>({{"on", true}, {"off", false}});
     else if (args.is("--headroom")) o.alloc.headroom = args.number();
     else if (args.is("--default-class")) o.alloc.default_class = static_cast<std::uint8_t>(args.count(7));
     else if (args.is("--class-reserve")) o.alloc.engine.class_reserve = args.number();
@@ -352,7 +356,8 @@ std::string describe(const Options& o, const Network& n, const Allocator& a, int
          std::to_string(a.engine().num_blocks()) + " FlowBlocks)";
   }
   s += "; threshold " + std::to_string(o.alloc.threshold) + ", headroom " +
-       std::to_string(o.alloc.headroom) + "; unknown hosts: " + o.unknown_hosts;
+       std::to_string(o.alloc.headroom) + ", early rates " +
+       (o.alloc.early_rates ? "on" : "off") + "; unknown hosts: " + o.unknown_hosts;
   const AllocatorConfig& c = a.config();
   s += "; classes: default " + std::to_string(c.default_class) + ", top " +
        std::to_string(c.top_class) + ", reserve " + std::to_string(c.engine.class_reserve);

@@ -1070,6 +1070,36 @@ double BasicEngine<Real>::raw_rate_bps(FlowId id) const {
 }
 
 template <typename Real>
+double BasicEngine<Real>::estimate_rate_bps(FlowId id) const {
+  FT_ASSERT(has_flow(id), id);
+  const Slot& sl = slots_[id];
+  const Block& k = *blocks_[sl.block];
+  const std::size_t s = sl.index;
+  std::array<std::uint32_t, kMaxPathLinks> v{};
+  int n = 0;
+  double P = 0;
+  for (const auto& p : k.path) {
+    if (p[s] < kNullSlots) continue;  // a null slot pads a short path
+    v[n] = k.local_to_global[p[s]];
+    P += static_cast<double>(price_[v[n]]);
+    ++n;
+  }
+  P = std::max(P, static_cast<double>(k.floor_price[s]));
+  const double x = utility_.rate(static_cast<double>(k.weight[s]), P);
+  double m = 1;
+  if (config_.normalizer != Normalizer::kNone) {
+    m = 0;
+    for (int j = 0; j < n; ++j) {
+      const std::uint32_t l = v[j] % static_cast<std::uint32_t>(capacity_.size());
+      m = std::max(m, static_cast<double>(ratio_[v[j]]) + x * static_cast<double>(inv_capacity_[l]));
+    }
+    if (config_.normalizer == Normalizer::kUNorm) m = std::max(m, static_cast<double>(max_ratio_));
+  }
+  const double xn = std::min(m > 0 ? x / m : x, static_cast<double>(k.cap[s]));
+  return (xn + static_cast<double>(k.floor[s])) * kUnitBps;
+}
+
+template <typename Real>
 const char* BasicEngine<Real>::kernel_name() const {
   return kernels_->name;
 }

@@ -355,13 +355,17 @@ bool Allocator::busy() const {
          settle_iterations_ < config_.max_settle_iterations;
 }
 
-void Allocator::iterate(std::uint64_t now_us) {
+void Allocator::apply_policy(std::uint64_t now_us) {
   now_us_ = std::max(now_us_, now_us);
   if (policy_.dirty(now_us_)) {
     // Tenants' weights and floors change the optimum: settle again.
     policy_.apply(*engine_, now_us_);
     settle_iterations_ = 0;
   }
+}
+
+void Allocator::iterate(std::uint64_t now_us) {
+  apply_policy(now_us);
   if (config_.iterate_elsewhere) {
     config_.iterate_elsewhere(*engine_, &journal_);
   } else if (driver_) {
@@ -371,10 +375,47 @@ void Allocator::iterate(std::uint64_t now_us) {
   }
   ++counters_.iterations;
   flows_changed_ = false;
+  fresh_.clear();  // rated by this iteration, if the server did not tell them first
   ++settle_iterations_;
 
   queue_moved_rates();
+  for (const auto& [id, rate] : told_early_) {
+    // The flow may have gone (sent_ 0) or its id been taken again since.
+    if (sent_[id] != rate && sent_[id] != 0) ++counters_.early_rates_corrected;
+  }
+  told_early_.clear();
   tell_pacers();
+}
+
+// Its first rate at the prices of the moment: the same rate the iteration
+// would give it were the prices not to move (they move little once settled,
+// and one flowlet more moves them little), so a start is answered in the
+// time of a message, not of an iteration. Others keep their rates until the
+// iteration: on each of its links the newcomer takes at most its F-NORM
+// share, which is what the iteration would take from them too, and their
+// rates would move by less than the threshold unless the newcomer is a
+// large part of the link.
+std::size_t Allocator::tell_early_rates(std::uint64_t now_us) {
+  std::size_t told = 0;
+  if (!fresh_.empty()) {
+    // Weights, floors and coflow plans as the iteration will have them
+    // (applying them is the iteration's first step anyway).
+    apply_policy(now_us);
+    for (const alloc::FlowId id : fresh_) {
+      // Ended since (gone), or listed twice (told already).
+      if (!engine_->has_flow(id) || sent_[id] != 0) continue;
+      const std::uint64_t rate = to_bytes_per_sec(engine_->estimate_rate_bps(id));
+      if (rate == 0) continue;
+      set_sent(id, rate);
+      tell_holders(id, rate);
+      told_early_.emplace_back(id, rate);
+      ++told;
+    }
+    counters_.early_rates += told;
+    tell_pacers();
+  }
+  fresh_.clear();
+  return told;
 }
 
 // The update check (paper §5.3.2): stream each FlowBlock's ids and rates and

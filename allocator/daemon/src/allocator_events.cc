@@ -469,6 +469,7 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
   e.digest.add(s.flow_key);
   flows_changed_ = true;
   settle_iterations_ = 0;
+  if (config_.early_rates) fresh_.push_back(id);
 }
 
 void Allocator::release(Endpoint& e, std::uint64_t key) {

@@ -58,6 +58,8 @@ json counters_json(const Counters& c) {
           {"send_failures", c.send_failures},
           {"rate_updates", c.rate_updates},
           {"rate_updates_suppressed", c.rate_updates_suppressed},
+          {"early_rates", c.early_rates},
+          {"early_rates_corrected", c.early_rates_corrected},
           {"lease_refreshes", c.lease_refreshes},
           {"host_rate_updates", c.host_rate_updates},
           {"endpoints_timed_out", c.endpoints_timed_out},
@@ -76,6 +78,7 @@ json counters_json(const Counters& c) {
           {"errors", errors},
           {"iteration_ns", histogram_json(c.iteration_ns)},
           {"turn_ns", histogram_json(c.turn_ns)},
+          {"early_answer_ns", histogram_json(c.early_answer_ns)},
           {"memory_check_ns", histogram_json(c.memory_check_ns)}};
 }
 
@@ -160,6 +163,7 @@ json status_json(const Allocator& a, const ServerInfo& info) {
             {"norm", alloc::to_string(cfg.engine.normalizer)},
             {"threshold", cfg.threshold},
             {"headroom", cfg.headroom},
+            {"early_rates", cfg.early_rates},
             {"lease_ms", cfg.lease_us / 1000},
             {"endpoint_timeout_ms", cfg.endpoint_timeout_us / 1000},
             {"max_flows_per_source", cfg.max_flows_per_source},

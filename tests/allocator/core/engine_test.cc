@@ -842,6 +842,106 @@ TEST(Online, NewFlowStartsFromPersistedPrices) {
   for (FlowId id : {a, b, c}) EXPECT_NEAR(e.rate_bps(id), 10e9 / 3, 1e-7 * 10e9 / 3);
 }
 
+// ---- A newcomer's rate before the next iteration (estimate_rate_bps) ----
+
+TEST(Estimate, IsWhatTheNextIterationGivesTheNewcomerOnOneLink) {
+  // Given two flows solved on a 10 Gbit/s link (price 0.2, load ratio 1),
+  Engine e({10e9}, 1, config(Algorithm::kNed, 1e-10));
+  FlowSpec f;
+  f.path.push(0);
+  e.add_flow(f);
+  e.add_flow(f);
+  solve_converged(e);
+  // When a third arrives, expect its guess to be w / p = 5 Gbit/s scaled by
+  // the link's load with it, (10 + 5) / 10: 10/3 Gbit/s, which is also what
+  // the next iteration gives it at the unmoved price.
+  const FlowId c = e.add_flow(f);
+  EXPECT_NEAR(e.estimate_rate_bps(c), 10e9 / 3, 1e-6 * 10e9);
+  e.iterate();
+  EXPECT_NEAR(e.rate_bps(c), 10e9 / 3, 1e-6 * 10e9);
+}
+
+TEST(Estimate, ALoneFlowIsGivenItsSmallestLink) {
+  // Given an idle engine (prices at their start, no load), expect F-NORM's
+  // answer for a lone flow, its smallest link, and with a cap, the cap.
+  Engine e({10e9, 4e9, 25e9}, 1, config(Algorithm::kNed, 1e-10));
+  FlowSpec f;
+  f.path.push(0);
+  f.path.push(1);
+  f.path.push(2);
+  const FlowId a = e.add_flow(f);
+  EXPECT_NEAR(e.estimate_rate_bps(a), 4e9, 1e-9 * 4e9);
+  f.max_bps = 1e9;
+  Engine g({10e9, 4e9, 25e9}, 1, config(Algorithm::kNed, 1e-10));
+  const FlowId b = g.add_flow(f);
+  EXPECT_NEAR(g.estimate_rate_bps(b), 1e9, 1e-9 * 1e9);
+  // Without a normalizer the guess is the raw rate at the price (1 per
+  // Gbit/s on three links: 1/3 Gbit/s), as the iteration would report.
+  Engine raw({10e9, 4e9, 25e9}, 1, config(Algorithm::kNed, 1e-10, Normalizer::kNone));
+  f.max_bps = 0;
+  const FlowId r = raw.add_flow(f);
+  EXPECT_NEAR(raw.estimate_rate_bps(r), 1e9 / 3, 1e-9 * 1e9);
+  raw.iterate();
+  EXPECT_NEAR(raw.rate_bps(r), 1e9 / 3, 1e-9 * 1e9);
+}
+
+template <typename Real>
+void check_estimates_on_random_topologies(double tolerance, double rel) {
+  // Given random topologies solved to a tight tolerance (some flows capped),
+  // when a random newcomer arrives, expect its guess to be what the next
+  // iteration gives it: within `rel`, since prices settled to `tolerance`
+  // barely move in one step. With F-NORM and U-NORM alike.
+  for (Normalizer n : {Normalizer::kFNorm, Normalizer::kUNorm}) {
+    for (std::uint64_t seed = 300; seed < 330; ++seed) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " " + to_string(n));
+      RandomProblemSpec spec;
+      spec.capped_fraction = seed % 2 == 0 ? 0.3 : 0;
+      Problem pb = oracle::random_problem(seed, spec);
+      Built<Real> b = build<Real>(pb, config(Algorithm::kNed, tolerance, n));
+      solve_converged(*b.engine, 20000);
+      Problem one = oracle::random_problem(seed + 1000, spec);
+      FlowSpec f = one.spec(0);
+      for (int j = 0; j < f.path.size; ++j) {
+        f.path.links[j] = static_cast<LinkId>(f.path.links[j] % pb.capacity.size());
+      }
+      if (b.engine->check_flow(f) != FlowError::kOk) continue;  // a repeated link
+      const FlowId id = b.engine->add_flow(f);
+      const double guess = b.engine->estimate_rate_bps(id);
+      ASSERT_TRUE(std::isfinite(guess));
+      ASSERT_GT(guess, 0);
+      b.engine->iterate();
+      const double got = b.engine->rate_bps(id);
+      EXPECT_NEAR(guess, got, rel * got) << "guess " << guess << " iteration " << got;
+    }
+  }
+}
+
+TEST(Estimate, IsTheNextIterationsRateOnRandomTopologiesDouble) {
+  check_estimates_on_random_topologies<double>(1e-9, 1e-6);
+}
+
+TEST(Estimate, IsTheNextIterationsRateOnRandomTopologiesFloat) {
+  check_estimates_on_random_topologies<float>(1e-5, 1e-3);
+}
+
+TEST(Estimate, AddsTheFloorToTheShareOfWhatFloorsLeave) {
+  // Given eight flows settled on a 10 Gbit/s link (price 0.8, load ratio 1),
+  Engine e({10e9}, 1, config(Algorithm::kNed, 1e-10));
+  FlowSpec f;
+  f.path.push(0);
+  for (int i = 0; i < 8; ++i) e.add_flow(f);
+  solve_converged(e);
+  // When a newcomer capped at 2 Gbit/s arrives with a 1 Gbit/s floor (so 1
+  // Gbit/s of cap above it, and the link 9 Gbit/s for the optimizer),
+  f.max_bps = 2e9;
+  const FlowId c = e.add_flow(f);
+  ASSERT_TRUE(e.set_floor(c, 1e9));
+  // Expect: its price is floored at U'(1) = 1 (0.8 would ask for more than
+  // its cap), so x = 1 Gbit/s, scaled by (1 + 1/9) and the floor added:
+  // 1 + 0.9 Gbit/s, within its 2 Gbit/s cap.
+  EXPECT_NEAR(e.estimate_rate_bps(c), 1.9e9, 1e-6 * 1.9e9);
+}
+
 TEST(Online, RemovingAFlowAndResolvingGivesTheClosedFormForTheRest) {
   Problem pb = parking_lot(3, 10);
   Built<double> b = build(pb, config(Algorithm::kNed, 1e-10));

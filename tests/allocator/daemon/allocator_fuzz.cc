@@ -145,8 +145,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         a.on_message(peer, r.take(n), now);
         break;
       }
-      case 1:
-      case 2: a.on_message(peer, structured(r), now); break;
+      case 1: a.on_message(peer, structured(r), now); break;
+      case 2:  // as the server's turn does: early rates for what started
+        a.on_message(peer, structured(r), now);
+        a.tell_early_rates(now);
+        break;
       case 3:
         for (int i = 0; i < 1 + r.byte() % 8 && a.busy(); ++i) a.iterate(now);
         iterated = true;

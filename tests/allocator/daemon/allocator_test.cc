@@ -297,6 +297,79 @@ TEST_F(AllocatorTest, SmallMovesAreSuppressedAndTheSlackCannotOverAllocate) {
   EXPECT_LE(sum * 8, kGbps * 1.0001);
 }
 
+// Early rates (AllocatorConfig::early_rates): a start is answered with its
+// rate at the prices of the moment before the turn's iteration, and the
+// iteration corrects it only where it moved past the threshold.
+TEST_F(AllocatorTest, AStartIsToldItsRateBeforeTheIteration) {
+  hello("a", "ep-a", "h0");
+  // Given: 20 settled flows from h0 (its uplink the bottleneck),
+  std::vector<wire::EndpointEvent> starts;
+  for (std::uint32_t k = 0; k < 20; ++k) starts.push_back(start_of(100 + k, 0, 1 + k % 7));
+  send("a", starts);
+  settle();
+  // When: a 21st starts and the server asks for early rates, before iterating,
+  send("a", {start_of(7, 0, 3)});
+  EXPECT_EQ(alloc_->tell_early_rates(now_), 1u);
+  // Expect: the newcomer is told a rate at once, close to its share of 21
+  // (the prices settled for 20 barely move for one more),
+  const auto early = last_rates(alloc_->take_outbox());
+  ASSERT_EQ(early.size(), 1u);
+  const double told = static_cast<double>(early.at({"a", 7}));
+  EXPECT_NEAR(told, share(21), share(21) * 0.05);
+  // and once settled, the rates the endpoint holds fit the link, and its
+  // rate is its share.
+  const auto rest = last_rates(settle());
+  const std::uint64_t final_rate = rest.contains({"a", 7}) ? rest.at({"a", 7}) : early.at({"a", 7});
+  EXPECT_NEAR(static_cast<double>(final_rate), share(21), share(21) * 0.01);
+  EXPECT_EQ(alloc_->counters().early_rates, 1u);
+  EXPECT_EQ(alloc_->counters().early_rates_corrected, rest.contains({"a", 7}) ? 1u : 0u);
+  // Asking again tells nothing: the list empties when read.
+  EXPECT_EQ(alloc_->tell_early_rates(now_), 0u);
+}
+
+TEST_F(AllocatorTest, NoEarlyRateForAFlowletThatEndedOrWhenTurnedOff) {
+  hello("a", "ep-a", "h0");
+  // A start and its end in one turn leave nothing to tell.
+  send("a", {start_of(1, 0, 1), wire::FlowletEnd{1}});
+  EXPECT_EQ(alloc_->tell_early_rates(now_), 0u);
+  EXPECT_TRUE(last_rates(alloc_->take_outbox()).empty());
+  // Turned off, the iteration is the first to rate a start.
+  AllocatorConfig c = config();
+  c.early_rates = false;
+  make(c);
+  hello("a", "ep-a", "h0");
+  send("a", {start_of(2, 0, 1)});
+  EXPECT_EQ(alloc_->tell_early_rates(now_), 0u);
+  EXPECT_TRUE(last_rates(alloc_->take_outbox()).empty());
+  EXPECT_EQ(last_rates(settle()).size(), 1u);
+  EXPECT_EQ(alloc_->counters().early_rates, 0u);
+}
+
+TEST_F(AllocatorTest, AnEarlyRateFollowsTheCoflowPlan) {
+  // Given an 8 MB coflow settled alone on h0 -> h1 under SEBF,
+  AllocatorConfig c = config();
+  c.coflow_policy = alloc::CoflowPolicy::kSebf;
+  make(c);
+  hello("a", "ep-a", "h0");
+  auto big = start_of(1, 0, 1);
+  big.coflow_id = 2;
+  big.bytes = 8 << 20;
+  send("a", {big});
+  settle();
+  // When a 1 MB coflow starts on the same path,
+  auto small = start_of(2, 0, 1);
+  small.coflow_id = 1;
+  send("a", {small});
+  ASSERT_EQ(alloc_->tell_early_rates(now_), 1u);
+  const double early = static_cast<double>(last_rates(alloc_->take_outbox()).at({"a", 2}));
+  // Expect: its early rate is already the ordered one (well above an even
+  // split of the link), within 10% of where it settles.
+  const auto rest = last_rates(settle());
+  const double settled = rest.contains({"a", 2}) ? static_cast<double>(rest.at({"a", 2})) : early;
+  EXPECT_GT(early, share(2) * 1.2);
+  EXPECT_NEAR(early, settled, settled * 0.1);
+}
+
 TEST_F(AllocatorTest, HeadroomIsKeptOnEveryLink) {
   AllocatorConfig c = config();
   c.headroom = 0.2;

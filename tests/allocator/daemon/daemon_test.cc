@@ -135,6 +135,30 @@ TEST_F(DaemonTest, MovesUnderTheThresholdAreNotSent) {
   }
 }
 
+// The daemon answers a start before its iteration (--early-rates on, the
+// default) and says so in status; off, only iterations rate starts.
+TEST_F(DaemonTest, StartsAreToldEarlyRatesUnlessTurnedOff) {
+  for (const char* mode : {"on", "off"}) {
+    SCOPED_TRACE(mode);
+    DaemonProcess d;
+    const std::string listen = unique_endpoint();
+    d.start(listen, big_switch_args({"--early-rates", mode}));
+    Endpoint a(listen);
+    a.send({wire::Hello{"ep-a", "h0"}, host_flow(1, 0, 2)});
+    ASSERT_TRUE(a.wait_for_rate(1, [](auto r) { return near(r, share(1)); }, kWaitMs)) << d.log();
+    a.send({host_flow(2, 0, 3)});
+    ASSERT_TRUE(a.wait_for_rate(2, [](auto r) { return near(r, share(2), 0.05); }, kWaitMs));
+    const json s = d.status();
+    EXPECT_EQ(s["config"]["early_rates"], std::string(mode) == "on");
+    if (std::string(mode) == "on") {
+      EXPECT_EQ(s["counters"]["early_rates"], 2) << s["counters"];
+      EXPECT_GE(s["counters"]["early_answer_ns"]["count"], 1);
+    } else {
+      EXPECT_EQ(s["counters"]["early_rates"], 0);
+    }
+  }
+}
+
 TEST_F(DaemonTest, SilentEndpointExpiresAndLeasesAreRefreshedForLiveOnes) {
   daemon_.start(listen_, big_switch_args({"--lease-ms", "100", "--lease-refresh-ms", "40",
                                           "--endpoint-timeout-ms", "300"}));

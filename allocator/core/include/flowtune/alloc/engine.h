@@ -190,6 +190,15 @@ class BasicEngine {
   double rate_bps(FlowId id) const;
   // Optimizer rate before normalization, bits/s (without the floor).
   double raw_rate_bps(FlowId id) const;
+  // What the next iterate() would first give this flow if no price moved:
+  // its rate at the current prices (floored at U'(cap)), normalized as the
+  // last iteration's loads plus its own would normalize it (F-NORM: the
+  // largest of (load + x) / capacity on its path; with several classes the
+  // layer's capacity is taken as the link's, so the guess can be high by
+  // the reserves), capped, plus its floor. O(path). A new flow's rate_bps
+  // is 0 until an iteration sees it; the daemon tells this instead so a
+  // start is answered before the turn's iteration (docs/allocator.md).
+  double estimate_rate_bps(FlowId id) const;
   // Link l's price for class `priority` (per Gbit/s); 0 for a class no flow
   // has used yet.
   double price(LinkId l, std::uint8_t priority = kDefaultClass) const;

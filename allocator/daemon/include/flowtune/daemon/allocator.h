@@ -62,6 +62,12 @@ struct AllocatorConfig {
   // leaves at endpoints cannot add up past capacity (flowtune/common/rules.h,
   // shared with the simulator).
   double threshold = rules::kThreshold;
+  // Answer a start before the turn's iteration: a new flowlet is told the
+  // rate the current prices give it (Engine::estimate_rate_bps), after the
+  // policy (tenants' weights, deadline floors, the coflow plan) is applied,
+  // and the iteration that follows corrects it only if it moved past the
+  // threshold.
+  bool early_rates = true;
   // A further fraction of every link kept for unscheduled mice and external
   // traffic (paper §6).
   double headroom = rules::kHeadroom;
@@ -235,6 +241,10 @@ class Allocator {
   bool busy() const;
   // One engine iteration, then rate updates for flows that moved.
   void iterate(std::uint64_t now_us);
+  // The flowlets started since the last call (config early_rates), told
+  // their rate at the current prices; the server sends them before it
+  // iterates. Returns how many were told.
+  std::size_t tell_early_rates(std::uint64_t now_us);
   // Lease refreshes and endpoint timeouts, on a global tick every
   // lease_refresh_us (one scan of the endpoints per tick, however many).
   void on_timer(std::uint64_t now_us);
@@ -325,6 +335,10 @@ class Allocator {
       return static_cast<std::size_t>(x ^ (x >> 29));
     }
   };
+
+  // Tenants' weights, deadline floors and the coflow plan into the engine,
+  // when changed or due.
+  void apply_policy(std::uint64_t now_us);
 
   // Protocol events (allocator_events.cc).
   void on_hello(std::string_view peer, const wire::Hello& h, std::uint64_t now_us);
@@ -468,6 +482,9 @@ class Allocator {
   };
   std::unordered_map<std::string, Source> sources_;
   bool flows_changed_ = false;
+  std::vector<alloc::FlowId> fresh_;  // started this turn, not yet rated (early_rates)
+  // Told early, with the rate told, until the next iteration has checked them.
+  std::vector<std::pair<alloc::FlowId, std::uint64_t>> told_early_;
   std::uint64_t settle_iterations_ = 0;
   std::uint64_t next_timer_us_ = UINT64_MAX;
   std::uint64_t now_us_ = 0;  // the latest time the server gave us

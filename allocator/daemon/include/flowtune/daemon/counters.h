@@ -66,6 +66,10 @@ struct Counters {
   std::uint64_t send_failures = 0;  // peer gone or its queue full: message dropped
   std::uint64_t rate_updates = 0;
   std::uint64_t rate_updates_suppressed = 0;  // moved by less than the threshold
+  // Of rate_updates: starts told before the turn's iteration (early_rates),
+  // and of those, how many the iteration then had to correct.
+  std::uint64_t early_rates = 0;
+  std::uint64_t early_rates_corrected = 0;
   std::uint64_t lease_refreshes = 0;
   std::uint64_t host_rate_updates = 0;  // messages telling a host pacer its host's rate
   std::uint64_t endpoints_timed_out = 0;
@@ -88,6 +92,9 @@ struct Counters {
   // reply handed to ZeroMQ (receive + handle + one iteration + send), the
   // allocator's share of an endpoint's control-loop latency.
   LatencyHistogram turn_ns;
+  // From the start of a turn that told early rates to their messages handed
+  // to ZeroMQ: what a start waits in the daemon when its answer is early.
+  LatencyHistogram early_answer_ns;
   // The loop's memory checks: weighing the heap, and trimming it when due.
   LatencyHistogram memory_check_ns;
 
