@@ -380,8 +380,9 @@ void Allocator::iterate(std::uint64_t now_us) {
 
   queue_moved_rates();
   for (const auto& [id, rate] : told_early_) {
-    // The flow may have gone (sent_ 0) or its id been taken again since.
-    if (sent_[id] != rate && sent_[id] != 0) ++counters_.early_rates_corrected;
+    // A flowlet that ended since is not corrected (its sent_ is 0, or gone
+    // with a compaction); an id taken again in between counts as one.
+    if (id < sent_.size() && sent_[id] != rate && sent_[id] != 0) ++counters_.early_rates_corrected;
   }
   told_early_.clear();
   tell_pacers();
