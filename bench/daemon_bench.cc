@@ -38,7 +38,8 @@
 //   --early-rates off and on (a start answered before the turn's iteration),
 //   at 1,000, 10,000 and 50,000 flows (--quick: 1,000), probes 0.5 and 5 ms
 //   apart, interleaved with the bare ZeroMQ echo at each gap, twice (quick:
-//   once). Reported per run: p50/p99 and what the daemon adds to the echo of
+//   once), the daemon polling without sleeping for --busy-poll-us US after
+//   traffic (default 0). Reported per run: p50/p99 and what the daemon adds to the echo of
 //   the same round (added_p50_us, added_p99_us), and early rates told and
 //   corrected per probe.
 //
@@ -561,7 +562,7 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
 
 // ---- early rates (--early-rates) ----
 
-json early_rates_runs(const std::string& listen, bool quick) {
+json early_rates_runs(const std::string& listen, bool quick, std::uint64_t busy_poll_us) {
   const std::vector<std::size_t> sizes = quick ? std::vector<std::size_t>{1000}
                                                : std::vector<std::size_t>{1000, 10000, 50000};
   json rows = json::array();
@@ -573,7 +574,7 @@ json early_rates_runs(const std::string& listen, bool quick) {
         std::size_t bytes = 0;
         json pair = json::array();
         for (const char* mode : {"off", "on"}) {
-          json r = latency_run(listen, 1, a, n, gap, 0, 0, {"--early-rates", mode});
+          json r = latency_run(listen, 1, a, n, gap, busy_poll_us, 0, {"--early-rates", mode});
           r["early_rates"] = mode;
           r["round"] = round;
           bytes = r["start_message_bytes"].get<std::size_t>();
@@ -1155,6 +1156,7 @@ int main(int argc, char** argv) {
   bool memory = false;
   bool quotas_only = false;  // --flood: skip the runs without quotas
   bool early = false;
+  std::uint64_t early_busy_poll_us = 0;  // --early-rates: the daemon's --busy-poll-us
   std::string transport = "tcp";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -1167,12 +1169,13 @@ int main(int argc, char** argv) {
     else if (a == "--flood") flood = true;
     else if (a == "--memory") memory = true;
     else if (a == "--early-rates") early = true;
+    else if (a == "--busy-poll-us" && i + 1 < argc) early_busy_poll_us = std::stoull(argv[++i]);
     else if (a == "--quotas-only") quotas_only = true;
     else if (a == "--allocator-binary" && i + 1 < argc) g_allocator_binary = argv[++i];
     else if (a == "-h" || a == "--help") {
       std::cout << "usage: daemon_bench [--quick] [--ipc] [--latency-only | --throughput-only |\n"
                    "                    --ctl-flood | --curve | --flood [--quotas-only] | --memory |\n"
-                   "                    --early-rates]\n"
+                   "                    --early-rates [--busy-poll-us US]]\n"
                    "                    [--allocator-binary PATH]   (prints JSON; see the file's header)\n";
       return 0;
     } else {
@@ -1215,7 +1218,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (early) {
-      out["early_rates"] = early_rates_runs(listen, quick);
+      out["early_rates"] = early_rates_runs(listen, quick, early_busy_poll_us);
       std::cout << out.dump(2) << "\n";
       return 0;
     }
