@@ -11,11 +11,13 @@
 //     (the same sums in another order);
 //   - every rate is finite and within the flow's cap and its path capacity;
 //   - F-NORM keeps every link within capacity.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
+#include <limits>
 #include <vector>
 
 #include "flowtune/alloc/engine.h"
@@ -104,6 +106,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       FlowId a = serial.add_flow(f);
       FlowId b = parallel.add_flow(f);
       check(a == b, "flow ids differ");
+      // A newcomer's guess (what the daemon tells before iterating): the
+      // same from both engines where their bits agree, finite, within its
+      // cap and its path's smallest link.
+      const double ea = serial.estimate_rate_bps(a), eb = parallel.estimate_rate_bps(b);
+      check(std::isfinite(ea) && ea > 0, "estimate not finite and positive");
+      if (schedule != 3) check(ea == eb, "estimates differ");
+      double limit = f.max_bps > 0 ? f.max_bps : std::numeric_limits<double>::infinity();
+      for (int j = 0; j < f.path.size; ++j) limit = std::min(limit, serial.capacity_bps(f.path.links[j]));
+      check(ea <= limit * (1 + 1e-6), "estimate above the flow's cap or smallest link");
       ids.push_back(a);
       caps.push_back(f.max_bps);
     } else if (kind == 2 && !ids.empty()) {  // departure
