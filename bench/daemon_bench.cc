@@ -39,9 +39,9 @@
 //   at 1,000, 10,000 and 50,000 flows (--quick: 1,000), probes 0.5 and 5 ms
 //   apart, interleaved with the bare ZeroMQ echo at each gap, twice (quick:
 //   once), the daemon polling without sleeping for --busy-poll-us US after
-//   traffic (default 0). Reported per run: p50/p99 and what the daemon adds to the echo of
-//   the same round (added_p50_us, added_p99_us), and early rates told and
-//   corrected per probe.
+//   traffic (default 0). Reported per run: p50/p99 and what the daemon adds
+//   to the echo of the same round (added_p50_us, added_p99_us), and early
+//   rates told and corrected per probe.
 //
 // memory (--memory): the daemon with its default quotas through rounds of
 //   10,000 distinct fake endpoints (each on its own connection from one of
@@ -521,8 +521,10 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
   flood.stop();
   const double cpu = d.cpu_s() - cpu0;
   const json s1 = d.status();
-  const double iterations =
-      s1["counters"]["iterations"].get<double>() - s0["counters"]["iterations"].get<double>();
+  // A counter's growth over the probes, per probe.
+  auto per_probe = [&](const char* counter) {
+    return (s1["counters"][counter].get<double>() - s0["counters"][counter].get<double>()) / probes;
+  };
   const Quantiles q = quantiles(rtt);
   std::cerr << "latency threads=" << threads << " flows=" << per * kEndpoints << " gap_ms="
             << gap_s * 1e3 << " busy_poll_us=" << busy_poll_us << ": p50 " << q.p50
@@ -542,14 +544,10 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
           {"daemon_early_answer_p50_us", s1["counters"]["early_answer_ns"]["p50"].get<double>() / 1e3},
           {"daemon_early_answer_p99_us", s1["counters"]["early_answer_ns"]["p99"].get<double>() / 1e3},
           {"daemon_iteration_p50_us", s1["counters"]["iteration_ns"]["p50"].get<double>() / 1e3},
-          {"iterations_per_probe", iterations / probes},
-          {"early_rates_per_probe",
-           (s1["counters"]["early_rates"].get<double>() - s0["counters"]["early_rates"].get<double>()) / probes},
-          {"early_rates_corrected_per_probe",
-           (s1["counters"]["early_rates_corrected"].get<double>() -
-            s0["counters"]["early_rates_corrected"].get<double>()) / probes},
-          {"rate_updates_per_probe",
-           (s1["counters"]["rate_updates"].get<double>() - s0["counters"]["rate_updates"].get<double>()) / probes},
+          {"iterations_per_probe", per_probe("iterations")},
+          {"early_rates_per_probe", per_probe("early_rates")},
+          {"early_rates_corrected_per_probe", per_probe("early_rates_corrected")},
+          {"rate_updates_per_probe", per_probe("rate_updates")},
           {"daemon_cpu_fraction", cpu / elapsed},
           {"ctl_requests_per_s", ctl_per_s},
           {"ctl_replies", flood.replies()},

@@ -386,7 +386,7 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
     }
     now = now_us();
     if (now >= allocator_.next_timer_us()) allocator_.on_timer(now);
-    if (received > 0 && allocator_.tell_early_rates(now) > 0) {
+    if (allocator_.tell_early_rates(now) > 0) {
       flush();
       allocator_.counters().early_answer_ns.record(static_cast<std::uint64_t>(steady_ns() - drain_start));
     }
