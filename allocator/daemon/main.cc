@@ -99,6 +99,10 @@ policy (docs/policy.md):
   --coflow-share F           share of a link the coflow order may hand out; the
                              rest is shared by every flowlet, so none starves
                              (default 0.7, within --max-reserved)
+  --coflow-aging-s S         aging: a coflow's weight grows by 1 every S seconds
+                             it waits, dividing its place in the order, so a
+                             large coflow is not kept waiting behind a stream of
+                             small ones (default 0: off)
 
 leases and limits:
   --lease-ms MS              lifetime of a rate at the endpoint (default 1000)
@@ -245,6 +249,7 @@ Options parse(int argc, char** argv) {
       }
     }
     else if (args.is("--coflow-share")) o.alloc.coflow_share = args.number();
+    else if (args.is("--coflow-aging-s")) o.alloc.coflow_aging_s = args.number();
     else if (args.is("--max-settle-iterations")) o.alloc.max_settle_iterations = args.count();
     else if (args.is("--lease-ms")) o.alloc.lease_us = static_cast<std::uint32_t>(args.count(3'600'000) * 1000);
     else if (args.is("--lease-refresh-ms")) o.alloc.lease_refresh_us = args.count(3'600'000) * 1000;
@@ -363,7 +368,8 @@ std::string describe(const Options& o, const Network& n, const Allocator& a, int
        std::to_string(c.top_class) + ", reserve " + std::to_string(c.engine.class_reserve);
   if (c.coflow_policy != flowtune::alloc::CoflowPolicy::kNone) {
     s += std::string("; coflows: ") + flowtune::alloc::to_string(c.coflow_policy) + ", share " +
-         std::to_string(c.coflow_share);
+         std::to_string(c.coflow_share) +
+         (c.coflow_aging_s > 0 ? ", aging " + std::to_string(c.coflow_aging_s) + " s" : "");
   }
   if (!o.policy_file.empty()) {
     s += "; policy " + o.policy_file + ": " + std::to_string(c.policy.tenants.size()) +

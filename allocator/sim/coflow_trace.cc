@@ -130,6 +130,7 @@ std::string check(const CoflowSimConfig& c) {
   if (!(c.port_gbps > 0 && c.port_gbps <= 1e4)) return "port rate must be within (0, 10000] Gbit/s";
   if (!(c.time_scale > 0 && c.time_scale <= 1e6)) return "time scale must be positive";
   if (!(c.ordered_share > 0 && c.ordered_share <= 1)) return "ordered share must be within (0, 1]";
+  if (!(c.aging_s >= 0 && c.aging_s < alloc::kMaxAgingS)) return "aging must be within [0, 1e9) s";
   if (!(c.batch_s >= 0 && c.batch_s <= 1)) return "batch must be within [0, 1] s";
   return "";
 }
@@ -228,6 +229,7 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
               : c.policy == "bssi" ? alloc::CoflowPolicy::kBssi
                                    : alloc::CoflowPolicy::kNone;
   pc.ordered_share = c.ordered_share;
+  pc.aging_s = c.aging_s;
   const std::vector<double> cap(2 * static_cast<std::size_t>(trace.ports), port_bps);
   alloc::CoflowPlanner planner;
   // pf-engine: the allocator's own engine (NED + F-NORM, log utility) solved
@@ -270,6 +272,9 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
       rates.resize(flows.size());
       for (std::size_t i = 0; i < flows.size(); ++i) rates[i] = engine->rate_bps(engine_id[i]);
     } else {
+      if (pc.aging_s > 0) {
+        for (std::size_t i = 0; i < flows.size(); ++i) flows[i].waited_s = t - all[owner[i]].out.arrival_s;
+      }
       planner.plan(pc, cap, flows, rates);
       planner.backfill(cap, flows, rates);
     }
@@ -336,8 +341,10 @@ double pct(std::vector<double> v, double p) {
 json summarize(const CoflowSimResult& r) {
   std::vector<double> all;
   std::vector<double> bins[4];  // SN, LN, SW, LW
+  std::vector<double> slowdown;
   for (const auto& o : r.coflows) {
     all.push_back(o.cct_s);
+    if (o.bound_s > 0) slowdown.push_back(o.cct_s / o.bound_s);
     const bool is_short = o.longest_flow_bytes < 5 * kMiB;
     const bool narrow = o.flows <= 50;
     bins[(is_short ? 0 : 1) + (narrow ? 0 : 2)].push_back(o.cct_s);
@@ -350,7 +357,10 @@ json summarize(const CoflowSimResult& r) {
             {"cct_mean_s", mean(all)},
             {"cct_p50_s", pct(all, 50)},
             {"cct_p95_s", pct(all, 95)},
-            {"cct_small_mean_s", mean(bins[0])}};
+            {"cct_small_mean_s", mean(bins[0])},
+            {"slowdown_p50", pct(slowdown, 50)},
+            {"slowdown_p99", pct(slowdown, 99)},
+            {"slowdown_max", pct(slowdown, 100)}};
   const char* names[4] = {"short_narrow", "long_narrow", "short_wide", "long_wide"};
   for (int b = 0; b < 4; ++b) {
     j["bins"][names[b]] = {{"coflows", bins[b].size()}, {"cct_mean_s", mean(bins[b])},

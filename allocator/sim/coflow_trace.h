@@ -62,6 +62,7 @@ struct CoflowSimConfig {
   // faster (a higher load).
   double time_scale = 1.0;
   double ordered_share = 0.9;  // CoflowConfig::ordered_share
+  double aging_s = 0;          // CoflowConfig::aging_s (a coflow waits from its arrival)
   std::size_t max_coflows = 0;  // the first N; 0 = all
   // Flows that would end within this of the next end are ended with it
   // (fewer events; each ends at its own exact time).
@@ -94,7 +95,8 @@ struct CoflowSimResult {
 CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig& c);
 
 // mean, p95, by Varys's bins (short: longest flow < 5 MB; narrow: ≤ 50 flows),
-// cct_small_mean_s over the short-and-narrow bin.
+// cct_small_mean_s over the short-and-narrow bin; slowdowns (CCT over the
+// coflow's time alone: how far a schedule starves it) at p50, p99 and max.
 nlohmann::json summarize(const CoflowSimResult& r);
 
 }  // namespace flowtune::sim

@@ -110,6 +110,8 @@ coflows options (docs/coflows.md):
   --time-scale S             multiply arrival times by S: < 1 is more load (1)
   --ordered-share F          share of each link handed out in coflow order;
                              the rest is shared by all flows (0.9)
+  --aging-s T                aging: a coflow's weight grows as 1 + waited / T,
+                             its key divided by it (0: off) (0)
   --max-coflows N            the first N coflows only (all)
   --batch-ms T               flows ending within T of the next end end with it,
                              each at its own time (fewer rate changes) (10)
@@ -361,6 +363,8 @@ int cmd_coflows(int argc, char** argv) {
       c.time_scale = args.number();
     } else if (a == "--ordered-share") {
       c.ordered_share = args.number();
+    } else if (a == "--aging-s") {
+      c.aging_s = args.number();
     } else if (a == "--max-coflows") {
       c.max_coflows = parse_u32(args);
     } else if (a == "--batch-ms") {
@@ -383,7 +387,7 @@ int cmd_coflows(int argc, char** argv) {
   const auto r = flowtune::sim::simulate_coflows(t, c);
   json out = {{"config", {{"trace", trace}, {"policy", c.policy}, {"port_gbps", c.port_gbps},
                           {"time_scale", c.time_scale}, {"ordered_share", c.ordered_share},
-                          {"max_coflows", c.max_coflows}}},
+                          {"aging_s", c.aging_s}, {"max_coflows", c.max_coflows}}},
               {"summary", flowtune::sim::summarize(r)}};
   if (per_coflow) {
     for (const auto& o : r.coflows) {

@@ -29,6 +29,7 @@ bool parse_coflow_policy(std::string_view s, CoflowPolicy& out) {
 
 std::string_view check(const CoflowConfig& c) {
   if (!(c.ordered_share > 0 && c.ordered_share <= 1)) return "ordered share must be within (0, 1]";
+  if (!(c.aging_s >= 0 && c.aging_s < kMaxAgingS)) return "aging must be within [0, 1e9) s";
   return "";
 }
 
@@ -37,7 +38,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr std::uint32_t kNoLocal = ~0u;
 }  // namespace
 
-void CoflowPlanner::group(std::span<const CoflowFlow> flows) {
+void CoflowPlanner::group(std::span<const CoflowFlow> flows, double aging_s) {
   by_coflow_.resize(flows.size());
   std::iota(by_coflow_.begin(), by_coflow_.end(), 0u);
   const auto by_id = [&](std::uint32_t a, std::uint32_t b) {
@@ -50,8 +51,12 @@ void CoflowPlanner::group(std::span<const CoflowFlow> flows) {
   groups_.clear();
   for (std::uint32_t i = 0; i < by_coflow_.size();) {
     std::uint32_t j = i;
-    while (j < by_coflow_.size() && flows[by_coflow_[j]].coflow == flows[by_coflow_[i]].coflow) ++j;
-    groups_.push_back({flows[by_coflow_[i]].coflow, 0, i, j});
+    double waited = 0;
+    for (; j < by_coflow_.size() && flows[by_coflow_[j]].coflow == flows[by_coflow_[i]].coflow; ++j) {
+      waited = std::max(waited, flows[by_coflow_[j]].waited_s);
+    }
+    const double weight = aging_s > 0 ? 1 + waited / aging_s : 1.0;
+    groups_.push_back({flows[by_coflow_[i]].coflow, 0, weight, i, j});
     i = j;
   }
 }
@@ -61,7 +66,7 @@ void CoflowPlanner::plan(const CoflowConfig& c, std::span<const double> avail_bp
   ordered.assign(flows.size(), 0.0);
   order_ids_.clear();
   if (c.policy == CoflowPolicy::kNone || flows.empty()) return;
-  group(flows);
+  group(flows, c.aging_s);
   cap_.assign(avail_bps.size(), 0.0);
   for (std::size_t l = 0; l < avail_bps.size(); ++l) cap_[l] = std::max(0.0, avail_bps[l]) * c.ordered_share;
   load_.assign(avail_bps.size(), 0.0);
@@ -114,6 +119,7 @@ void CoflowPlanner::plan(const CoflowConfig& c, std::span<const double> avail_bp
       g.key = bottleneck(g, cap_);
       clear_load();
     }
+    g.key /= g.weight;
   }
   std::sort(groups_.begin(), groups_.end(), [](const Group& a, const Group& b) {
     return a.key != b.key ? a.key < b.key : a.id < b.id;
@@ -195,7 +201,8 @@ bool CoflowPlanner::order_bssi(std::span<const CoflowFlow> flows) {
     work_pos_[wi] = link_work_end_[w.link];
     work_by_link_[link_work_end_[w.link]++] = wi;
   }
-  weight_.assign(groups_.size(), 1.0);
+  weight_.resize(groups_.size());
+  for (std::uint32_t gi = 0; gi < groups_.size(); ++gi) weight_[gi] = groups_[gi].weight;
   std::size_t unplaced = 0;
   for (std::uint32_t gi = 0; gi < groups_.size(); ++gi) {
     groups_[gi].key = kInf;  // unsized coflows are never ordered

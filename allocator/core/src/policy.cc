@@ -81,8 +81,8 @@ void PolicyBook::set_default_spec(const TenantSpec& spec) {
   }
 }
 
-std::string_view PolicyBook::set_coflow(CoflowPolicy policy, double share) {
-  CoflowConfig c{policy, share};
+std::string_view PolicyBook::set_coflow(CoflowPolicy policy, double share, double aging_s) {
+  CoflowConfig c{policy, share, aging_s};
   if (const auto why = check(c); !why.empty()) return why;
   FT_ASSERT(coflow_flows_.empty(), coflow_flows_.size());
   coflow_ = c;
@@ -118,6 +118,7 @@ void PolicyBook::add(FlowId id, const FlowPolicy& p, std::uint64_t now_us) {
   e.p = p;
   e.cap_bps = p.max_bps;
   e.progress_us = now_us;
+  e.started_us = now_us;
   if (p.tenant != kNoTenant) {
     Tenant& t = tenants_[p.tenant];
     e.member_pos = static_cast<std::uint32_t>(t.members.size());
@@ -332,14 +333,15 @@ void PolicyBook::plan_coflows(BasicEngine<Real>& engine, std::uint64_t now_us) {
     const double left = double(e.p.bytes) - e.sent_bytes;
     planned_.push_back({e.p.coflow != 0 ? e.p.coflow & ~kOwn : kOwn | id,
                         e.p.bytes != 0 && left > 0 ? left : kUnknown, e.p.path,
-                        e.cap_bps > 0 ? e.cap_bps : kUnknown});
+                        e.cap_bps > 0 ? e.cap_bps : kUnknown,
+                        1e-6 * static_cast<double>(now_us - std::min(now_us, e.started_us))});
   }
   const double share = std::min(coflow_.ordered_share, engine.config().max_reserved_share);
   avail_.resize(engine.num_links());
   for (LinkId l = 0; l < avail_.size(); ++l) {
     avail_[l] = std::max(0.0, share * engine.capacity_bps(l) - engine.reserved_bps(l));
   }
-  planner_.plan({coflow_.policy, 1.0}, avail_, planned_, ordered_);
+  planner_.plan({coflow_.policy, 1.0, coflow_.aging_s}, avail_, planned_, ordered_);
   counters_.coflows_ordered = planner_.order().size();
   for (std::size_t i = 0; i < planned_.size(); ++i) {
     const FlowId id = coflow_flows_[i];

@@ -38,6 +38,8 @@ void validate(const AllocatorConfig& c) {
           "not be above what endpoints may ask for)");
   require(c.deadline_margin >= 0 && c.deadline_margin <= 1, "deadline margin must be 0-1");
   require(c.coflow_share > 0 && c.coflow_share <= 1, "coflow share must be within (0, 1]");
+  require(c.coflow_aging_s >= 0 && c.coflow_aging_s < alloc::kMaxAgingS,
+          "coflow aging must be within [0, 1e9) seconds");
 }
 
 namespace {
@@ -67,7 +69,8 @@ Allocator::Allocator(Network network, const AllocatorConfig& config, std::uint64
       policy_(config.deadline_margin),
       flag_classes_{config.default_class, config.top_class} {
   validate(config_);
-  (void)policy_.set_coflow(config_.coflow_policy, config_.coflow_share);  // validated above
+  (void)policy_.set_coflow(config_.coflow_policy, config_.coflow_share,
+                           config_.coflow_aging_s);  // validated above
   set_policy(config_.policy);
   try {
     engine_ = std::make_unique<alloc::Engine>(scheduled_capacities(network_, config_),

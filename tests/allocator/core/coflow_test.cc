@@ -290,6 +290,56 @@ TEST(CoflowPlanner, BssiPastItsLimitOrdersAsSebf) {
   EXPECT_EQ(p.order(), q.order());
 }
 
+// Aging: a coflow that has waited long enough goes before a newcomer with a
+// smaller key, under every policy, and only once it has waited that long.
+TEST(CoflowPlanner, AgingPutsACoflowThatHasWaitedBeforeASmallerNewcomer) {
+  // One 8 Mbit/s link: A is 10 MB (10 s alone) and has waited 100 s; B is
+  // 1 MB (1 s) and new. With aging 10 s A's weight is 11: its key 10/11
+  // is under B's 1, under STF (bytes), SEBF (seconds) and BSSI (weights).
+  const std::vector<double> cap{8e6};
+  std::vector<CoflowFlow> flows{flow(1, 10 * kMB, {0}), flow(2, kMB, {0})};
+  flows[0].waited_s = 100;
+  CoflowPlanner p;
+  std::vector<double> r;
+  for (CoflowPolicy policy : {CoflowPolicy::kStf, CoflowPolicy::kSebf, CoflowPolicy::kBssi}) {
+    SCOPED_TRACE(to_string(policy));
+    CoflowConfig c = config(policy);
+    p.plan(c, cap, flows, r);  // off: the smaller first
+    EXPECT_EQ(p.order(), (std::vector<std::uint64_t>{2, 1}));
+    c.aging_s = 10;
+    p.plan(c, cap, flows, r);
+    EXPECT_EQ(p.order(), (std::vector<std::uint64_t>{1, 2}));
+    EXPECT_DOUBLE_EQ(r[0], 8e6);
+    EXPECT_DOUBLE_EQ(r[1], 0);
+    // Aging 100 s: weight 2, key 5 against 1: not yet.
+    c.aging_s = 100;
+    p.plan(c, cap, flows, r);
+    EXPECT_EQ(p.order(), (std::vector<std::uint64_t>{2, 1}));
+  }
+}
+
+TEST(CoflowPlanner, ACoflowAgesAsItsOldestFlow) {
+  // A's second flow is new, its first has waited 100 s: A's weight is 11,
+  // whichever of its flows comes first. The newcomer B has waited nothing.
+  const std::vector<double> cap{8e6, 8e6};
+  std::vector<CoflowFlow> flows{flow(1, 5 * kMB, {0}), flow(2, kMB, {0}), flow(1, 5 * kMB, {1})};
+  flows[0].waited_s = 100;
+  CoflowConfig c = config(CoflowPolicy::kSebf);
+  c.aging_s = 10;
+  CoflowPlanner p;
+  std::vector<double> r;
+  p.plan(c, cap, flows, r);
+  EXPECT_EQ(p.order(), (std::vector<std::uint64_t>{1, 2}));
+  std::swap(flows[0].waited_s, flows[2].waited_s);
+  p.plan(c, cap, flows, r);
+  EXPECT_EQ(p.order(), (std::vector<std::uint64_t>{1, 2}));
+  // Waits that say nothing (negative, NaN) count as none.
+  flows[2].waited_s = -5;
+  flows[1].waited_s = std::nan("");
+  p.plan(c, cap, flows, r);
+  EXPECT_EQ(p.order(), (std::vector<std::uint64_t>{2, 1}));
+}
+
 TEST(CoflowPlanner, PoliciesParseByNameAndBadSharesAreRefused) {
   CoflowPolicy p = CoflowPolicy::kNone;
   EXPECT_TRUE(parse_coflow_policy("sebf", p));
@@ -301,6 +351,13 @@ TEST(CoflowPlanner, PoliciesParseByNameAndBadSharesAreRefused) {
   EXPECT_FALSE(parse_coflow_policy("fifo", p));
   EXPECT_EQ(check(config(CoflowPolicy::kStf, 0)), "ordered share must be within (0, 1]");
   EXPECT_EQ(check(config(CoflowPolicy::kStf, 0.5)), "");
+  CoflowConfig c = config(CoflowPolicy::kSebf);
+  for (double bad : {-1.0, std::nan(""), kMaxAgingS, std::numeric_limits<double>::infinity()}) {
+    c.aging_s = bad;
+    EXPECT_EQ(check(c), "aging must be within [0, 1e9) s") << bad;
+  }
+  c.aging_s = 30;
+  EXPECT_EQ(check(c), "");
 }
 
 }  // namespace

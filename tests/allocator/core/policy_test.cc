@@ -564,6 +564,34 @@ TEST(Coflows, ProgressReportsReorderAndCorrectTheEstimate) {
   EXPECT_EQ(e2.floor_bps(only), 0);
 }
 
+// Aging in the book: a coflow waits from its flow's start, so one that came
+// long ago goes before a smaller newcomer once it has waited long enough.
+TEST(Coflows, ACoflowThatHasWaitedGoesFirstWithAging) {
+  for (const double aging_s : {0.0, 10.0, 1.0}) {
+    SCOPED_TRACE(aging_s);
+    Engine e({10 * kGbps}, 1, tight());
+    PolicyBook book;
+    ASSERT_EQ(book.set_coflow(CoflowPolicy::kStf, 0.9, aging_s), "");
+    const FlowSpec f = on_links({0});
+    // 200 GB at t = 0, alone at 10 Gbit/s for 100 s: 75 GB left by then.
+    const FlowId old = e.add_flow(f);
+    book.add(old, {kNoTenant, 1, 0, 0, 200'000'000'000, 1, f.path}, 0);
+    book.apply(e, 0);
+    e.solve(20000);
+    // 1 GB at t = 100 s: first, unless the old one's weight divides its 75
+    // GB below 1 (aging 1 s: weight 101; 10 s: 11, not enough).
+    const FlowId young = e.add_flow(f);
+    book.add(young, {kNoTenant, 1, 0, 0, 1'000'000'000, 2, f.path}, 100'000'000);
+    book.apply(e, 100'000'000);
+    e.solve(20000);
+    const FlowId first = aging_s == 1.0 ? old : young, second = first == old ? young : old;
+    EXPECT_NEAR(e.floor_bps(first), 9 * kGbps, 1e-3 * kGbps);
+    EXPECT_EQ(e.floor_bps(second), 0);
+  }
+  PolicyBook book;
+  EXPECT_EQ(book.set_coflow(CoflowPolicy::kSebf, 0.9, -1), "aging must be within [0, 1e9) s");
+}
+
 TEST(Coflows, ABadShareIsRefusedAndNoPolicyRecordsNothing) {
   PolicyBook book;
   EXPECT_EQ(book.set_coflow(CoflowPolicy::kSebf, 1.5), "ordered share must be within (0, 1]");

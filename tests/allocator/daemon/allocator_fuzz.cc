@@ -1,7 +1,8 @@
 // libFuzzer target over message decoding + handling: the input is a script of
 // operations on one Allocator (raw frames from a few peers, well-formed
 // messages built from input bytes so deep states are reachable, iterations,
-// time jumps, bad frame counts). After every operation:
+// time jumps, bad frame counts; starts with coflow ids, planned under a
+// coflow policy the first byte picks). After every operation:
 //   - nothing crashed, leaked or tripped a sanitizer;
 //   - the flow count equals the flows listed, and the endpoints' holds equal
 //     the holders listed (one socket written by several endpoints is one flow);
@@ -54,6 +55,7 @@ wire::FlowletStart start_from(Reader& r) {
     s.endpoints = wire::HostPair{r.byte() % (kHosts + 1), r.byte() % (kHosts + 1)};
   }
   s.weight = (b & 2) ? 1.0f : static_cast<float>(1 + r.byte() % 8);
+  s.coflow_id = (b >> 2) & 3;  // 0 = none; planned when the allocator has a coflow policy
   s.bytes = r.byte();
   return s;
 }
@@ -131,7 +133,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   c.max_messages_per_sec = 1000;
   c.max_flows_per_endpoint = 12;
   c.max_endpoints = 3;
-  c.unknown_hosts = (r.byte() & 1) ? daemon::UnknownHosts::kAdd : daemon::UnknownHosts::kReject;
+  const std::uint8_t setup = r.byte();
+  c.unknown_hosts = (setup & 1) ? daemon::UnknownHosts::kAdd : daemon::UnknownHosts::kReject;
+  // A coflow policy for some inputs (the plan sets floors the iteration and
+  // F-NORM must keep within every link), aging that matters at the script's
+  // time steps for some of those.
+  c.coflow_policy = static_cast<alloc::CoflowPolicy>((setup >> 1) & 3);
+  c.coflow_share = (setup & 8) ? 1.0 : 0.7;
+  c.coflow_aging_s = (setup & 16) ? 1e-3 : 0;
   daemon::Network net = daemon::Network::big_switch(kHosts - 2, 1e9, 2);
   daemon::Allocator a(std::move(net), c, 7, nullptr);
   std::uint64_t now = 1;

@@ -135,6 +135,22 @@ TEST_F(DaemonTest, MovesUnderTheThresholdAreNotSent) {
   }
 }
 
+// The coflow policy, its share and its aging are what status says.
+TEST_F(DaemonTest, StatusShowsTheCoflowPolicyAndItsGuards) {
+  daemon_.start(listen_, big_switch_args({"--coflow-policy", "sebf", "--coflow-share", "1",
+                                          "--coflow-aging-s", "30"}));
+  const json c = daemon_.status()["config"];
+  EXPECT_EQ(c["coflow_policy"], "sebf");
+  EXPECT_EQ(c["coflow_share"], 1.0);
+  EXPECT_EQ(c["coflow_aging_s"], 30.0);
+  DaemonProcess d;
+  const std::string listen = unique_endpoint();
+  d.start(listen, big_switch_args());
+  const json off = d.status()["config"];
+  EXPECT_EQ(off["coflow_policy"], "none");
+  EXPECT_EQ(off["coflow_aging_s"], 0.0);
+}
+
 // The daemon answers a start before its iteration (--early-rates on, the
 // default) and says so in status; off, only iterations rate starts.
 TEST_F(DaemonTest, StartsAreToldEarlyRatesUnlessTurnedOff) {
@@ -347,7 +363,9 @@ TEST(AllocatorCli, HelpAndConfigErrors) {
            {"--gamma 1e9", "--gamma expects a number from 0 to 1"},
            {"--gamma 0", "gamma must be within (0, 1]"},
            {"--log-interval-s 1e300", "--log-interval-s expects a number from 0 to 86400"},
-           {"--topology /dev/zero", "/dev/zero: not a regular file"}}) {
+           {"--topology /dev/zero", "/dev/zero: not a regular file"},
+           {"--coflow-aging-s -1", "coflow aging must be within [0, 1e9) seconds"},
+           {"--coflow-aging-s 1e9", "coflow aging must be within [0, 1e9) seconds"}}) {
     r = run(bin + " --hosts 4 " + args + " --check-config");
     EXPECT_EQ(r.status, 2) << args << ": " << r.output;
     EXPECT_NE(r.output.find(says), std::string::npos) << args << ": " << r.output;
@@ -366,6 +384,10 @@ TEST(AllocatorCli, HelpAndConfigErrors) {
   r = run(bin + " --hosts 4 --check-config");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("configuration ok"), std::string::npos);
+  r = run(bin + " --hosts 4 --coflow-policy sebf --coflow-aging-s 30 --check-config");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("coflows: sebf, share 0.700000, aging 30.000000 s"), std::string::npos)
+      << r.output;
 }
 
 TEST_F(DaemonTest, CtlShowsFlowsLinksAndCounters) {

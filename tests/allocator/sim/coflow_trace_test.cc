@@ -185,6 +185,39 @@ TEST(CoflowReplay, SebfBeatsStfWhenTheLargerCoflowIsTheQuickerOne) {
   EXPECT_NEAR(cct(stf, 1), 5, 1e-9);
 }
 
+// Aging against a stream: 1 MiB coflows arrive every second for 100 s on
+// one link, each ending as the next comes, and a 10 MiB coflow arrives at
+// 0.5 s. Without a guard smallest-first never serves it until the stream
+// stops (CCT 109.5 s). With aging T its key 10 / (1 + waited / T) falls
+// below a newcomer's 1 once it has waited 9T; the stream's queued coflows
+// age too and take turns with it, so it ends later than 9T + 10, but before
+// the stream does for T = 1 and 3 s, and sooner the smaller T. With T = 30
+// s its weight never reaches 10 within the stream: starved as without.
+TEST(CoflowReplay, AgingServesALargeCoflowThatAStreamOfSmallOnesWouldStarve) {
+  std::string text = "2 101\n1 0 1 0 1 1:1\n1000 500 1 0 1 1:10\n";
+  for (int i = 1; i < 100; ++i) {
+    text += std::to_string(i + 1) + " " + std::to_string(i * 1000) + " 1 0 1 1:1\n";
+  }
+  const CoflowTrace t = parse(text);
+  for (const char* p : {"stf", "sebf", "bssi"}) {
+    SCOPED_TRACE(p);
+    CoflowSimConfig c = exact(p);
+    const auto aged = [&](double aging_s) {
+      c.aging_s = aging_s;
+      return cct(simulate_coflows(t, c), 1000);
+    };
+    const auto starved = simulate_coflows(t, c);
+    EXPECT_NEAR(cct(starved, 1000), 109.5, 1e-6);
+    EXPECT_NEAR(summarize(starved)["slowdown_max"].get<double>(), 10.95, 1e-6);
+    const double one = aged(1), three = aged(3);
+    EXPECT_GE(one, 9 * 1 + 10 - 0.5);
+    EXPECT_GE(three, 9 * 3 + 10 - 0.5);
+    EXPECT_LT(one, three);
+    EXPECT_LT(three + 0.5, 99);
+    EXPECT_NEAR(aged(30), 109.5, 1e-6);
+  }
+}
+
 TEST(CoflowReplay, RackLocalFlowsAndLoadAreAccountedFor) {
   // Coflow 1 is rack-local only (mapper and reducer on port 0); coflow 2
   // moves 2 MiB over 2 ports in 4 s of arrivals: load 2 MiB / (2 x 1 MiB/s x 4 s).
@@ -217,6 +250,7 @@ TEST(CoflowCli, ReplaysATraceFileAndRefusesBadArguments) {
   } cases[] = {
       {"coflows --policy fifo", "policy must be pf, pf-engine, fair, stf, sebf, bssi or offline"},
       {"coflows --ordered-share 0", "ordered share must be within"},
+      {"coflows --aging-s -1", "aging must be within [0, 1e9) s"},
       {"coflows --trace /no/such/trace", "cannot open"},
       {"coflows --trace '" + bad + "'", ":2: mapper port"},
   };

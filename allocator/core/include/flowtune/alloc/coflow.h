@@ -27,7 +27,12 @@
 // The order only hands out `ordered_share` of every link; what it leaves
 // (that share's unused part, and the rest of the link) is shared by every
 // flow, so the planner is work-conserving and no coflow starves: a large
-// coflow always keeps its fair share of 1 - ordered_share. Flows with equal
+// coflow always keeps its fair share of 1 - ordered_share. Aging
+// (`aging_s`) is a second guard that costs the order nothing until a coflow
+// has waited: a coflow's weight grows as 1 + waited / aging_s, its key (stf's
+// bytes, sebf's bottleneck time) is divided by it and bssi starts from it, so
+// a coflow that has waited long enough goes before any newcomer whose key is
+// not that much smaller. Flows with equal
 // ids are one coflow (callers give a flow outside any coflow an id of its
 // own); a flow of unknown size is never ordered and does not hold its
 // coflow back.
@@ -49,6 +54,7 @@ const char* to_string(CoflowPolicy p);
 bool parse_coflow_policy(std::string_view s, CoflowPolicy& out);
 
 inline constexpr std::size_t kMaxBssiCoflows = 2048;
+inline constexpr double kMaxAgingS = 1e9;  // CoflowConfig::aging_s is below it
 
 struct CoflowFlow {
   std::uint64_t coflow = 0;  // flows with equal ids form one coflow
@@ -56,6 +62,9 @@ struct CoflowFlow {
   Path path;
   // The most the flow may get (its own or its tenant's cap), bits/s.
   double max_bps = std::numeric_limits<double>::infinity();
+  // How long its coflow has waited, seconds (a coflow ages as its oldest
+  // flow: the largest over its flows counts).
+  double waited_s = 0;
 };
 
 struct CoflowConfig {
@@ -63,6 +72,8 @@ struct CoflowConfig {
   // The share of every link the order hands out, in (0, 1]; the rest is
   // shared by all flows (the starvation guard).
   double ordered_share = 0.9;
+  // Aging: a coflow's weight is 1 + waited_s / aging_s; 0 = off.
+  double aging_s = 0;
 };
 
 // "" when the config is valid, else why not.
@@ -98,9 +109,10 @@ class CoflowPlanner {
   struct Group {
     std::uint64_t id;
     double key;      // the order's key (bytes or seconds)
+    double weight;   // 1, or more as it ages
     std::uint32_t begin, end;  // in by_coflow_
   };
-  void group(std::span<const CoflowFlow> flows);
+  void group(std::span<const CoflowFlow> flows, double aging_s);
   // kBssi: sets each sized group's key to its place in the order; false
   // (keys untouched) past kMaxBssiCoflows.
   bool order_bssi(std::span<const CoflowFlow> flows);

@@ -83,9 +83,11 @@ class PolicyBook {
 
   // Coflow planning for every flow added from now on (kNone: off, the
   // default). share: the most of a link coflow order may hand out, within
-  // the engine's max_reserved_share, guarantees and deadlines first. Call
-  // before adding flows; "" when accepted, else why not.
-  std::string_view set_coflow(CoflowPolicy policy, double share);
+  // the engine's max_reserved_share, guarantees and deadlines first.
+  // aging_s: CoflowConfig::aging_s (0: off), a coflow waiting from its
+  // oldest live flow's start. Call before adding flows; "" when accepted,
+  // else why not.
+  std::string_view set_coflow(CoflowPolicy policy, double share, double aging_s = 0);
   CoflowPolicy coflow_policy() const { return coflow_.policy; }
 
   // A tenant by name, created with default_spec() on first use; "" is none.
@@ -155,6 +157,7 @@ class PolicyBook {
     double sent_bytes = 0;           // estimated from its rates
     double planned_bps = 0;          // its deadline floor at the last plan
     std::uint64_t progress_us = 0;   // when sent_bytes was last advanced
+    std::uint64_t started_us = 0;    // when it was added (its coflow's age)
     double reported_sent = -1;       // the endpoint's last report, not applied yet; < 0: none
     std::uint64_t reported_us = 0;   // when it came
     DeadlineState state = DeadlineState::kNone;

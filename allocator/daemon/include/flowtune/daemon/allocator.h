@@ -121,6 +121,10 @@ struct AllocatorConfig {
   // 0.98 s with 0.7; the fluid simulator, which has no such cost, loses
   // 2.61x -> 2.39x of its gain; docs/coflows.md).
   double coflow_share = 0.7;
+  // Aging, the second starvation guard: a coflow's weight grows as 1 +
+  // waited / coflow_aging_s (waited from its oldest live flowlet's start)
+  // and divides its key; 0 = off.
+  double coflow_aging_s = 0;
   // Tenants, rules and the file's default and top class (--policy); its
   // classes, where it sets them, replace default_class and top_class.
   OperatorPolicy policy;
