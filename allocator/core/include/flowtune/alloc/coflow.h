@@ -28,11 +28,12 @@
 // (that share's unused part, and the rest of the link) is shared by every
 // flow, so the planner is work-conserving and no coflow starves: a large
 // coflow always keeps its fair share of 1 - ordered_share. Aging
-// (`aging_s`) is a second guard that costs the order nothing until a coflow
-// has waited: a coflow's weight grows as 1 + waited / aging_s, its key (stf's
-// bytes, sebf's bottleneck time) is divided by it and bssi starts from it, so
-// a coflow that has waited long enough goes before any newcomer whose key is
-// not that much smaller. Flows with equal
+// (`aging_s`) is a second guard, for an order given whole links: a coflow's
+// weight grows as 1 + waited / aging_s, its key (stf's bytes, sebf's
+// bottleneck time) is divided by it and bssi starts from it, so a coflow
+// with k times a newcomer's key goes before it once it has waited
+// (k - 1) * aging_s. It reorders whenever coflows have waited, so it costs
+// the mean CCT where nothing starves (docs/coflows.md). Flows with equal
 // ids are one coflow (callers give a flow outside any coflow an id of its
 // own); a flow of unknown size is never ordered and does not hold its
 // coflow back.
