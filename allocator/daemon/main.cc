@@ -100,7 +100,8 @@ policy (docs/policy.md):
                              rest is shared by every flowlet, so none starves
                              (default 0.7, within --max-reserved)
   --coflow-aging-s S         aging: a coflow's weight grows by 1 every S seconds
-                             it waits, dividing its place in the order, so a
+                             it waits, and its key in the order (stf's bytes,
+                             sebf's bottleneck time) is divided by it, so a
                              large coflow is not kept waiting behind a stream of
                              small ones (default 0: off)
 
