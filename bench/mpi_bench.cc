@@ -180,6 +180,10 @@ nlohmann::json measure(const Options& o, std::uint32_t hosts, std::uint32_t flow
           {"bytes_sent_per_iteration_max_rank", max_over_ranks(static_cast<double>(tm.bytes_sent) / n)},
           {"flows_on_largest_rank", max_over_ranks(static_cast<double>(mine))},
           {"entries_per_iteration_max_rank", max_over_ranks(static_cast<double>(tm.entries) / n)},
+          // All-to-all count exchanges and neighbour graphs made over the
+          // timed iterations (kNeighbors exchanges only after a change).
+          {"counts_exchanges_max_rank", max_over_ranks(static_cast<double>(tm.counts_exchanges))},
+          {"graphs_max_rank", max_over_ranks(static_cast<double>(tm.graphs))},
           {"links", t.num_links()},
           {"single_process_us_p50", single_p50},
           {"speedup_vs_single_process", single_p50 / p50}};
@@ -271,7 +275,7 @@ int main(int argc, char** argv) {
   nlohmann::json results = nlohmann::json::array();
   for (auto [hosts, flows] : o.sizes) {
     const double single = single_process(o, hosts, flows, rank);
-    for (Exchange x : {Exchange::kLinkOwners, Exchange::kAllreduce}) {
+    for (Exchange x : {Exchange::kLinkOwners, Exchange::kNeighbors, Exchange::kAllreduce}) {
       results.push_back(measure(o, hosts, flows, x, single));
     }
     results.push_back(measure_mirror(o, hosts, flows, single));

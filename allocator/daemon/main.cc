@@ -61,6 +61,11 @@ engine:
                              over the R ranks (docs/scale.md); rank 0 serves,
                              the others compute their blocks. Not with
                              --threads > 1
+  --mpi-exchange X           how the ranks' link sums meet under --mpi:
+                             link-owners (default), neighbors (the same sums;
+                             counts sent only when they change, entries over a
+                             graph of the ranks that trade) or allreduce (every
+                             link from every rank; rates equal to rounding)
   --gamma G                  NED step size, (0, 1] (default 0.4)
   --norm fnorm|unorm|none    normalizer (default fnorm)
   --threshold T              send a rate only when it moved by more than T
@@ -204,6 +209,7 @@ struct Options {
   std::uint64_t role_probes_per_sec = Server::kRoleRequestsPerSec;
   bool check_config = false;
   bool mpi = false;
+  std::string mpi_exchange;  // empty: link-owners
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -217,6 +223,7 @@ Options parse(int argc, char** argv) {
   while (args.next()) {
     if (args.is("--check-config")) o.check_config = true;
     else if (args.is("--mpi")) o.mpi = true;
+    else if (args.is("--mpi-exchange")) o.mpi_exchange = args.value();
     else if (args.is("--listen")) o.listen = args.value();
     else if (args.is("--topology")) o.topology_file = args.value();
     else if (args.is("--host-gbps")) o.host_gbps = args.number(1e-6, 1e6);
@@ -320,6 +327,13 @@ Options parse(int argc, char** argv) {
                 std::to_string(o.probe_ms) + ")");
   }
   if (o.mpi && o.alloc.threads > 1) usage_error("--mpi runs one thread per rank: leave out --threads");
+  if (!o.mpi_exchange.empty()) {
+    if (!o.mpi) usage_error("--mpi-exchange needs --mpi");
+    flowtune::alloc::Exchange x{};
+    if (!flowtune::alloc::parse_exchange(o.mpi_exchange, x)) {
+      usage_error("--mpi-exchange expects link-owners, neighbors or allreduce, got '" + o.mpi_exchange + "'");
+    }
+  }
   if (o.unknown_hosts.empty()) o.unknown_hosts = o.topology_file.empty() ? "add" : "reject";
   if (o.unknown_hosts == "add") o.alloc.unknown_hosts = UnknownHosts::kAdd;
   else if (o.unknown_hosts == "reject") o.alloc.unknown_hosts = UnknownHosts::kReject;
@@ -359,7 +373,8 @@ std::string describe(const Options& o, const Network& n, const Allocator& a, int
        ", " + a.engine().kernel_name() + " kernels";
   if (mpi_ranks > 0) {
     s += ", across " + std::to_string(mpi_ranks) + " MPI ranks (" +
-         std::to_string(a.engine().num_blocks()) + " FlowBlocks)";
+         std::to_string(a.engine().num_blocks()) + " FlowBlocks, " +
+         (o.mpi_exchange.empty() ? std::string("link-owners") : o.mpi_exchange) + " exchange)";
   }
   s += "; threshold " + std::to_string(o.alloc.threshold) + ", headroom " +
        std::to_string(o.alloc.headroom) + ", early rates " +
@@ -430,11 +445,14 @@ void raise_descriptor_limit(const Options& o, Log& log) {
 // --mpi: every rank builds the same Allocator (so the same engine); rank 0
 // serves and leads each iteration, the others follow it until it finishes.
 struct Mpi {
-  explicit Mpi(bool on) {
+  // exchange: --mpi-exchange, checked ("" is link-owners).
+  Mpi(bool on, const std::string& exchange) {
     if (!on) return;
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-    driver = std::make_unique<flowtune::alloc::MpiDriver>(MPI_COMM_WORLD);
+    flowtune::alloc::Exchange x = flowtune::alloc::Exchange::kLinkOwners;
+    if (!exchange.empty()) (void)flowtune::alloc::parse_exchange(exchange, x);
+    driver = std::make_unique<flowtune::alloc::MpiDriver>(MPI_COMM_WORLD, x);
   }
   ~Mpi() {
     if (!driver) return;
@@ -458,7 +476,7 @@ int run(const Options& o) {
   // Signals arrive on an fd the loop polls; blocked before any thread
   // starts (common/signals.h).
   const sigset_t mask = flowtune::block_daemon_signals();
-  Mpi mpi(o.mpi);
+  Mpi mpi(o.mpi, o.mpi_exchange);
   Log log(Log::stderr_sink(), o.log_level, static_cast<std::uint64_t>(o.log_interval_s * 1e6));
   Network network = build_network(o);
   AllocatorConfig config = o.alloc;

@@ -14,8 +14,19 @@ const char* to_string(Exchange x) {
   switch (x) {
     case Exchange::kLinkOwners: return "link-owners";
     case Exchange::kAllreduce: return "allreduce";
+    case Exchange::kNeighbors: return "neighbors";
   }
   return "?";
+}
+
+bool parse_exchange(std::string_view s, Exchange& out) {
+  for (Exchange x : {Exchange::kLinkOwners, Exchange::kAllreduce, Exchange::kNeighbors}) {
+    if (s == to_string(x)) {
+      out = x;
+      return true;
+    }
+  }
+  return false;
 }
 
 namespace {
@@ -110,6 +121,13 @@ struct MpiDriver::Impl {
   std::vector<std::uint32_t> asked_keys, asked_links, keys_in;
   std::vector<char> yh;  // Real[2 * layers * links], as bytes
   std::vector<char> rates_out, rates_in;  // Real[], as bytes (gather_rates)
+  // kNeighbors: the counts last exchanged all to all (counts_in keeps what
+  // came back), and the graph of the other ranks this rank trades with.
+  std::vector<int> last_counts_out;
+  bool counts_valid = false;
+  MPI_Comm graph = MPI_COMM_NULL;
+  std::vector<int> neighbors;
+  std::vector<int> nb_send_bytes, nb_send_disp, nb_recv_bytes, nb_recv_disp;
 
   void set_links(std::size_t links) {
     if (link_owner.size() == links && !link_lo.empty()) return;
@@ -120,6 +138,76 @@ struct MpiDriver::Impl {
       for (std::size_t l = link_lo[r]; l < link_lo[r + 1]; ++l) link_owner[l] = r;
     }
   }
+  // kNeighbors: whether any rank's counts differ from what it last sent all
+  // to all (one Allreduce); if so, they are what it sends now.
+  bool counts_changed(Stopwatch& watch) {
+    int mine = !counts_valid || counts_out != last_counts_out, any = 0;
+    watch.mpi([&] { check(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm), "Allreduce"); });
+    if (any != 0) {
+      last_counts_out = counts_out;
+      counts_valid = true;
+    }
+    return any != 0;
+  }
+  // kNeighbors, after the counts came all to all: the other ranks this one
+  // sends entries to or hears them from (either way, so both ends list the
+  // edge), and a new graph when that set changed on some rank.
+  void update_graph(Stopwatch& watch, int ints) {
+    want.clear();
+    for (int q = 0; q < ranks; ++q) {
+      if (q != rank && (counts_out[ints * q] > 0 || counts_in[ints * q] > 0)) want.push_back(q);
+    }
+    int mine = graph == MPI_COMM_NULL || want != neighbors, any = 0;
+    watch.mpi([&] { check(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm), "Allreduce"); });
+    if (any == 0) return;
+    if (graph != MPI_COMM_NULL) MPI_Comm_free(&graph);
+    neighbors = want;
+    const int n = static_cast<int>(neighbors.size());
+    int none = 0;
+    int* list = n > 0 ? neighbors.data() : &none;
+    int* weights = n > 0 ? MPI_UNWEIGHTED : MPI_WEIGHTS_EMPTY;
+    watch.mpi([&] {
+      check(MPI_Dist_graph_create_adjacent(comm, n, list, weights, n, list, weights, MPI_INFO_NULL,
+                                           /*reorder=*/0, &graph),
+            "Dist_graph_create_adjacent");
+    });
+    ++times.graphs;
+  }
+  // What alltoallv would do with send_/recv_bytes and _disp (per rank),
+  // over the graph: this rank's own part copied, the neighbours' sent.
+  void neighbor_alltoallv(Stopwatch& watch, const void* out, void* in) {
+    if (send_bytes[rank] != recv_bytes[rank]) throw std::logic_error("MpiDriver: own entries differ");
+    if (send_bytes[rank] > 0) {
+      std::memcpy(static_cast<char*>(in) + recv_disp[rank],
+                  static_cast<const char*>(out) + send_disp[rank], static_cast<std::size_t>(send_bytes[rank]));
+    }
+    const std::size_t n = neighbors.size();
+    // At least one element each: a rank with no neighbours still calls the
+    // collective, with arrays that point somewhere.
+    nb_send_bytes.resize(std::max<std::size_t>(n, 1));
+    nb_send_disp.resize(std::max<std::size_t>(n, 1));
+    nb_recv_bytes.resize(std::max<std::size_t>(n, 1));
+    nb_recv_disp.resize(std::max<std::size_t>(n, 1));
+    std::size_t k = 0;
+    for (int q = 0; q < ranks; ++q) {
+      if (k < n && neighbors[k] == q) {
+        nb_send_bytes[k] = send_bytes[q];
+        nb_send_disp[k] = send_disp[q];
+        nb_recv_bytes[k] = recv_bytes[q];
+        nb_recv_disp[k] = recv_disp[q];
+        ++k;
+      } else if (q != rank && (send_bytes[q] != 0 || recv_bytes[q] != 0)) {
+        throw std::logic_error("MpiDriver: entries for a rank outside the graph");
+      }
+    }
+    watch.mpi([&] {
+      check(MPI_Neighbor_alltoallv(out, nb_send_bytes.data(), nb_send_disp.data(), MPI_BYTE, in,
+                                   nb_recv_bytes.data(), nb_recv_disp.data(), MPI_BYTE, graph),
+            "Neighbor_alltoallv");
+    });
+  }
+  std::vector<int> want;  // update_graph's scratch
+
   template <typename Real>
   Real* sums(std::size_t n) {
     if (yh.size() < n * sizeof(Real)) yh.resize(n * sizeof(Real));
@@ -137,7 +225,9 @@ MpiDriver::MpiDriver(MPI_Comm comm, Exchange exchange) : impl_(std::make_unique<
 MpiDriver::~MpiDriver() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && impl_->comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->comm);
+  if (finalized) return;
+  if (impl_->graph != MPI_COMM_NULL) MPI_Comm_free(&impl_->graph);
+  if (impl_->comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->comm);
 }
 
 int MpiDriver::rank() const { return impl_->rank; }
@@ -152,7 +242,7 @@ int MpiDriver::owner(std::size_t block, std::size_t num_blocks, int ranks) {
 
 template <typename Real>
 void MpiDriver::iterate(BasicEngine<Real>& e) {
-  if (impl_->exchange == Exchange::kLinkOwners) {
+  if (impl_->exchange != Exchange::kAllreduce) {
     iterate_link_owners(e);
   } else {
     iterate_allreduce(e);
@@ -223,11 +313,16 @@ void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
     m.counts_out[kInts * q + 1] = static_cast<int>(e.class_mask());
     m.counts_out[kInts * q + 3] = requests;
   }
-  m.counts_in.resize(kInts * static_cast<std::size_t>(R));
-  watch.mpi([&] {
-    check(MPI_Alltoall(m.counts_out.data(), kInts, MPI_INT, m.counts_in.data(), kInts, MPI_INT, m.comm),
-          "Alltoall");
-  });
+  const bool neighbors = m.exchange == Exchange::kNeighbors;
+  if (!neighbors || m.counts_changed(watch)) {
+    m.counts_in.resize(kInts * static_cast<std::size_t>(R));
+    watch.mpi([&] {
+      check(MPI_Alltoall(m.counts_out.data(), kInts, MPI_INT, m.counts_in.data(), kInts, MPI_INT, m.comm),
+            "Alltoall");
+    });
+    ++m.times.counts_exchanges;
+    if (neighbors) m.update_graph(watch, kInts);
+  }
   std::uint32_t mask = 0;
   long all_requests = 0;
   for (int q = 0; q < R; ++q) {
@@ -257,6 +352,10 @@ void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
       m.send_disp[q] = out_at[q] * unit;
       m.recv_bytes[q] = (in_at[q + 1] - in_at[q]) * unit;
       m.recv_disp[q] = in_at[q] * unit;
+    }
+    if (neighbors) {
+      m.neighbor_alltoallv(watch, out, in);
+      return;
     }
     watch.mpi([&] {
       check(MPI_Alltoallv(out, m.send_bytes.data(), m.send_disp.data(), MPI_BYTE, in,

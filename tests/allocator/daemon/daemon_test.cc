@@ -365,6 +365,8 @@ TEST(AllocatorCli, HelpAndConfigErrors) {
            {"--log-interval-s 1e300", "--log-interval-s expects a number from 0 to 86400"},
            {"--topology /dev/zero", "/dev/zero: not a regular file"},
            {"--coflow-aging-s -1", "coflow aging must be within [0, 1e9) seconds"},
+           {"--mpi-exchange neighbors", "--mpi-exchange needs --mpi"},
+           {"--mpi --mpi-exchange ring", "--mpi-exchange expects link-owners, neighbors or allreduce"},
            {"--coflow-aging-s 1e9", "coflow aging must be within [0, 1e9) seconds"}}) {
     r = run(bin + " --hosts 4 " + args + " --check-config");
     EXPECT_EQ(r.status, 2) << args << ": " << r.output;

@@ -6,6 +6,8 @@
 // distributed engine, which holds only the flows of the FlowBlocks it owns.
 //   - kLinkOwners: bit-identical to the reference with the same blocks per
 //     side (rates, raw rates, prices of every class, stats).
+//   - kNeighbors: the same, bit for bit, with the counts exchanged only
+//     when they change and the entries over a neighbour graph.
 //   - kAllreduce: the same sums added in another order: 1e-9 relative on
 //     rates and prices in double; in float 1e-4 on rates and 1e-3 on prices
 //     (a low class's price, ~1e-3 where it only trickles, moved 1.2e-4 from
@@ -146,7 +148,7 @@ void run(const Case& c, std::uint64_t seed, double rel, double price_rel) {
   cfg.tolerance = 1e-12;
   MpiDriver driver(MPI_COMM_WORLD, c.exchange);
   Pair<Real> p = make<Real>(t, cfg);
-  const auto priced = c.exchange == Exchange::kLinkOwners
+  const auto priced = c.exchange != Exchange::kAllreduce
                           ? driver.owned_links(p.ref->num_links())
                           : std::pair<std::size_t, std::size_t>{0, p.ref->num_links()};
   std::mt19937_64 rng(seed);
@@ -189,6 +191,17 @@ void run(const Case& c, std::uint64_t seed, double rel, double price_rel) {
   EXPECT_EQ(driver.solve(*p.dist, 200), want);
   EXPECT_EQ(compare(p, rel, price_rel, priced), "");
   EXPECT_EQ(driver.times().iterations, p.dist->iterations());
+  const MpiDriver::Times& tm = driver.times();
+  if (c.exchange == Exchange::kLinkOwners) {
+    EXPECT_EQ(tm.counts_exchanges, tm.iterations);
+  }
+  if (c.exchange == Exchange::kNeighbors) {
+    // The churn adds links now and then; solve()'s iterations add none.
+    EXPECT_GE(tm.counts_exchanges, 1u);
+    EXPECT_LT(tm.counts_exchanges + 100, tm.iterations);
+    EXPECT_GE(tm.graphs, 1u);
+    EXPECT_LE(tm.graphs, tm.counts_exchanges);
+  }
 }
 
 std::vector<Case> cases(Exchange x) {
@@ -210,6 +223,14 @@ TEST(MpiDriver, LinkOwnersMatchTheSingleProcessEngineBitForBit) {
   }
 }
 
+TEST(MpiDriver, NeighborsMatchTheSingleProcessEngineBitForBit) {
+  std::uint64_t seed = 200;
+  for (const Case& c : cases(Exchange::kNeighbors)) {
+    run<double>(c, seed++, 0, 0);
+    run<float>(c, seed++, 0, 0);
+  }
+}
+
 TEST(MpiDriver, AllreduceMatchesTheSingleProcessEngineToRounding) {
   std::uint64_t seed = 100;
   for (const Case& c : cases(Exchange::kAllreduce)) {
@@ -223,13 +244,14 @@ TEST(MpiDriver, AllreduceMatchesTheSingleProcessEngineToRounding) {
 // other ranks replay its journal; after each lead() rank 0 must hold every
 // flow's rate as the single-process engine computes it, bit for bit.
 template <typename Real>
-void mirror(std::uint32_t blocks, std::uint64_t seed) {
-  SCOPED_TRACE("blocks " + std::to_string(blocks) + (sizeof(Real) == 4 ? " float" : " double"));
+void mirror(std::uint32_t blocks, std::uint64_t seed, Exchange x) {
+  SCOPED_TRACE(std::string(to_string(x)) + " blocks " + std::to_string(blocks) +
+               (sizeof(Real) == 4 ? " float" : " double"));
   const Topology t = two_tier_6x6x3();
   EngineConfig cfg;
   cfg.blocks = blocks;
   cfg.tolerance = 1e-12;
-  MpiDriver driver(MPI_COMM_WORLD);
+  MpiDriver driver(MPI_COMM_WORLD, x);
   BasicEngine<Real> e(t.capacities_bps(), t.num_sites(), cfg);
   if (driver.rank() != 0) {
     EXPECT_TRUE(driver.follow(e));
@@ -290,9 +312,11 @@ void mirror(std::uint32_t blocks, std::uint64_t seed) {
 }
 
 TEST(MpiMirror, RankZeroHoldsEveryRateBitForBitWithFloorsPricesAndCompaction) {
-  for (std::uint32_t blocks = 1; blocks <= 3; ++blocks) {
-    mirror<double>(blocks, 500 + blocks);
-    mirror<float>(blocks, 600 + blocks);
+  for (Exchange x : {Exchange::kLinkOwners, Exchange::kNeighbors}) {
+    for (std::uint32_t blocks = 1; blocks <= 3; ++blocks) {
+      mirror<double>(blocks, 500 + blocks, x);
+      mirror<float>(blocks, 600 + blocks, x);
+    }
   }
 }
 

@@ -29,12 +29,21 @@
 //    MPI_Allreduce adds the ranks' sums, every rank steps every price. One
 //    collective, but all links' bytes, and the sums are added in another
 //    order: rates agree to rounding, not bit for bit.
+//  - kNeighbors: kLinkOwners's sums and answers, bit for bit, with less
+//    said per iteration. A rank compares what it would send in the counts
+//    exchange with what it sent last; one MPI_Allreduce of "changed" stands
+//    in for the MPI_Alltoall while no rank's counts change (a block's link
+//    copies only grow, so they settle), and the entries and answers travel
+//    by MPI_Neighbor_alltoallv over a graph of the ranks a rank trades
+//    with, remade only when that set changes. The all-to-all steps pay for
+//    all R peers; these for a rank's neighbours.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -42,8 +51,10 @@
 
 namespace flowtune::alloc {
 
-enum class Exchange { kLinkOwners, kAllreduce };
+enum class Exchange { kLinkOwners, kAllreduce, kNeighbors };
 const char* to_string(Exchange x);
+// "link-owners", "allreduce", "neighbors"; false for anything else.
+bool parse_exchange(std::string_view s, Exchange& out);
 
 class MpiDriver {
  public:
@@ -102,8 +113,14 @@ class MpiDriver {
     double compute_s = 0;
     double exchange_s = 0;
     std::uint64_t bytes_sent = 0;
-    // kLinkOwners: (link, sums) entries this rank's blocks sent, to itself too.
+    // kLinkOwners, kNeighbors: (link, sums) entries this rank's blocks
+    // sent, to itself too.
     std::uint64_t entries = 0;
+    // Iterations that exchanged the counts all to all (kLinkOwners: every
+    // one; kNeighbors: those after some rank's counts changed), and the
+    // neighbour graphs made (kNeighbors).
+    std::uint64_t counts_exchanges = 0;
+    std::uint64_t graphs = 0;
   };
   const Times& times() const;
   void reset_times();
