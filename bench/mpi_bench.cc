@@ -190,24 +190,40 @@ nlohmann::json measure(const Options& o, std::uint32_t hosts, std::uint32_t flow
 }
 
 // flowtune-allocator --mpi's way: every rank holds every flow (a mirror),
-// rank 0 leads each iteration (an empty journal here: no churn) and gathers
-// the other ranks' rates, so it holds all of them. Timed on rank 0.
-nlohmann::json measure_mirror(const Options& o, std::uint32_t hosts, std::uint32_t flows, double single_p50) {
+// rank 0 leads each iteration and gathers the other ranks' rates, so it
+// holds all of them. Timed on rank 0. gather: the gather threshold (0:
+// every rate every iteration); change_every: 0, an empty journal every
+// iteration (no churn), else one flow leaves and another comes every that
+// many iterations (a full gather there).
+nlohmann::json measure_mirror(const Options& o, std::uint32_t hosts, std::uint32_t flows, double single_p50,
+                              double gather = 0, int change_every = 0) {
   const Topology t = make_topology(hosts);
   EngineConfig cfg;
   cfg.blocks = o.blocks;
   Engine e(t.capacities_bps(), t.num_sites(), cfg);
-  for (const FlowSpec& f : flowtune::bench::random_host_pairs(t, flows, 42)) e.add_flow(f);
+  const std::vector<FlowSpec> specs = flowtune::bench::random_host_pairs(t, flows, 42);
+  std::vector<flowtune::alloc::FlowId> ids;
+  for (const FlowSpec& f : specs) ids.push_back(e.add_flow(f));
   MpiDriver d(MPI_COMM_WORLD);
+  d.set_gather_threshold(gather);
   std::vector<double> times;
+  std::uint64_t received = 0;
   if (d.rank() == 0) {
     std::vector<std::uint8_t> journal;
+    e.set_journal(&journal);
     for (int i = 0; i < 10; ++i) d.lead(e, &journal);
+    const std::uint64_t received0 = d.times().rates_received;
     for (int i = 0; i < o.iterations; ++i) {
+      if (change_every > 0 && i % change_every == 0) {
+        const std::size_t k = static_cast<std::size_t>(i / change_every) % ids.size();
+        e.remove_flow(ids[k]);
+        ids[k] = e.add_flow(specs[k]);
+      }
       const auto t0 = Clock::now();
       d.lead(e, &journal);
       times.push_back(us(Clock::now() - t0));
     }
+    received = d.times().rates_received - received0;
     d.finish();
   } else {
     (void)d.follow(e);
@@ -222,9 +238,16 @@ nlohmann::json measure_mirror(const Options& o, std::uint32_t hosts, std::uint32
   return {{"hosts", hosts},
           {"flows", flows},
           {"blocks", cfg.blocks * cfg.blocks},
-          {"exchange", "mirror (--mpi)"},
+          {"exchange", gather == 0 && change_every == 0
+                           ? std::string("mirror (--mpi)")
+                           : "mirror (--mpi), gather threshold " + std::to_string(gather).substr(0, 4) +
+                                 (change_every > 0 ? ", a change every " + std::to_string(change_every)
+                                                   : std::string(", no changes"))},
+          {"gather_threshold", gather},
+          {"change_every", change_every},
           {"iteration_us_p50", p50},
           {"iteration_us_p99", p99},
+          {"rates_received_per_iteration", static_cast<double>(received) / o.iterations},
           {"rates_gathered_bytes", static_cast<double>(flows) * 2 * sizeof(double)},
           {"single_process_us_p50", single_p50},
           {"speedup_vs_single_process", single_p50 / p50}};
@@ -279,6 +302,8 @@ int main(int argc, char** argv) {
       results.push_back(measure(o, hosts, flows, x, single));
     }
     results.push_back(measure_mirror(o, hosts, flows, single));
+    results.push_back(measure_mirror(o, hosts, flows, single, 0.01, 0));
+    results.push_back(measure_mirror(o, hosts, flows, single, 0.01, 4));
   }
   if (rank == 0) {
     nlohmann::json out = {{"ranks", ranks}, {"iterations", o.iterations}, {"real", "double"},

@@ -66,6 +66,10 @@ engine:
                              counts sent only when they change, entries over a
                              graph of the ranks that trade) or allreduce (every
                              link from every rank; rates equal to rounding)
+  --mpi-gather-threshold T   under --mpi, after an iteration with no changes the
+                             other ranks send rank 0 only the rates that moved by
+                             more than T (relative) since they last sent them;
+                             0: every rate, every iteration (default 0)
   --gamma G                  NED step size, (0, 1] (default 0.4)
   --norm fnorm|unorm|none    normalizer (default fnorm)
   --threshold T              send a rate only when it moved by more than T
@@ -210,6 +214,7 @@ struct Options {
   bool check_config = false;
   bool mpi = false;
   std::string mpi_exchange;  // empty: link-owners
+  double mpi_gather_threshold = 0;
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -224,6 +229,7 @@ Options parse(int argc, char** argv) {
     if (args.is("--check-config")) o.check_config = true;
     else if (args.is("--mpi")) o.mpi = true;
     else if (args.is("--mpi-exchange")) o.mpi_exchange = args.value();
+    else if (args.is("--mpi-gather-threshold")) o.mpi_gather_threshold = args.number(0, 0.5);
     else if (args.is("--listen")) o.listen = args.value();
     else if (args.is("--topology")) o.topology_file = args.value();
     else if (args.is("--host-gbps")) o.host_gbps = args.number(1e-6, 1e6);
@@ -327,6 +333,7 @@ Options parse(int argc, char** argv) {
                 std::to_string(o.probe_ms) + ")");
   }
   if (o.mpi && o.alloc.threads > 1) usage_error("--mpi runs one thread per rank: leave out --threads");
+  if (o.mpi_gather_threshold > 0 && !o.mpi) usage_error("--mpi-gather-threshold needs --mpi");
   if (!o.mpi_exchange.empty()) {
     if (!o.mpi) usage_error("--mpi-exchange needs --mpi");
     flowtune::alloc::Exchange x{};
@@ -374,7 +381,10 @@ std::string describe(const Options& o, const Network& n, const Allocator& a, int
   if (mpi_ranks > 0) {
     s += ", across " + std::to_string(mpi_ranks) + " MPI ranks (" +
          std::to_string(a.engine().num_blocks()) + " FlowBlocks, " +
-         (o.mpi_exchange.empty() ? std::string("link-owners") : o.mpi_exchange) + " exchange)";
+         (o.mpi_exchange.empty() ? std::string("link-owners") : o.mpi_exchange) + " exchange" +
+         (o.mpi_gather_threshold > 0 ? ", gather threshold " + std::to_string(o.mpi_gather_threshold)
+                                     : std::string()) +
+         ")";
   }
   s += "; threshold " + std::to_string(o.alloc.threshold) + ", headroom " +
        std::to_string(o.alloc.headroom) + ", early rates " +
@@ -445,14 +455,16 @@ void raise_descriptor_limit(const Options& o, Log& log) {
 // --mpi: every rank builds the same Allocator (so the same engine); rank 0
 // serves and leads each iteration, the others follow it until it finishes.
 struct Mpi {
-  // exchange: --mpi-exchange, checked ("" is link-owners).
-  Mpi(bool on, const std::string& exchange) {
+  // exchange: --mpi-exchange, checked ("" is link-owners); gather:
+  // --mpi-gather-threshold, the same on every rank.
+  Mpi(bool on, const std::string& exchange, double gather) {
     if (!on) return;
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
     flowtune::alloc::Exchange x = flowtune::alloc::Exchange::kLinkOwners;
     if (!exchange.empty()) (void)flowtune::alloc::parse_exchange(exchange, x);
     driver = std::make_unique<flowtune::alloc::MpiDriver>(MPI_COMM_WORLD, x);
+    driver->set_gather_threshold(gather);
   }
   ~Mpi() {
     if (!driver) return;
@@ -476,7 +488,7 @@ int run(const Options& o) {
   // Signals arrive on an fd the loop polls; blocked before any thread
   // starts (common/signals.h).
   const sigset_t mask = flowtune::block_daemon_signals();
-  Mpi mpi(o.mpi, o.mpi_exchange);
+  Mpi mpi(o.mpi, o.mpi_exchange, o.mpi_gather_threshold);
   Log log(Log::stderr_sink(), o.log_level, static_cast<std::uint64_t>(o.log_interval_s * 1e6));
   Network network = build_network(o);
   AllocatorConfig config = o.alloc;

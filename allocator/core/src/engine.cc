@@ -1041,6 +1041,14 @@ void BasicEngine<Real>::load_block_rates(std::size_t b, const Real* x, const Rea
 }
 
 template <typename Real>
+void BasicEngine<Real>::load_block_rate(std::size_t b, std::size_t i, Real x, Real xn) {
+  Block& k = *blocks_[b];
+  FT_ASSERT(i < k.size(), i);
+  k.x[i] = x;
+  k.xn[i] = xn;
+}
+
+template <typename Real>
 void BasicEngine<Real>::iterate() {
   prepare();
   for (std::size_t b = 0; b < blocks_.size(); ++b) rate_pass(b);

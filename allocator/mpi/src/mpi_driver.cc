@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -121,6 +122,11 @@ struct MpiDriver::Impl {
   std::vector<std::uint32_t> asked_keys, asked_links, keys_in;
   std::vector<char> yh;  // Real[2 * layers * links], as bytes
   std::vector<char> rates_out, rates_in;  // Real[], as bytes (gather_rates)
+  // Mirrors with a gather threshold: on a follower, the normalized rate it
+  // last sent rank 0 per slot of its blocks (valid after a full gather).
+  double gather_threshold = 0;
+  std::vector<double> last_sent;
+  bool last_sent_valid = false;
   // kNeighbors: the counts last exchanged all to all (counts_in keeps what
   // came back), and the graph of the other ranks this rank trades with.
   std::vector<int> last_counts_out;
@@ -520,7 +526,12 @@ void MpiDriver::lead(BasicEngine<Real>& e, std::vector<std::uint8_t>* journal) {
   if (n > 0) check(MPI_Bcast(journal->data(), static_cast<int>(n), MPI_BYTE, 0, m.comm), "Bcast");
   journal->clear();
   iterate(e);
-  gather_rates(e);
+  gather_rates(e, true, n > 0);
+}
+
+void MpiDriver::set_gather_threshold(double t) {
+  if (!(t >= 0 && t < 1)) throw std::invalid_argument("MpiDriver: a gather threshold is within [0, 1)");
+  impl_->gather_threshold = t;
 }
 
 template <typename Real>
@@ -537,7 +548,7 @@ bool MpiDriver::follow(BasicEngine<Real>& e) {
     if (intact && !e.replay(journal.data(), journal.size())) intact = false;
     // A broken mirror still takes part (the collectives must meet), and says so.
     iterate(e);
-    gather_rates(e, intact);
+    gather_rates(e, intact, n > 0);
   }
 }
 
@@ -551,8 +562,12 @@ void MpiDriver::finish() {
 // then block order (each rank holds a contiguous range), with a first
 // value per rank that says whether its mirror is intact.
 template <typename Real>
-void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact) {
+void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
   Impl& m = *impl_;
+  if (m.gather_threshold > 0 && !every && m.last_sent_valid) {
+    gather_moved_rates(e, intact);
+    return;
+  }
   const std::size_t nb = e.num_blocks();
   auto range = [&](int r, std::size_t* b0, std::size_t* b1) {
     *b0 = 0;
@@ -588,6 +603,19 @@ void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact) {
     }
     m.rates_in.resize(static_cast<std::size_t>(at) * sizeof(Real));
   }
+  if (m.gather_threshold > 0) {
+    // What rank 0 holds from now on: the normalized rates just packed. Every
+    // rank notes that a full gather happened, so all pick the same next one.
+    if (m.rank != 0) {
+      m.last_sent.resize((mine - 1) / 2);
+      for (std::size_t b = b0, at = 1, k = 0; b < b1; ++b) {
+        const std::size_t n = e.block_size(b);
+        for (std::size_t i = 0; i < n; ++i) m.last_sent[k++] = static_cast<double>(out[at + n + i]);
+        at += 2 * n;
+      }
+    }
+    m.last_sent_valid = true;
+  }
   Stopwatch watch(&m.times, /*count=*/false);
   watch.mpi([&] {
     check(MPI_Gatherv(out, static_cast<int>(mine), mpi_type<Real>(), m.rates_in.data(),
@@ -608,7 +636,96 @@ void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact) {
       const std::size_t n = e.block_size(b);
       e.load_block_rates(b, in, in + n);
       in += 2 * n;
+      m.times.rates_received += n;
     }
+  }
+}
+
+// A moved rate on its way to rank 0: its slot among the sender's blocks'
+// (in block order), its raw and normalized rates.
+template <typename Real>
+struct Moved {
+  std::uint32_t slot;
+  Real x, xn;
+};
+
+// The rates that moved past the threshold since this follower last sent
+// them, with how many first: MPI_Gather of (intact, count), MPI_Gatherv of
+// the entries. Slots are where the last full gather left them: no flow
+// came or went since (the journal was empty).
+template <typename Real>
+void MpiDriver::gather_moved_rates(BasicEngine<Real>& e, bool intact) {
+  Impl& m = *impl_;
+  const std::size_t nb = e.num_blocks();
+  auto range = [&](int r, std::size_t* b0, std::size_t* b1) {
+    *b0 = 0;
+    while (*b0 < nb && owner(*b0, nb, m.ranks) < r) ++*b0;
+    *b1 = *b0;
+    while (*b1 < nb && owner(*b1, nb, m.ranks) == r) ++*b1;
+  };
+  std::vector<Moved<Real>> moved;
+  if (m.rank != 0) {
+    std::size_t b0 = 0, b1 = 0;
+    range(m.rank, &b0, &b1);
+    std::vector<Real> x, xn;
+    std::uint32_t slot = 0;
+    for (std::size_t b = b0; b < b1; ++b) {
+      const std::size_t n = e.block_size(b);
+      x.resize(n);
+      xn.resize(n);
+      e.copy_block_rates(b, x.data(), xn.data());
+      for (std::size_t i = 0; i < n; ++i, ++slot) {
+        if (slot >= m.last_sent.size()) throw std::logic_error("MpiDriver: a slot past the last full gather");
+        double& last = m.last_sent[slot];
+        const double now = static_cast<double>(xn[i]);
+        if (std::fabs(now - last) > m.gather_threshold * std::fabs(last)) {
+          moved.push_back({slot, x[i], xn[i]});
+          last = now;
+        }
+      }
+    }
+  }
+  int head[2] = {intact ? 1 : 0, static_cast<int>(moved.size())};
+  std::vector<int> heads(m.rank == 0 ? 2 * static_cast<std::size_t>(m.ranks) : 0);
+  std::vector<int> bytes, disp;
+  Stopwatch watch(&m.times, /*count=*/false);
+  watch.mpi([&] {
+    check(MPI_Gather(head, 2, MPI_INT, heads.data(), 2, MPI_INT, 0, m.comm), "Gather");
+  });
+  const int unit = static_cast<int>(sizeof(Moved<Real>));
+  if (m.rank == 0) {
+    bytes.resize(m.ranks);
+    disp.resize(m.ranks);
+    int at = 0;
+    for (int r = 0; r < m.ranks; ++r) {
+      bytes[r] = heads[2 * r + 1] * unit;
+      disp[r] = at;
+      at += bytes[r];
+    }
+    m.rates_in.resize(static_cast<std::size_t>(at));
+  }
+  watch.mpi([&] {
+    check(MPI_Gatherv(moved.data(), static_cast<int>(moved.size()) * unit, MPI_BYTE, m.rates_in.data(),
+                      bytes.data(), disp.data(), MPI_BYTE, 0, m.comm),
+          "Gatherv");
+  });
+  if (m.rank != 0) return;
+  for (int r = 1; r < m.ranks; ++r) {
+    if (heads[2 * r] == 0) {
+      throw std::runtime_error("MPI rank " + std::to_string(r) +
+                               " could not replay the engine's changes: its mirror differs");
+    }
+    std::size_t r0 = 0, r1 = 0;
+    range(r, &r0, &r1);
+    const auto* in = reinterpret_cast<const Moved<Real>*>(m.rates_in.data() + disp[r]);
+    // Entries come in slot order: walk the blocks alongside.
+    std::size_t b = r0, first = 0;
+    for (int k = 0; k < heads[2 * r + 1]; ++k) {
+      while (b < r1 && in[k].slot >= first + e.block_size(b)) first += e.block_size(b++);
+      if (b == r1) throw std::runtime_error("MPI rank " + std::to_string(r) + " sent a rate past its blocks");
+      e.load_block_rate(b, in[k].slot - first, in[k].x, in[k].xn);
+    }
+    m.times.rates_received += static_cast<std::uint64_t>(heads[2 * r + 1]);
   }
 }
 
@@ -620,5 +737,6 @@ template void MpiDriver::lead(BasicEngine<float>&, std::vector<std::uint8_t>*);
 template void MpiDriver::lead(BasicEngine<double>&, std::vector<std::uint8_t>*);
 template bool MpiDriver::follow(BasicEngine<float>&);
 template bool MpiDriver::follow(BasicEngine<double>&);
+
 
 }  // namespace flowtune::alloc

@@ -366,6 +366,8 @@ TEST(AllocatorCli, HelpAndConfigErrors) {
            {"--topology /dev/zero", "/dev/zero: not a regular file"},
            {"--coflow-aging-s -1", "coflow aging must be within [0, 1e9) seconds"},
            {"--mpi-exchange neighbors", "--mpi-exchange needs --mpi"},
+           {"--mpi-gather-threshold 0.01", "--mpi-gather-threshold needs --mpi"},
+           {"--mpi --mpi-gather-threshold 0.9", "--mpi-gather-threshold expects a number from 0 to 0.5"},
            {"--mpi --mpi-exchange ring", "--mpi-exchange expects link-owners, neighbors or allreduce"},
            {"--coflow-aging-s 1e9", "coflow aging must be within [0, 1e9) seconds"}}) {
     r = run(bin + " --hosts 4 " + args + " --check-config");

@@ -5,10 +5,11 @@
 # to rank 1: their rates come from rank 1's passes, gathered by rank 0.
 # Passes when every flow is told the fair share (within 2%), every iperf3
 # succeeds, and SIGTERM to rank 0 stops both ranks cleanly.
-#   mpi_smoke.sh ALLOCATOR CTL RUN [sanitized|plain] [EXCHANGE]
-# EXCHANGE: the allocator's --mpi-exchange (default link-owners).
+#   mpi_smoke.sh ALLOCATOR CTL RUN [sanitized|plain] [EXCHANGE [GATHER]]
+# EXCHANGE: the allocator's --mpi-exchange (default link-owners); GATHER:
+# its --mpi-gather-threshold (default 0).
 set -euo pipefail
-alloc=$1 ctl=$2 run=$3 exchange=${5:-link-owners}
+alloc=$1 ctl=$2 run=$3 exchange=${5:-link-owners} gather=${6:-0}
 if [ "${4:-plain}" = sanitized ]; then
   echo "SKIP: sanitizer build: the shim would be preloaded into an uninstrumented iperf3 (run in the release preset; alloc_mpi_test covers the driver here)"
   exit 77
@@ -47,11 +48,12 @@ addresses = ["127.0.0.1"]
 TOML
 ep="ipc://$dir/allocator.sock"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun -np 2 "$alloc" --mpi --mpi-exchange "$exchange" --topology "$dir/net.toml" --listen "$ep" \
+mpirun -np 2 "$alloc" --mpi --mpi-exchange "$exchange" --mpi-gather-threshold "$gather" \
+  --topology "$dir/net.toml" --listen "$ep" \
   > "$dir/alloc.log" 2>&1 &
 mpirun_pid=$!
 for _ in $(seq 100); do "$ctl" --allocator "$ep" --timeout-ms 100 > /dev/null 2>&1 && break; sleep 0.1; done
-grep -q "across 2 MPI ranks (.*, $exchange exchange)" "$dir/alloc.log" ||
+grep -q "across 2 MPI ranks (.*, $exchange exchange" "$dir/alloc.log" ||
   fail "the allocator does not say it runs across 2 ranks with the $exchange exchange"
 
 ports=(5331 5332 5333)
@@ -81,4 +83,4 @@ rank0=$(pgrep -P "$mpirun_pid" -f -- "--mpi" | head -n 1)
 kill -TERM "$rank0"
 wait "$mpirun_pid" || fail "mpirun exited with status $? after SIGTERM to rank 0"
 grep -q "stopping on SIGTERM" "$dir/alloc.log" || fail "rank 0 did not stop cleanly"
-echo "3 flows at the fair share ($fair bit/s) from rank 1's FlowBlock ($exchange exchange); both ranks stopped cleanly"
+echo "3 flows at the fair share ($fair bit/s) from rank 1's FlowBlock ($exchange exchange, gather threshold $gather); both ranks stopped cleanly"

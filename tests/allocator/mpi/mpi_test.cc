@@ -244,14 +244,15 @@ TEST(MpiDriver, AllreduceMatchesTheSingleProcessEngineToRounding) {
 // other ranks replay its journal; after each lead() rank 0 must hold every
 // flow's rate as the single-process engine computes it, bit for bit.
 template <typename Real>
-void mirror(std::uint32_t blocks, std::uint64_t seed, Exchange x) {
+void mirror(std::uint32_t blocks, std::uint64_t seed, Exchange x, double gather = 0) {
   SCOPED_TRACE(std::string(to_string(x)) + " blocks " + std::to_string(blocks) +
-               (sizeof(Real) == 4 ? " float" : " double"));
+               (sizeof(Real) == 4 ? " float" : " double") + " gather " + std::to_string(gather));
   const Topology t = two_tier_6x6x3();
   EngineConfig cfg;
   cfg.blocks = blocks;
   cfg.tolerance = 1e-12;
   MpiDriver driver(MPI_COMM_WORLD, x);
+  driver.set_gather_threshold(gather);
   BasicEngine<Real> e(t.capacities_bps(), t.num_sites(), cfg);
   if (driver.rank() != 0) {
     EXPECT_TRUE(driver.follow(e));
@@ -308,7 +309,40 @@ void mirror(std::uint32_t blocks, std::uint64_t seed, Exchange x) {
     EXPECT_EQ(e.stats().max_residual, ref.stats().max_residual);
     if (bad > 0) ++mismatched;
   }
+  // Quiet rounds (no changes, an empty journal): without a gather
+  // threshold every rate still comes bit for bit; with one, only those
+  // that moved past it, so rank 0's are within it of the computed rates.
+  std::uint64_t others = 0;
+  for (std::size_t b = 0; b < e.num_blocks(); ++b) {
+    if (MpiDriver::owner(b, e.num_blocks(), driver.ranks()) != 0) others += e.block_size(b);
+  }
+  const std::uint64_t received0 = driver.times().rates_received;
+  constexpr int kQuiet = 30;
+  for (int it = 0; it < kQuiet && mismatched < 3; ++it) {
+    driver.lead(e, &journal);
+    ref.iterate();
+    int bad = 0;
+    for (FlowId id : live) {
+      const double got = e.rate_bps(id), want = ref.rate_bps(id);
+      if (gather == 0 ? got != want : std::fabs(got - want) > gather * std::fabs(got) * (1 + 1e-6)) ++bad;
+    }
+    EXPECT_EQ(bad, 0) << "quiet round " << it << ": flows off the computed rate";
+    if (bad > 0) ++mismatched;
+  }
+  const std::uint64_t received = driver.times().rates_received - received0;
+  if (gather == 0) {
+    EXPECT_EQ(received, kQuiet * others);
+  } else if (others > 0) {
+    EXPECT_LT(received, kQuiet * others / 2) << others << " flows on other ranks";
+  }
   driver.finish();
+}
+
+TEST(MpiMirror, AGatherThresholdKeepsRankZeroWithinItAndSendsLessOnceQuiet) {
+  for (std::uint32_t blocks = 2; blocks <= 3; ++blocks) {
+    mirror<double>(blocks, 700 + blocks, Exchange::kLinkOwners, 0.01);
+    mirror<float>(blocks, 800 + blocks, Exchange::kNeighbors, 0.01);
+  }
 }
 
 TEST(MpiMirror, RankZeroHoldsEveryRateBitForBitWithFloorsPricesAndCompaction) {

@@ -318,6 +318,9 @@ class BasicEngine {
   // the process that computed a block hands its rates to one that did not.
   void copy_block_rates(std::size_t b, Real* x, Real* xn) const;
   void load_block_rates(std::size_t b, const Real* x, const Real* xn);
+  // One slot's (i < block_size(b)), for a process handed only the rates
+  // that moved.
+  void load_block_rate(std::size_t b, std::size_t i, Real x, Real xn);
 
   // A FlowBlock's flow ids and normalized rates, slot-aligned, for a driver
   // that scans every rate after an iteration (the daemon's update check):

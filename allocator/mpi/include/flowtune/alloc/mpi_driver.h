@@ -104,6 +104,13 @@ class MpiDriver {
   template <typename Real>
   bool follow(BasicEngine<Real>& e);
   void finish();
+  // The mirrors' gather (set on every rank alike): after an iteration that
+  // followed no changes (an empty journal), a follower sends a flow's rates
+  // only when its normalized rate moved by more than t, relative, since it
+  // last sent them, so rank 0 holds every rate within t of the computed
+  // one. After changes (flows come and go, so blocks' slots move) every
+  // rate goes. 0, the default: every rate every iteration, bit for bit.
+  void set_gather_threshold(double t);
 
   // Where this rank's iterations went since the last reset: its own passes
   // and price steps, and the time inside MPI calls (waiting for the other
@@ -121,6 +128,8 @@ class MpiDriver {
     // neighbour graphs made (kNeighbors).
     std::uint64_t counts_exchanges = 0;
     std::uint64_t graphs = 0;
+    // Mirrors: flows whose rates rank 0 received from the other ranks.
+    std::uint64_t rates_received = 0;
   };
   const Times& times() const;
   void reset_times();
@@ -130,8 +139,12 @@ class MpiDriver {
   void iterate_link_owners(BasicEngine<Real>& e);
   template <typename Real>
   void iterate_allreduce(BasicEngine<Real>& e);
+  // every: all rates (after changes, or without a threshold), else those
+  // that moved past the gather threshold.
   template <typename Real>
-  void gather_rates(BasicEngine<Real>& e, bool intact = true);
+  void gather_rates(BasicEngine<Real>& e, bool intact, bool every);
+  template <typename Real>
+  void gather_moved_rates(BasicEngine<Real>& e, bool intact);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
