@@ -69,7 +69,9 @@ engine:
   --mpi-gather-threshold T   under --mpi, after an iteration with no changes the
                              other ranks send rank 0 only the rates that moved by
                              more than T (relative) since they last sent them;
-                             0: every rate, every iteration (default 0)
+                             links are scheduled at (1 - T) of what they would
+                             be, so rates told from that view still fit; 0:
+                             every rate, every iteration (default 0)
   --gamma G                  NED step size, (0, 1] (default 0.4)
   --norm fnorm|unorm|none    normalizer (default fnorm)
   --threshold T              send a rate only when it moved by more than T
@@ -492,6 +494,7 @@ int run(const Options& o) {
   Log log(Log::stderr_sink(), o.log_level, static_cast<std::uint64_t>(o.log_interval_s * 1e6));
   Network network = build_network(o);
   AllocatorConfig config = o.alloc;
+  config.view_slack = o.mpi_gather_threshold;
   if (!o.policy_file.empty()) config.policy = load_policy_file(o.policy_file);
   if (mpi.driver) {
     config.engine_blocks = static_cast<std::uint32_t>(

@@ -17,6 +17,7 @@ void validate(const AllocatorConfig& c) {
   require(c.threads >= 1 && c.threads <= 256, "threads must be 1-256");
   require(rules::valid_threshold(c.threshold), "threshold must be in [0, 0.5]");
   require(rules::valid_headroom(c.headroom), "headroom must be in [0, 0.9]");
+  require(c.view_slack >= 0 && c.view_slack <= 0.5, "view slack must be in [0, 0.5]");
   require(c.lease_us >= 1000, "lease must be at least 1 ms");
   require(c.lease_refresh_us >= 1000 && c.lease_refresh_us < c.lease_us,
           "lease refresh must be at least 1 ms and shorter than the lease");
@@ -54,7 +55,7 @@ alloc::EngineConfig engine_config(const AllocatorConfig& c) {
 
 std::vector<double> scheduled_capacities(const Network& n, const AllocatorConfig& c) {
   std::vector<double> caps = n.topology().capacities_bps();
-  const double scale = rules::capacity_scale(c.threshold, c.headroom);
+  const double scale = rules::capacity_scale(c.threshold, c.headroom) * (1 - c.view_slack);
   for (double& cap : caps) cap *= scale;
   return caps;
 }

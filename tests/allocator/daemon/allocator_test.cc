@@ -404,6 +404,23 @@ TEST_F(AllocatorTest, HeadroomIsKeptOnEveryLink) {
   EXPECT_NEAR(alloc_->scheduled_capacity_bps(0), kGbps * 0.99 * 0.8, 1);
 }
 
+// --mpi-gather-threshold's slack: rank 0 holds others' rates within it, so
+// every link is scheduled that much lower as well.
+TEST_F(AllocatorTest, AViewSlackLowersEveryScheduledCapacity) {
+  AllocatorConfig c = config();
+  c.headroom = 0;
+  c.view_slack = 0.02;
+  make(c);
+  hello("p", "ep", "h0");
+  send("p", {start_of(1, 0, 1)});
+  const auto rates = last_rates(settle());
+  const double want = kGbps * 0.99 * 0.98 / 8;
+  EXPECT_NEAR(static_cast<double>(rates.at({"p", 1})), want, want * 0.01);
+  EXPECT_NEAR(alloc_->scheduled_capacity_bps(0), kGbps * 0.99 * 0.98, 1);
+  c.view_slack = 0.6;
+  EXPECT_THROW(make(c), ConfigError);
+}
+
 TEST_F(AllocatorTest, EventsBeforeHelloAreRefusedAsNotRegistered) {
   send("stranger", {start_of(1, 0, 1)});
   const auto out = settle();

@@ -71,6 +71,11 @@ struct AllocatorConfig {
   // A further fraction of every link kept for unscheduled mice and external
   // traffic (paper §6).
   double headroom = rules::kHeadroom;
+  // How far, relative, the rates this process holds may be from the
+  // computed ones (flowtune-allocator --mpi-gather-threshold: rank 0 holds
+  // other ranks' rates within it). Scheduled capacities shrink by (1 -
+  // view_slack) too, so rates told from that view still fit every link.
+  double view_slack = 0;
   std::uint32_t lease_us = rules::kLeaseUs;
   std::uint64_t lease_refresh_us = rules::kLeaseRefreshUs;  // how often live leases are renewed
   std::uint64_t endpoint_timeout_us = rules::kEndpointTimeoutUs;
