@@ -215,7 +215,8 @@ struct Options {
   std::uint64_t role_probes_per_sec = Server::kRoleRequestsPerSec;
   bool check_config = false;
   bool mpi = false;
-  std::string mpi_exchange;  // empty: link-owners
+  std::string mpi_exchange_flag;  // as given; empty: not given
+  flowtune::alloc::Exchange mpi_exchange = flowtune::alloc::Exchange::kLinkOwners;
   double mpi_gather_threshold = 0;
 };
 
@@ -230,7 +231,7 @@ Options parse(int argc, char** argv) {
   while (args.next()) {
     if (args.is("--check-config")) o.check_config = true;
     else if (args.is("--mpi")) o.mpi = true;
-    else if (args.is("--mpi-exchange")) o.mpi_exchange = args.value();
+    else if (args.is("--mpi-exchange")) o.mpi_exchange_flag = args.value();
     else if (args.is("--mpi-gather-threshold")) o.mpi_gather_threshold = args.number(0, 0.5);
     else if (args.is("--listen")) o.listen = args.value();
     else if (args.is("--topology")) o.topology_file = args.value();
@@ -336,11 +337,10 @@ Options parse(int argc, char** argv) {
   }
   if (o.mpi && o.alloc.threads > 1) usage_error("--mpi runs one thread per rank: leave out --threads");
   if (o.mpi_gather_threshold > 0 && !o.mpi) usage_error("--mpi-gather-threshold needs --mpi");
-  if (!o.mpi_exchange.empty()) {
+  if (!o.mpi_exchange_flag.empty()) {
     if (!o.mpi) usage_error("--mpi-exchange needs --mpi");
-    flowtune::alloc::Exchange x{};
-    if (!flowtune::alloc::parse_exchange(o.mpi_exchange, x)) {
-      usage_error("--mpi-exchange expects link-owners, neighbors or allreduce, got '" + o.mpi_exchange + "'");
+    if (!flowtune::alloc::parse_exchange(o.mpi_exchange_flag, o.mpi_exchange)) {
+      usage_error("--mpi-exchange expects link-owners, neighbors or allreduce, got '" + o.mpi_exchange_flag + "'");
     }
   }
   if (o.unknown_hosts.empty()) o.unknown_hosts = o.topology_file.empty() ? "add" : "reject";
@@ -383,7 +383,7 @@ std::string describe(const Options& o, const Network& n, const Allocator& a, int
   if (mpi_ranks > 0) {
     s += ", across " + std::to_string(mpi_ranks) + " MPI ranks (" +
          std::to_string(a.engine().num_blocks()) + " FlowBlocks, " +
-         (o.mpi_exchange.empty() ? std::string("link-owners") : o.mpi_exchange) + " exchange" +
+         flowtune::alloc::to_string(o.mpi_exchange) + " exchange" +
          (o.mpi_gather_threshold > 0 ? ", gather threshold " + std::to_string(o.mpi_gather_threshold)
                                      : std::string()) +
          ")";
@@ -457,15 +457,13 @@ void raise_descriptor_limit(const Options& o, Log& log) {
 // --mpi: every rank builds the same Allocator (so the same engine); rank 0
 // serves and leads each iteration, the others follow it until it finishes.
 struct Mpi {
-  // exchange: --mpi-exchange, checked ("" is link-owners); gather:
-  // --mpi-gather-threshold, the same on every rank.
-  Mpi(bool on, const std::string& exchange, double gather) {
+  // exchange: --mpi-exchange; gather: --mpi-gather-threshold, the same on
+  // every rank.
+  Mpi(bool on, flowtune::alloc::Exchange exchange, double gather) {
     if (!on) return;
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-    flowtune::alloc::Exchange x = flowtune::alloc::Exchange::kLinkOwners;
-    if (!exchange.empty()) (void)flowtune::alloc::parse_exchange(exchange, x);
-    driver = std::make_unique<flowtune::alloc::MpiDriver>(MPI_COMM_WORLD, x);
+    driver = std::make_unique<flowtune::alloc::MpiDriver>(MPI_COMM_WORLD, exchange);
     driver->set_gather_threshold(gather);
   }
   ~Mpi() {

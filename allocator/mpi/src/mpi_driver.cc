@@ -127,12 +127,13 @@ struct MpiDriver::Impl {
   double gather_threshold = 0;
   std::vector<double> last_sent;
   bool last_sent_valid = false;
+  std::vector<char> block_rates, moved_out;  // gather_moved_rates's scratch
   // kNeighbors: the counts last exchanged all to all (counts_in keeps what
   // came back), and the graph of the other ranks this rank trades with.
   std::vector<int> last_counts_out;
   bool counts_valid = false;
   MPI_Comm graph = MPI_COMM_NULL;
-  std::vector<int> neighbors;
+  std::vector<int> neighbors, want;  // want: update_graph's scratch
   std::vector<int> nb_send_bytes, nb_send_disp, nb_recv_bytes, nb_recv_disp;
 
   void set_links(std::size_t links) {
@@ -147,12 +148,17 @@ struct MpiDriver::Impl {
   // kNeighbors: whether any rank's counts differ from what it last sent all
   // to all (one Allreduce); if so, they are what it sends now.
   bool counts_changed(Stopwatch& watch) {
-    int mine = !counts_valid || counts_out != last_counts_out, any = 0;
-    watch.mpi([&] { check(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm), "Allreduce"); });
-    if (any != 0) {
+    const bool any = any_rank(watch, !counts_valid || counts_out != last_counts_out);
+    if (any) {
       last_counts_out = counts_out;
       counts_valid = true;
     }
+    return any;
+  }
+  // Whether `mine` holds on some rank (collective).
+  bool any_rank(Stopwatch& watch, bool mine) {
+    int in = mine ? 1 : 0, any = 0;
+    watch.mpi([&] { check(MPI_Allreduce(&in, &any, 1, MPI_INT, MPI_MAX, comm), "Allreduce"); });
     return any != 0;
   }
   // kNeighbors, after the counts came all to all: the other ranks this one
@@ -163,9 +169,7 @@ struct MpiDriver::Impl {
     for (int q = 0; q < ranks; ++q) {
       if (q != rank && (counts_out[ints * q] > 0 || counts_in[ints * q] > 0)) want.push_back(q);
     }
-    int mine = graph == MPI_COMM_NULL || want != neighbors, any = 0;
-    watch.mpi([&] { check(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm), "Allreduce"); });
-    if (any == 0) return;
+    if (!any_rank(watch, graph == MPI_COMM_NULL || want != neighbors)) return;
     if (graph != MPI_COMM_NULL) MPI_Comm_free(&graph);
     neighbors = want;
     const int n = static_cast<int>(neighbors.size());
@@ -212,12 +216,15 @@ struct MpiDriver::Impl {
             "Neighbor_alltoallv");
     });
   }
-  std::vector<int> want;  // update_graph's scratch
-
   template <typename Real>
   Real* sums(std::size_t n) {
-    if (yh.size() < n * sizeof(Real)) yh.resize(n * sizeof(Real));
-    return reinterpret_cast<Real*>(yh.data());
+    return room<Real>(yh, n);
+  }
+  // Scratch bytes kept between iterations, as at least n T's.
+  template <typename T>
+  static T* room(std::vector<char>& bytes, std::size_t n) {
+    if (bytes.size() < n * sizeof(T)) bytes.resize(n * sizeof(T));
+    return reinterpret_cast<T*>(bytes.data());
   }
 };
 
@@ -245,6 +252,19 @@ void MpiDriver::reset_times() { impl_->times = {}; }
 int MpiDriver::owner(std::size_t block, std::size_t num_blocks, int ranks) {
   return static_cast<int>(block * static_cast<std::size_t>(ranks) / num_blocks);
 }
+
+namespace {
+
+// The blocks [first, second) that rank r holds of nb (a contiguous range).
+std::pair<std::size_t, std::size_t> blocks_of(int r, std::size_t nb, int ranks) {
+  std::size_t b0 = 0;
+  while (b0 < nb && MpiDriver::owner(b0, nb, ranks) < r) ++b0;
+  std::size_t b1 = b0;
+  while (b1 < nb && MpiDriver::owner(b1, nb, ranks) == r) ++b1;
+  return {b0, b1};
+}
+
+}  // namespace
 
 template <typename Real>
 void MpiDriver::iterate(BasicEngine<Real>& e) {
@@ -292,10 +312,7 @@ void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
   if (links > kLinkMask) throw std::length_error("MpiDriver: more than 2^28 links");
   m.set_links(links);
   const std::size_t nb = e.num_blocks();
-  std::size_t b0 = 0;
-  while (b0 < nb && owner(b0, nb, R) < m.rank) ++b0;
-  std::size_t b1 = b0;
-  while (b1 < nb && owner(b1, nb, R) == m.rank) ++b1;
+  const auto [b0, b1] = blocks_of(m.rank, nb, R);
   if (m.priced.size() != nb) m.priced.assign(nb, 0);
 
   // 1. What goes where. A block's copies only grow (links are added, never
@@ -569,14 +586,7 @@ void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
     return;
   }
   const std::size_t nb = e.num_blocks();
-  auto range = [&](int r, std::size_t* b0, std::size_t* b1) {
-    *b0 = 0;
-    while (*b0 < nb && owner(*b0, nb, m.ranks) < r) ++*b0;
-    *b1 = *b0;
-    while (*b1 < nb && owner(*b1, nb, m.ranks) == r) ++*b1;
-  };
-  std::size_t b0 = 0, b1 = 0;
-  range(m.rank, &b0, &b1);
+  const auto [b0, b1] = blocks_of(m.rank, nb, m.ranks);
   std::size_t mine = 1;
   for (std::size_t b = b0; b < b1; ++b) mine += 2 * e.block_size(b);
   m.rates_out.resize(mine * sizeof(Real));
@@ -593,8 +603,7 @@ void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
     disp.resize(m.ranks);
     int at = 0;
     for (int r = 0; r < m.ranks; ++r) {
-      std::size_t r0 = 0, r1 = 0;
-      range(r, &r0, &r1);
+      const auto [r0, r1] = blocks_of(r, nb, m.ranks);
       std::size_t n = 1;
       for (std::size_t b = r0; b < r1; ++b) n += 2 * e.block_size(b);
       counts[r] = static_cast<int>(n);
@@ -630,8 +639,7 @@ void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
                                " could not replay the engine's changes: its mirror differs");
     }
     ++in;
-    std::size_t r0 = 0, r1 = 0;
-    range(r, &r0, &r1);
+    const auto [r0, r1] = blocks_of(r, nb, m.ranks);
     for (std::size_t b = r0; b < r1; ++b) {
       const std::size_t n = e.block_size(b);
       e.load_block_rates(b, in, in + n);
@@ -657,35 +665,29 @@ template <typename Real>
 void MpiDriver::gather_moved_rates(BasicEngine<Real>& e, bool intact) {
   Impl& m = *impl_;
   const std::size_t nb = e.num_blocks();
-  auto range = [&](int r, std::size_t* b0, std::size_t* b1) {
-    *b0 = 0;
-    while (*b0 < nb && owner(*b0, nb, m.ranks) < r) ++*b0;
-    *b1 = *b0;
-    while (*b1 < nb && owner(*b1, nb, m.ranks) == r) ++*b1;
-  };
-  std::vector<Moved<Real>> moved;
+  // At most every slot moved: room for them all, kept between iterations.
+  Moved<Real>* moved = Impl::room<Moved<Real>>(m.moved_out, m.last_sent.size());
+  std::size_t count = 0;
   if (m.rank != 0) {
-    std::size_t b0 = 0, b1 = 0;
-    range(m.rank, &b0, &b1);
-    std::vector<Real> x, xn;
+    const auto [b0, b1] = blocks_of(m.rank, nb, m.ranks);
     std::uint32_t slot = 0;
     for (std::size_t b = b0; b < b1; ++b) {
       const std::size_t n = e.block_size(b);
-      x.resize(n);
-      xn.resize(n);
-      e.copy_block_rates(b, x.data(), xn.data());
+      Real* x = Impl::room<Real>(m.block_rates, 2 * n);
+      Real* xn = x + n;
+      e.copy_block_rates(b, x, xn);
       for (std::size_t i = 0; i < n; ++i, ++slot) {
         if (slot >= m.last_sent.size()) throw std::logic_error("MpiDriver: a slot past the last full gather");
         double& last = m.last_sent[slot];
         const double now = static_cast<double>(xn[i]);
         if (std::fabs(now - last) > m.gather_threshold * std::fabs(last)) {
-          moved.push_back({slot, x[i], xn[i]});
+          moved[count++] = {slot, x[i], xn[i]};
           last = now;
         }
       }
     }
   }
-  int head[2] = {intact ? 1 : 0, static_cast<int>(moved.size())};
+  int head[2] = {intact ? 1 : 0, static_cast<int>(count)};
   std::vector<int> heads(m.rank == 0 ? 2 * static_cast<std::size_t>(m.ranks) : 0);
   std::vector<int> bytes, disp;
   Stopwatch watch(&m.times, /*count=*/false);
@@ -705,7 +707,7 @@ void MpiDriver::gather_moved_rates(BasicEngine<Real>& e, bool intact) {
     m.rates_in.resize(static_cast<std::size_t>(at));
   }
   watch.mpi([&] {
-    check(MPI_Gatherv(moved.data(), static_cast<int>(moved.size()) * unit, MPI_BYTE, m.rates_in.data(),
+    check(MPI_Gatherv(moved, static_cast<int>(count) * unit, MPI_BYTE, m.rates_in.data(),
                       bytes.data(), disp.data(), MPI_BYTE, 0, m.comm),
           "Gatherv");
   });
@@ -715,8 +717,7 @@ void MpiDriver::gather_moved_rates(BasicEngine<Real>& e, bool intact) {
       throw std::runtime_error("MPI rank " + std::to_string(r) +
                                " could not replay the engine's changes: its mirror differs");
     }
-    std::size_t r0 = 0, r1 = 0;
-    range(r, &r0, &r1);
+    const auto [r0, r1] = blocks_of(r, nb, m.ranks);
     const auto* in = reinterpret_cast<const Moved<Real>*>(m.rates_in.data() + disp[r]);
     // Entries come in slot order: walk the blocks alongside.
     std::size_t b = r0, first = 0;
