@@ -2,7 +2,8 @@
 // per NED + F-NORM iteration, its time (the slowest rank's, p50 and p99),
 // the split between the slowest rank's own work and the rest (MPI), and the bytes
 // a rank sends; beside it, in the same run, the single-process engine with
-// the same FlowBlocks on rank 0 alone (the baseline of the ratio).
+// the same FlowBlocks on rank 0 alone (the baseline of the ratio). Every
+// exchange, the diagonal one only under 4^k ranks (else "skipped" says why).
 //
 //   mpirun -np R build/release/bench/mpi_bench [--blocks B] [--iterations N]
 //          [--sizes HOSTS:FLOWS,...] [--quick] > mpi.json
@@ -137,6 +138,7 @@ nlohmann::json measure(const Options& o, std::uint32_t hosts, std::uint32_t flow
   cfg.blocks = o.blocks;
   Engine e(t.capacities_bps(), t.num_sites(), cfg);
   MpiDriver d(MPI_COMM_WORLD, x);
+  d.set_link_sites(t.link_sites());
   std::size_t mine = 0;
   for (const FlowSpec& f : flowtune::bench::random_host_pairs(t, flows, 42)) {
     if (d.owns(e, f)) {
@@ -184,6 +186,8 @@ nlohmann::json measure(const Options& o, std::uint32_t hosts, std::uint32_t flow
           // timed iterations (kNeighbors exchanges only after a change).
           {"counts_exchanges_max_rank", max_over_ranks(static_cast<double>(tm.counts_exchanges))},
           {"graphs_max_rank", max_over_ranks(static_cast<double>(tm.graphs))},
+          // kDiagonal: LinkBlock arrays sent (sums and answers).
+          {"arrays_sent_per_iteration_max_rank", max_over_ranks(static_cast<double>(tm.arrays_sent) / n)},
           {"links", t.num_links()},
           {"single_process_us_p50", single_p50},
           {"speedup_vs_single_process", single_p50 / p50}};
@@ -296,18 +300,25 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   const Options o = parse(argc, argv, rank);
   nlohmann::json results = nlohmann::json::array();
+  // The diagonal exchange's grid takes 4^k ranks only.
+  std::vector<Exchange> exchanges = {Exchange::kLinkOwners, Exchange::kNeighbors, Exchange::kAllreduce};
+  nlohmann::json skipped = nlohmann::json::array();
+  if (MpiDriver::square_of_power_of_two(ranks)) {
+    exchanges.push_back(Exchange::kDiagonal);
+  } else {
+    skipped.push_back("diagonal: its grid needs 4^k ranks (1, 4, 16, ...); this run has " + std::to_string(ranks));
+    if (rank == 0) std::fprintf(stderr, "mpi_bench: skipping %s\n", skipped.back().get<std::string>().c_str());
+  }
   for (auto [hosts, flows] : o.sizes) {
     const double single = single_process(o, hosts, flows, rank);
-    for (Exchange x : {Exchange::kLinkOwners, Exchange::kNeighbors, Exchange::kAllreduce}) {
-      results.push_back(measure(o, hosts, flows, x, single));
-    }
+    for (Exchange x : exchanges) results.push_back(measure(o, hosts, flows, x, single));
     results.push_back(measure_mirror(o, hosts, flows, single));
     results.push_back(measure_mirror(o, hosts, flows, single, 0.01, 0));
     results.push_back(measure_mirror(o, hosts, flows, single, 0.01, 4));
   }
   if (rank == 0) {
     nlohmann::json out = {{"ranks", ranks}, {"iterations", o.iterations}, {"real", "double"},
-                          {"results", results}};
+                          {"skipped", skipped}, {"results", results}};
     std::printf("%s\n", out.dump(1).c_str());
   }
   MPI_Finalize();

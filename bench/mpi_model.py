@@ -16,7 +16,13 @@ holds F / B^2 flows between H / B source and H / B destination hosts, and
 keeps one entry per link its flows touch (host up- and down-links, rack-to-
 spine and spine-to-rack links; an occupancy estimate, n (1 - e^(-f/n))).
 Prints JSON: the fit, its error on the runs, and the prediction per machine
-count, double and float.
+count, double and float; and ("diagonal") the paper's log-step exchange's
+prediction where the ranks are 4^k: the same own work, and per iteration
+log2(n) steps each way on an n x n grid (Z order: a machine's cores are a
+square of it, so its first log4(cores) steps stay in shared memory), each
+step one LinkBlock array of (hosts + racks * spines) / n links, sent at
+the fitted shared-memory cost or over the network; two small collectives
+(classes, stats) besides.
 """
 import argparse
 import json
@@ -121,12 +127,42 @@ def main():
                                 "latency_us": steps, "network_us": net_us,
                                 "iteration_us": compute + comm})
         m *= 2
+
+    # The diagonal exchange: only where cores * machines is a power of 4.
+    diagonal = []
+    racks = math.ceil(a.hosts / a.hosts_per_rack)
+    up_links = a.hosts + racks * a.spines
+    m = 1
+    while m <= max(a.machines, 1) * 4:
+        ranks = m * a.cores
+        n = math.isqrt(ranks)
+        if n * n != ranks or n & (n - 1):
+            m *= 2
+            continue
+        b = min(64, n)
+        entries = entries_per_block(a.hosts, a.flows, b, a.hosts_per_rack, a.spines) * b * b / ranks
+        flows = a.flows / ranks
+        compute = (per_flow_us * flows + per_entry_us * entries) / a.efficiency
+        steps = int(math.log2(n))
+        on_machine = min(steps, int(math.log2(math.isqrt(a.cores)))) if a.cores > 1 else 0
+        for real, size in (("double", 8), ("float", 4)):
+            array = math.ceil(up_links / n) * 2 * size
+            shm_step = shm_alpha_us + shm_us_per_byte * array
+            net_step = a.net_alpha_us + array / (a.net_gbps * 1e9 / 8) * 1e6
+            small = (shm_alpha_us * math.ceil(math.log2(a.cores)) +
+                     math.ceil(math.log2(m)) * a.net_alpha_us) if ranks > 1 else 0
+            comm = 2 * (on_machine * shm_step + (steps - on_machine) * net_step) + 2 * small
+            diagonal.append({"machines": m, "ranks": ranks, "grid": n, "real": real, "blocks": b * b,
+                             "flows_per_rank": flows, "compute_us": compute, "steps_each_way": steps,
+                             "network_steps_each_way": steps - on_machine, "array_bytes": array,
+                             "exchange_us": comm, "iteration_us": compute + comm})
+        m *= 2
     out = {"fit": {"per_flow_ns": per_flow_us * 1e3, "per_entry_ns": per_entry_us * 1e3,
                    "shm_alpha_us": shm_alpha_us, "shm_ns_per_kb": shm_us_per_byte * 1e6,
                    "on_runs": fit},
            "assumed": {k: getattr(a, k) for k in ("hosts", "flows", "hosts_per_rack", "spines", "cores",
                                                   "net_gbps", "net_alpha_us", "efficiency")},
-           "predictions": predictions, "warnings": warnings}
+           "predictions": predictions, "diagonal": diagonal, "warnings": warnings}
     for w in warnings:
         print("mpi_model: " + w, file=sys.stderr)
     json.dump(out, sys.stdout, indent=1)

@@ -64,8 +64,11 @@ engine:
   --mpi-exchange X           how the ranks' link sums meet under --mpi:
                              link-owners (default), neighbors (the same sums;
                              counts sent only when they change, entries over a
-                             graph of the ranks that trade) or allreduce (every
-                             link from every rank; rates equal to rounding)
+                             graph of the ranks that trade), allreduce (every
+                             link from every rank; rates equal to rounding) or
+                             diagonal (the paper's log-step exchange over a grid
+                             of R = 4^k ranks: 1, 4, 16, ...; rates equal to
+                             rounding)
   --mpi-gather-threshold T   under --mpi, after an iteration with no changes the
                              other ranks send rank 0 only the rates that moved by
                              more than T (relative) since they last sent them;
@@ -340,7 +343,8 @@ Options parse(int argc, char** argv) {
   if (!o.mpi_exchange_flag.empty()) {
     if (!o.mpi) usage_error("--mpi-exchange needs --mpi");
     if (!flowtune::alloc::parse_exchange(o.mpi_exchange_flag, o.mpi_exchange)) {
-      usage_error("--mpi-exchange expects link-owners, neighbors or allreduce, got '" + o.mpi_exchange_flag + "'");
+      usage_error("--mpi-exchange expects link-owners, neighbors, allreduce or diagonal, got '" +
+                  o.mpi_exchange_flag + "'");
     }
   }
   if (o.unknown_hosts.empty()) o.unknown_hosts = o.topology_file.empty() ? "add" : "reject";
@@ -463,7 +467,13 @@ struct Mpi {
     if (!on) return;
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-    driver = std::make_unique<flowtune::alloc::MpiDriver>(MPI_COMM_WORLD, exchange);
+    try {
+      driver = std::make_unique<flowtune::alloc::MpiDriver>(MPI_COMM_WORLD, exchange);
+    } catch (const std::invalid_argument& e) {
+      // Every rank refuses alike; MPI ends cleanly before the error is told.
+      MPI_Finalize();
+      throw ConfigError(std::string("--mpi-exchange ") + flowtune::alloc::to_string(exchange) + ": " + e.what());
+    }
     driver->set_gather_threshold(gather);
   }
   ~Mpi() {
@@ -491,6 +501,7 @@ int run(const Options& o) {
   Mpi mpi(o.mpi, o.mpi_exchange, o.mpi_gather_threshold);
   Log log(Log::stderr_sink(), o.log_level, static_cast<std::uint64_t>(o.log_interval_s * 1e6));
   Network network = build_network(o);
+  if (mpi.driver) mpi.driver->set_link_sites(network.topology().link_sites());
   AllocatorConfig config = o.alloc;
   config.view_slack = o.mpi_gather_threshold;
   if (!o.policy_file.empty()) config.policy = load_policy_file(o.policy_file);

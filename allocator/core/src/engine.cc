@@ -748,6 +748,20 @@ typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links_from(std
   return update_single(LinkIds{begin, end}, sum);
 }
 
+template <typename Real>
+typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_listed_links_from(const LinkId* links,
+                                                                                    std::size_t n,
+                                                                                    const Real* yh) {
+  const std::size_t nl = capacity_.size();
+  auto sum = [yh, nl](std::size_t pos, std::size_t l) {
+    const std::size_t k = 2 * (pos * nl + l);
+    return Acc<Real>{yh[k], yh[k + 1]};
+  };
+  const std::span<const LinkId> list(links, n);
+  if (layers_by_class_.size() > 1) return update_layered(list, sum);
+  return update_single(list, sum);
+}
+
 // One class in use: its layer is the first one made, so virtual link l is link l.
 template <typename Real>
 template <typename Links, typename Sum>

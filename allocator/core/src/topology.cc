@@ -94,6 +94,21 @@ std::uint32_t Topology::site_of_host(HostId h) const {
   return h / hosts_per_rack_;
 }
 
+std::vector<LinkSite> Topology::link_sites() const {
+  std::vector<LinkSite> out(num_links());
+  if (kind_ == TopologyKind::kExplicit) return out;
+  for (HostId h = 0; h < hosts_; ++h) {
+    out[host_uplink(h)] = {site_of_host(h), true};
+    out[host_downlink(h)] = {site_of_host(h), false};
+  }
+  const std::size_t base = 2 * std::size_t{hosts_}, rs = std::size_t{racks_} * spines_;
+  for (std::size_t i = 0; i < rs; ++i) {
+    out[base + i] = {static_cast<std::uint32_t>(i / spines_), true};
+    out[base + rs + i] = {static_cast<std::uint32_t>(i / spines_), false};
+  }
+  return out;
+}
+
 LinkId Topology::host_uplink(HostId h) const {
   FT_ASSERT(h < hosts_, h, hosts_);
   return h;

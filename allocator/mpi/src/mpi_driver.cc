@@ -16,12 +16,13 @@ const char* to_string(Exchange x) {
     case Exchange::kLinkOwners: return "link-owners";
     case Exchange::kAllreduce: return "allreduce";
     case Exchange::kNeighbors: return "neighbors";
+    case Exchange::kDiagonal: return "diagonal";
   }
   return "?";
 }
 
 bool parse_exchange(std::string_view s, Exchange& out) {
-  for (Exchange x : {Exchange::kLinkOwners, Exchange::kAllreduce, Exchange::kNeighbors}) {
+  for (Exchange x : {Exchange::kLinkOwners, Exchange::kAllreduce, Exchange::kNeighbors, Exchange::kDiagonal}) {
     if (s == to_string(x)) {
       out = x;
       return true;
@@ -135,6 +136,43 @@ struct MpiDriver::Impl {
   MPI_Comm graph = MPI_COMM_NULL;
   std::vector<int> neighbors, want;  // want: update_graph's scratch
   std::vector<int> nb_send_bytes, nb_send_disp, nb_recv_bytes, nb_recv_disp;
+  // The blocks each rank holds, in block order, for `held_blocks` blocks.
+  std::vector<std::vector<std::uint32_t>> held;
+  std::size_t held_blocks = 0;
+  // kDiagonal: the grid's side, each link's LinkBlock, and for the layout
+  // they were made for (links, blocks per side) this rank's two
+  // LinkBlocks' links in id order and each link's place in its LinkBlock.
+  int side = 1;
+  std::vector<LinkSite> link_sites;
+  std::size_t diag_links = 0;
+  std::uint32_t diag_layout = 0;
+  std::vector<LinkId> up_links, down_links;  // row's upward, column's downward
+  std::vector<std::uint32_t> place;          // per link: index in its LinkBlock, or kNowhere
+  std::vector<char> up_sums, down_sums, step_in;  // Real[2 * layers * size], as bytes
+  std::vector<std::uint32_t> up_virtual, down_virtual;
+
+  int row() const { return grid_row(rank); }
+  int col() const { return grid_col(rank); }
+  // The grid in Z order: a rank's bits alternate between its column's (even
+  // bits) and its row's (odd), so every aligned 2m × 2m square of the grid
+  // is 4m² consecutive ranks. mpirun places consecutive ranks on one
+  // machine, so the first steps (16 cores: a 4 × 4 square) stay on it and
+  // only the later ones cross the network, as in the paper's Fig. 5.
+  int at(int r, int c) const {
+    int z = 0;
+    for (int b = 0; (1 << b) < side; ++b) z |= ((c >> b) & 1) << (2 * b) | ((r >> b) & 1) << (2 * b + 1);
+    return z;
+  }
+  int grid_row(int z) const {
+    int r = 0;
+    for (int b = 0; (1 << b) < side; ++b) r |= ((z >> (2 * b + 1)) & 1) << b;
+    return r;
+  }
+  int grid_col(int z) const {
+    int c = 0;
+    for (int b = 0; (1 << b) < side; ++b) c |= ((z >> (2 * b)) & 1) << b;
+    return c;
+  }
 
   void set_links(std::size_t links) {
     if (link_owner.size() == links && !link_lo.empty()) return;
@@ -228,11 +266,25 @@ struct MpiDriver::Impl {
   }
 };
 
+bool MpiDriver::square_of_power_of_two(int ranks) {
+  for (int n = 1; n * n <= ranks; n *= 2) {
+    if (n * n == ranks) return true;
+  }
+  return false;
+}
+
 MpiDriver::MpiDriver(MPI_Comm comm, Exchange exchange) : impl_(std::make_unique<Impl>()) {
   impl_->exchange = exchange;
+  int size = 1;
+  check(MPI_Comm_size(comm, &size), "Comm_size");
+  if (exchange == Exchange::kDiagonal && !square_of_power_of_two(size)) {
+    throw std::invalid_argument("the diagonal exchange needs 4^k MPI ranks (1, 4, 16, 64, ...), not " +
+                                std::to_string(size));
+  }
   check(MPI_Comm_dup(comm, &impl_->comm), "Comm_dup");
   MPI_Comm_rank(impl_->comm, &impl_->rank);
   MPI_Comm_size(impl_->comm, &impl_->ranks);
+  while (impl_->side * impl_->side < impl_->ranks) impl_->side *= 2;
 }
 
 MpiDriver::~MpiDriver() {
@@ -253,25 +305,43 @@ int MpiDriver::owner(std::size_t block, std::size_t num_blocks, int ranks) {
   return static_cast<int>(block * static_cast<std::size_t>(ranks) / num_blocks);
 }
 
+int MpiDriver::owner_of(std::size_t block, std::size_t num_blocks) const {
+  const Impl& m = *impl_;
+  if (m.exchange != Exchange::kDiagonal) return owner(block, num_blocks, m.ranks);
+  // num_blocks is layout² (blocks per side, squared); block = src · layout + dst.
+  std::size_t layout = 1;
+  while (layout * layout < num_blocks) ++layout;
+  const std::size_t n = static_cast<std::size_t>(m.side);
+  const std::size_t i = block / layout * n / layout, j = block % layout * n / layout;
+  return m.at(static_cast<int>(i), static_cast<int>(j));
+}
+
+void MpiDriver::set_link_sites(std::vector<LinkSite> sites) {
+  impl_->link_sites = std::move(sites);
+  impl_->diag_links = 0;  // the LinkBlocks are made again at the next iteration
+}
+
 namespace {
 
-// The blocks [first, second) that rank r holds of nb (a contiguous range).
-std::pair<std::size_t, std::size_t> blocks_of(int r, std::size_t nb, int ranks) {
-  std::size_t b0 = 0;
-  while (b0 < nb && MpiDriver::owner(b0, nb, ranks) < r) ++b0;
-  std::size_t b1 = b0;
-  while (b1 < nb && MpiDriver::owner(b1, nb, ranks) == r) ++b1;
-  return {b0, b1};
+// The blocks rank r holds of nb, in block order (kept per block count).
+const std::vector<std::uint32_t>& blocks_of(const MpiDriver& d, std::vector<std::vector<std::uint32_t>>& held,
+                                            std::size_t& held_blocks, int r, std::size_t nb) {
+  if (held_blocks != nb || held.size() != static_cast<std::size_t>(d.ranks())) {
+    held.assign(static_cast<std::size_t>(d.ranks()), {});
+    for (std::size_t b = 0; b < nb; ++b) held[static_cast<std::size_t>(d.owner_of(b, nb))].push_back(static_cast<std::uint32_t>(b));
+    held_blocks = nb;
+  }
+  return held[static_cast<std::size_t>(r)];
 }
 
 }  // namespace
 
 template <typename Real>
 void MpiDriver::iterate(BasicEngine<Real>& e) {
-  if (impl_->exchange != Exchange::kAllreduce) {
-    iterate_link_owners(e);
-  } else {
-    iterate_allreduce(e);
+  switch (impl_->exchange) {
+    case Exchange::kAllreduce: iterate_allreduce(e); break;
+    case Exchange::kDiagonal: iterate_diagonal(e); break;
+    default: iterate_link_owners(e);
   }
 }
 
@@ -312,7 +382,7 @@ void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
   if (links > kLinkMask) throw std::length_error("MpiDriver: more than 2^28 links");
   m.set_links(links);
   const std::size_t nb = e.num_blocks();
-  const auto [b0, b1] = blocks_of(m.rank, nb, R);
+  const auto& mine = blocks_of(*this, m.held, m.held_blocks, m.rank, nb);
   if (m.priced.size() != nb) m.priced.assign(nb, 0);
 
   // 1. What goes where. A block's copies only grow (links are added, never
@@ -320,7 +390,7 @@ void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
   constexpr int kInts = 4;  // entries, class mask, requests, this rank's requests in all
   m.counts_out.assign(kInts * static_cast<std::size_t>(R), 0);
   int requests = 0;
-  for (std::size_t b = b0; b < b1; ++b) {
+  for (const std::size_t b : mine) {
     const auto s = e.block_sums(b);
     if (m.priced[b] > s.size) m.priced[b] = 0;
     for (std::size_t i = 0; i < s.size; ++i) {
@@ -403,7 +473,7 @@ void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
     m.asked_keys.resize(static_cast<std::size_t>(m.send_at[R]));
     m.asked_links.resize(m.asked_keys.size());
     m.fill.assign(m.send_at.begin(), m.send_at.end() - 1);
-    for (std::size_t b = b0; b < b1; ++b) {
+    for (const std::size_t b : mine) {
       const auto s = e.block_sums(b);
       for (std::size_t i = m.priced[b]; i < s.size; ++i) {
         const int k = m.fill[m.link_owner[split(s.links[i], nl).link]]++;
@@ -429,7 +499,7 @@ void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
   }
 
   // 3. Rates.
-  for (std::size_t b = b0; b < b1; ++b) e.rate_pass(b);
+  for (const std::size_t b : mine) e.rate_pass(b);
 
   // 4. Entries to the links' owners, and the link each came from (where
   // its answer goes).
@@ -442,7 +512,7 @@ void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
   m.sent_links.resize(sent);
   m.fill.assign(m.send_at.begin(), m.send_at.end() - 1);
   auto* out = reinterpret_cast<Entry<Real>*>(m.out_entries.data());
-  for (std::size_t b = b0; b < b1; ++b) {
+  for (const std::size_t b : mine) {
     const auto s = e.block_sums(b);
     for (std::size_t i = 0; i < s.size; ++i) {
       const LayerLink v = split(s.links[i], nl);
@@ -493,7 +563,7 @@ void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
   }
   e.load_links(m.sent_links.data(), sent, reinterpret_cast<const Real*>(m.answers_in.data()));
   e.finish_links({all[0], all[1], all[2]});
-  for (std::size_t b = b0; b < b1; ++b) e.normalize_pass(b);
+  for (const std::size_t b : mine) e.normalize_pass(b);
 }
 
 template <typename Real>
@@ -508,7 +578,7 @@ void MpiDriver::iterate_allreduce(BasicEngine<Real>& e) {
   const std::size_t nb = e.num_blocks();
   e.prepare();
   for (std::size_t b = 0; b < nb; ++b) {
-    if (owner(b, nb, m.ranks) == m.rank) e.rate_pass(b);
+    if (owner_of(b, nb) == m.rank) e.rate_pass(b);
   }
   const std::size_t n = 2 * e.num_layers() * e.num_links();
   Real* yh = m.sums<Real>(n);
@@ -521,8 +591,190 @@ void MpiDriver::iterate_allreduce(BasicEngine<Real>& e) {
   m.times.bytes_sent += 2 * n * sizeof(Real) * static_cast<std::uint64_t>(m.ranks - 1) / m.ranks;
   e.finish_links(e.update_links_from(0, e.num_links(), yh));
   for (std::size_t b = 0; b < nb; ++b) {
-    if (owner(b, nb, m.ranks) == m.rank) e.normalize_pass(b);
+    if (owner_of(b, nb) == m.rank) e.normalize_pass(b);
   }
+}
+
+namespace {
+
+constexpr std::uint32_t kNowhere = ~std::uint32_t{0};
+
+// One step of the diagonal exchange for this rank (paper §4, Fig. 5): in
+// its group of 2m × 2m ranks, made of four m × m quadrants whose own
+// diagonals hold their sums, which array it sends to or hears from whom.
+struct DiagonalStep {
+  int send_up = -1, recv_up = -1, send_down = -1, recv_down = -1;  // ranks, or -1
+};
+
+template <typename At>
+DiagonalStep diagonal_step(int row, int col, int m, At at) {
+  DiagonalStep s;
+  const int lr = row % (2 * m), lc = col % (2 * m);
+  const bool top = lr < m, left = lc < m;
+  const int sr = lr % m, sc = lc % m;
+  // Upward sums gather on the main diagonal, within each row: the
+  // off-diagonal quadrants' diagonals hand theirs across.
+  if (sr == sc) {
+    if (top != left) s.send_up = at(row, top ? col - m : col + m);
+    else s.recv_up = at(row, top ? col + m : col - m);
+  }
+  // Downward sums gather on the secondary diagonal, within each column: the
+  // diagonal quadrants' secondary diagonals hand theirs up or down.
+  if (sr + sc == m - 1) {
+    if (top == left) s.send_down = at(top ? row + m : row - m, col);
+    else s.recv_down = at(top ? row + m : row - m, col);
+  }
+  return s;
+}
+
+}  // namespace
+
+// One iteration over the grid: rate passes, the LinkBlocks summed onto the
+// diagonals in log2(side) steps, the price steps there, and the answers
+// back the same way; then the stats' Allreduce and normalization.
+template <typename Real>
+void MpiDriver::iterate_diagonal(BasicEngine<Real>& e) {
+  Impl& m = *impl_;
+  Stopwatch watch(&m.times);
+  const std::size_t links = e.num_links();
+  const auto nl = static_cast<std::uint32_t>(links);
+  if (m.link_sites.size() != links) {
+    throw std::logic_error("MpiDriver: the diagonal exchange needs every link's site (set_link_sites), " +
+                           std::to_string(m.link_sites.size()) + " given for " + std::to_string(links) + " links");
+  }
+  std::uint32_t mask = e.class_mask(), all_mask = 0;
+  watch.mpi([&] {
+    check(MPI_Allreduce(&mask, &all_mask, 1, MPI_UINT32_T, MPI_BOR, m.comm), "Allreduce");
+  });
+  e.use_classes(all_mask);
+  const std::size_t nb = e.num_blocks();
+  const std::uint32_t layout = e.blocks_per_side();
+  const int n = m.side, row = m.row(), col = m.col();
+  if (m.diag_links != links || m.diag_layout != layout) {
+    // A site's group: its block along one side, scaled to the grid's.
+    auto group = [&](std::uint32_t site) {
+      return static_cast<int>(std::size_t{e.block_of_sites(site, site) / layout} * static_cast<std::size_t>(n) / layout);
+    };
+    m.up_links.clear();
+    m.down_links.clear();
+    m.place.assign(links, kNowhere);
+    for (std::uint32_t l = 0; l < nl; ++l) {
+      const LinkSite s = m.link_sites[l];
+      std::vector<LinkId>& lb = s.up ? m.up_links : m.down_links;
+      if (group(s.site) != (s.up ? row : col)) continue;
+      m.place[l] = static_cast<std::uint32_t>(lb.size());
+      lb.push_back(l);
+    }
+    m.diag_links = links;
+    m.diag_layout = layout;
+  }
+  const std::size_t layers = e.num_layers(), nu = m.up_links.size(), nd = m.down_links.size();
+  std::array<std::uint32_t, kNumClasses> pos_of{};
+  {
+    std::uint32_t i = 0;
+    for (std::uint8_t c : e.classes()) pos_of[c] = i++;
+  }
+  // Both LinkBlocks' virtual links, layer by layer in class order (where
+  // the answers load), and this rank's blocks' sums into them.
+  m.up_virtual.resize(layers * nu);
+  m.down_virtual.resize(layers * nd);
+  for (std::uint32_t lay = 0; lay < layers; ++lay) {
+    const std::size_t pos = pos_of[e.class_of_layer(lay)];
+    for (std::size_t i = 0; i < nu; ++i) m.up_virtual[pos * nu + i] = lay * nl + m.up_links[i];
+    for (std::size_t i = 0; i < nd; ++i) m.down_virtual[pos * nd + i] = lay * nl + m.down_links[i];
+  }
+  Real* up = Impl::room<Real>(m.up_sums, 2 * layers * nu);
+  Real* down = Impl::room<Real>(m.down_sums, 2 * layers * nd);
+  std::fill(up, up + 2 * layers * nu, Real{0});
+  std::fill(down, down + 2 * layers * nd, Real{0});
+  e.prepare();
+  const auto& mine = blocks_of(*this, m.held, m.held_blocks, m.rank, nb);
+  for (const std::size_t b : mine) {
+    e.rate_pass(b);
+    const auto s = e.block_sums(b);
+    for (std::size_t i = 0; i < s.size; ++i) {
+      const LayerLink v = split(s.links[i], nl);
+      const LinkSite site = m.link_sites[v.link];
+      const std::uint32_t at = m.place[v.link];
+      if (at == kNowhere) {
+        throw std::logic_error("MpiDriver: a block holds link " + std::to_string(v.link) +
+                               ", outside its row's upward and its column's downward LinkBlocks");
+      }
+      const std::size_t pos = pos_of[e.class_of_layer(v.layer)];
+      Real* to = site.up ? up + 2 * (pos * nu + at) : down + 2 * (pos * nd + at);
+      to[0] += s.yh[2 * i];
+      to[1] += s.yh[2 * i + 1];
+    }
+  }
+  // One step's sends and receives, `answers` the other way round: the
+  // arrays are (sum or answer) pairs per layer and link, the same size at
+  // both ends of a row's or a column's exchange.
+  const int up_count = static_cast<int>(2 * layers * nu), down_count = static_cast<int>(2 * layers * nd);
+  Real* up_in = Impl::room<Real>(m.step_in, static_cast<std::size_t>(up_count) + static_cast<std::size_t>(down_count));
+  Real* down_in = up_in + up_count;
+  auto exchange = [&](int group, bool answers) {
+    DiagonalStep st = diagonal_step(row, col, group, [&m](int r, int c) { return m.at(r, c); });
+    if (answers) {
+      std::swap(st.send_up, st.recv_up);
+      std::swap(st.send_down, st.recv_down);
+    }
+    // Sums land beside this rank's own (then added to them); answers over them.
+    std::array<MPI_Request, 4> req{};
+    int k = 0;
+    constexpr int kUp = 1, kDown = 2;
+    const MPI_Datatype type = mpi_type<Real>();
+    watch.mpi([&] {
+      if (st.recv_up >= 0) {
+        check(MPI_Irecv(answers ? up : up_in, up_count, type, st.recv_up, kUp, m.comm, &req[k++]), "Irecv");
+      }
+      if (st.recv_down >= 0) {
+        check(MPI_Irecv(answers ? down : down_in, down_count, type, st.recv_down, kDown, m.comm, &req[k++]), "Irecv");
+      }
+      if (st.send_up >= 0) check(MPI_Isend(up, up_count, type, st.send_up, kUp, m.comm, &req[k++]), "Isend");
+      if (st.send_down >= 0) check(MPI_Isend(down, down_count, type, st.send_down, kDown, m.comm, &req[k++]), "Isend");
+      check(MPI_Waitall(k, req.data(), MPI_STATUSES_IGNORE), "Waitall");
+    });
+    m.times.bytes_sent += static_cast<std::uint64_t>((st.send_up >= 0 ? up_count : 0) +
+                                                     (st.send_down >= 0 ? down_count : 0)) * sizeof(Real);
+    m.times.arrays_sent += static_cast<std::uint64_t>((st.send_up >= 0) + (st.send_down >= 0));
+    if (answers) return;
+    if (st.recv_up >= 0) {
+      for (int i = 0; i < up_count; ++i) up[i] += up_in[i];
+    }
+    if (st.recv_down >= 0) {
+      for (int i = 0; i < down_count; ++i) down[i] += down_in[i];
+    }
+  };
+  for (int step = 1; step < n; step *= 2) exchange(step, false);
+
+  // The diagonals' price steps: rank (i, i) holds row i's upward sums,
+  // rank (n-1-j, j) column j's downward ones (both, where they meet).
+  Real* yh = m.sums<Real>(2 * layers * links);
+  typename BasicEngine<Real>::LinkPartial part;
+  auto step_prices = [&](const std::vector<LinkId>& list, const Real* sums, Real* answers,
+                         const std::vector<std::uint32_t>& virtual_links) {
+    const std::size_t count = list.size();
+    for (std::size_t pos = 0; pos < layers; ++pos) {
+      for (std::size_t i = 0; i < count; ++i) {
+        yh[2 * (pos * links + list[i])] = sums[2 * (pos * count + i)];
+        yh[2 * (pos * links + list[i]) + 1] = sums[2 * (pos * count + i) + 1];
+      }
+    }
+    part = BasicEngine<Real>::combine(part, e.update_listed_links_from(list.data(), count, yh));
+    e.save_links(virtual_links.data(), virtual_links.size(), answers);
+  };
+  if (row == col) step_prices(m.up_links, up, up, m.up_virtual);
+  if (row + col == n - 1) step_prices(m.down_links, down, down, m.down_virtual);
+  for (int step = n / 2; step >= 1; step /= 2) exchange(step, true);
+  e.load_links(m.up_virtual.data(), m.up_virtual.size(), up);
+  e.load_links(m.down_virtual.data(), m.down_virtual.size(), down);
+
+  std::array<double, 3> stats{part.max_residual, part.max_raw_utilization, part.max_ratio}, all{};
+  watch.mpi([&] {
+    check(MPI_Allreduce(stats.data(), all.data(), 3, MPI_DOUBLE, MPI_MAX, m.comm), "Allreduce");
+  });
+  e.finish_links({all[0], all[1], all[2]});
+  for (const std::size_t b : mine) e.normalize_pass(b);
 }
 
 namespace {
@@ -576,7 +828,7 @@ void MpiDriver::finish() {
 }
 
 // The other ranks' blocks' raw and normalized rates to rank 0, in rank
-// then block order (each rank holds a contiguous range), with a first
+// then block order (blocks_of), with a first
 // value per rank that says whether its mirror is intact.
 template <typename Real>
 void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
@@ -586,14 +838,14 @@ void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
     return;
   }
   const std::size_t nb = e.num_blocks();
-  const auto [b0, b1] = blocks_of(m.rank, nb, m.ranks);
+  const auto& held = blocks_of(*this, m.held, m.held_blocks, m.rank, nb);
   std::size_t mine = 1;
-  for (std::size_t b = b0; b < b1; ++b) mine += 2 * e.block_size(b);
+  for (const std::size_t b : held) mine += 2 * e.block_size(b);
   m.rates_out.resize(mine * sizeof(Real));
   Real* out = reinterpret_cast<Real*>(m.rates_out.data());
   out[0] = intact ? Real{0} : static_cast<Real>(kMirrorBroken);
-  for (std::size_t b = b0, at = 1; b < b1; ++b) {
-    const std::size_t n = e.block_size(b);
+  for (std::size_t i = 0, at = 1; i < held.size(); ++i) {
+    const std::size_t b = held[i], n = e.block_size(b);
     e.copy_block_rates(b, out + at, out + at + n);
     at += 2 * n;
   }
@@ -603,9 +855,8 @@ void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
     disp.resize(m.ranks);
     int at = 0;
     for (int r = 0; r < m.ranks; ++r) {
-      const auto [r0, r1] = blocks_of(r, nb, m.ranks);
       std::size_t n = 1;
-      for (std::size_t b = r0; b < r1; ++b) n += 2 * e.block_size(b);
+      for (const std::size_t b : blocks_of(*this, m.held, m.held_blocks, r, nb)) n += 2 * e.block_size(b);
       counts[r] = static_cast<int>(n);
       disp[r] = at;
       at += counts[r];
@@ -617,8 +868,8 @@ void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
     // rank notes that a full gather happened, so all pick the same next one.
     if (m.rank != 0) {
       m.last_sent.resize((mine - 1) / 2);
-      for (std::size_t b = b0, at = 1, k = 0; b < b1; ++b) {
-        const std::size_t n = e.block_size(b);
+      for (std::size_t j = 0, at = 1, k = 0; j < held.size(); ++j) {
+        const std::size_t n = e.block_size(held[j]);
         for (std::size_t i = 0; i < n; ++i) m.last_sent[k++] = static_cast<double>(out[at + n + i]);
         at += 2 * n;
       }
@@ -639,8 +890,7 @@ void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
                                " could not replay the engine's changes: its mirror differs");
     }
     ++in;
-    const auto [r0, r1] = blocks_of(r, nb, m.ranks);
-    for (std::size_t b = r0; b < r1; ++b) {
+    for (const std::size_t b : blocks_of(*this, m.held, m.held_blocks, r, nb)) {
       const std::size_t n = e.block_size(b);
       e.load_block_rates(b, in, in + n);
       in += 2 * n;
@@ -669,9 +919,8 @@ void MpiDriver::gather_moved_rates(BasicEngine<Real>& e, bool intact) {
   Moved<Real>* moved = Impl::room<Moved<Real>>(m.moved_out, m.last_sent.size());
   std::size_t count = 0;
   if (m.rank != 0) {
-    const auto [b0, b1] = blocks_of(m.rank, nb, m.ranks);
     std::uint32_t slot = 0;
-    for (std::size_t b = b0; b < b1; ++b) {
+    for (const std::size_t b : blocks_of(*this, m.held, m.held_blocks, m.rank, nb)) {
       const std::size_t n = e.block_size(b);
       Real* x = Impl::room<Real>(m.block_rates, 2 * n);
       Real* xn = x + n;
@@ -717,14 +966,14 @@ void MpiDriver::gather_moved_rates(BasicEngine<Real>& e, bool intact) {
       throw std::runtime_error("MPI rank " + std::to_string(r) +
                                " could not replay the engine's changes: its mirror differs");
     }
-    const auto [r0, r1] = blocks_of(r, nb, m.ranks);
+    const auto& held = blocks_of(*this, m.held, m.held_blocks, r, nb);
     const auto* in = reinterpret_cast<const Moved<Real>*>(m.rates_in.data() + disp[r]);
     // Entries come in slot order: walk the blocks alongside.
-    std::size_t b = r0, first = 0;
+    std::size_t i = 0, first = 0;
     for (int k = 0; k < heads[2 * r + 1]; ++k) {
-      while (b < r1 && in[k].slot >= first + e.block_size(b)) first += e.block_size(b++);
-      if (b == r1) throw std::runtime_error("MPI rank " + std::to_string(r) + " sent a rate past its blocks");
-      e.load_block_rate(b, in[k].slot - first, in[k].x, in[k].xn);
+      while (i < held.size() && in[k].slot >= first + e.block_size(held[i])) first += e.block_size(held[i++]);
+      if (i == held.size()) throw std::runtime_error("MPI rank " + std::to_string(r) + " sent a rate past its blocks");
+      e.load_block_rate(held[i], in[k].slot - first, in[k].x, in[k].xn);
     }
     m.times.rates_received += static_cast<std::uint64_t>(heads[2 * r + 1]);
   }

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -255,6 +256,37 @@ TEST(Topology, ExplicitLinksKeepCapacitiesAndHaveOneSite) {
   EXPECT_EQ(t.capacity_bps(2), 100e9);
   EXPECT_EQ(t.num_sites(), 1u);
   EXPECT_EQ(t.link_name(2), "link2");
+}
+
+// The diagonal exchange (allocator/mpi) sums a LinkBlock along one row or
+// column of ranks: every path must climb through its source site's upward
+// links and descend through its destination site's downward ones.
+TEST(Topology, EveryPathClimbsItsSourceSitesLinksAndDescendsItsDestinations) {
+  for (const Topology& t : {Topology::two_tier(small_two_tier()), Topology::big_switch(6, 10e9)}) {
+    const std::vector<LinkSite> sites = t.link_sites();
+    ASSERT_EQ(sites.size(), t.num_links());
+    std::set<std::pair<std::uint32_t, bool>> seen;
+    for (HostId src = 0; src < t.num_hosts(); ++src) {
+      for (HostId dst = 0; dst < t.num_hosts(); ++dst) {
+        if (src == dst) continue;
+        for (std::uint32_t spine = 0; spine < std::max(t.num_spines(), 1u); ++spine) {
+          const Path p = t.path_via(src, dst, spine);
+          for (int i = 0; i < p.size; ++i) {
+            const LinkSite s = sites[p.links[i]];
+            const bool climbing = 2 * i < p.size;
+            EXPECT_EQ(s.up, climbing) << t.link_name(p.links[i]);
+            EXPECT_EQ(s.site, t.site_of_host(climbing ? src : dst)) << t.link_name(p.links[i]);
+            seen.insert({s.site, s.up});
+          }
+        }
+      }
+    }
+    EXPECT_EQ(seen.size(), 2 * std::size_t{t.num_sites()});  // each site both ways
+  }
+  for (const LinkSite& s : Topology::explicit_links({1e9, 2e9}).link_sites()) {
+    EXPECT_EQ(s.site, 0u);
+    EXPECT_TRUE(s.up);
+  }
 }
 
 TEST(Topology, InvalidBigSwitchThrows) {

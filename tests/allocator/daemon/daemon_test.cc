@@ -368,7 +368,7 @@ TEST(AllocatorCli, HelpAndConfigErrors) {
            {"--mpi-exchange neighbors", "--mpi-exchange needs --mpi"},
            {"--mpi-gather-threshold 0.01", "--mpi-gather-threshold needs --mpi"},
            {"--mpi --mpi-gather-threshold 0.9", "--mpi-gather-threshold expects a number from 0 to 0.5"},
-           {"--mpi --mpi-exchange ring", "--mpi-exchange expects link-owners, neighbors or allreduce"},
+           {"--mpi --mpi-exchange ring", "--mpi-exchange expects link-owners, neighbors, allreduce or diagonal"},
            {"--coflow-aging-s 1e9", "coflow aging must be within [0, 1e9) seconds"}}) {
     r = run(bin + " --hosts 4 " + args + " --check-config");
     EXPECT_EQ(r.status, 2) << args << ": " << r.output;

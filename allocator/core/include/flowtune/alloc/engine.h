@@ -293,6 +293,9 @@ class BasicEngine {
   void sum_blocks(Real* yh) const;
   // update_links(begin, end) from sums given in sum_blocks()'s layout.
   LinkPartial update_links_from(std::size_t begin, std::size_t end, const Real* yh);
+  // The same over n global links listed (any order, none twice): a
+  // process that steps the prices of links scattered over the id range.
+  LinkPartial update_listed_links_from(const LinkId* links, std::size_t n, const Real* yh);
   // The price and F-NORM ratio of each of n virtual links, out[2i] and
   // out[2i + 1]: what one process's update_links_from() computed, for the
   // processes whose blocks keep copies of those links to load.

@@ -47,6 +47,14 @@ std::uint64_t ecmp_hash(const FiveTuple& t);
 
 enum class TopologyKind { kExplicit, kBigSwitch, kTwoTier };
 
+// The LinkBlock a link belongs to (paper §4, Fig. 4): the upward links of a
+// site (host -> ToR, ToR -> spine) are crossed only by flows from that
+// site, the downward ones (spine -> ToR, ToR -> host) only by flows to it.
+struct LinkSite {
+  std::uint32_t site = 0;
+  bool up = true;
+};
+
 struct TwoTierSpec {
   std::uint32_t racks = 9;
   std::uint32_t hosts_per_rack = 16;
@@ -79,6 +87,10 @@ class Topology {
   // a big switch, a single site for explicit topologies.
   std::uint32_t num_sites() const { return sites_; }
   std::uint32_t site_of_host(HostId h) const;
+
+  // Every link's LinkBlock, in link order. An explicit topology (one site)
+  // holds all its links upward of site 0.
+  std::vector<LinkSite> link_sites() const;
 
   LinkId host_uplink(HostId h) const;
   LinkId host_downlink(HostId h) const;

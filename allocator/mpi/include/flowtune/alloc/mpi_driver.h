@@ -37,6 +37,21 @@
 //    by MPI_Neighbor_alltoallv over a graph of the ranks a rank trades
 //    with, remade only when that set changes. The all-to-all steps pay for
 //    all R peers; these for a rank's neighbours.
+//  - kDiagonal: the paper's log-step exchange (§4, Fig. 5). R = n² ranks
+//    form an n × n grid (in Z order: each aligned 2m × 2m square is 4m²
+//    consecutive ranks, so on one machine's cores while it fits there);
+//    rank (i, j) holds the FlowBlocks from site group
+//    i to site group j, so its flows touch only the upward LinkBlock of
+//    row i and the downward LinkBlock of column j (set_link_sites()). Each
+//    rank sums its blocks into those two dense arrays; in log2 n steps
+//    each 2m × 2m group of ranks adds its upward arrays onto its main
+//    diagonal and its downward ones onto its secondary diagonal (each
+//    rank sends at most one array and hears at most one per step); rank
+//    (i, i) steps row i's upward prices, rank (n-1-j, j) column j's
+//    downward ones, and the answers go back the same way. Every array has
+//    its LinkBlock's size whatever the flows: bytes are fixed by the
+//    network. The sums are added in another order: rates agree with the
+//    single-process engine to rounding, as with kAllreduce.
 #pragma once
 
 #include <mpi.h>
@@ -48,19 +63,23 @@
 #include <vector>
 
 #include "flowtune/alloc/engine.h"
+#include "flowtune/alloc/topology.h"
 
 namespace flowtune::alloc {
 
-enum class Exchange { kLinkOwners, kAllreduce, kNeighbors };
+enum class Exchange { kLinkOwners, kAllreduce, kNeighbors, kDiagonal };
 const char* to_string(Exchange x);
-// "link-owners", "allreduce", "neighbors"; false for anything else.
+// "link-owners", "allreduce", "neighbors", "diagonal"; false for anything else.
 bool parse_exchange(std::string_view s, Exchange& out);
 
 class MpiDriver {
  public:
   // The driver works on a duplicate of comm (its collectives never meet
   // the caller's). MPI must be initialized, and stay so while it lives.
+  // kDiagonal needs 4^k ranks (1, 4, 16, ...): std::invalid_argument else.
   explicit MpiDriver(MPI_Comm comm, Exchange exchange = Exchange::kLinkOwners);
+  // Whether the diagonal exchange takes this many ranks.
+  static bool square_of_power_of_two(int ranks);
   ~MpiDriver();
   MpiDriver(const MpiDriver&) = delete;
   MpiDriver& operator=(const MpiDriver&) = delete;
@@ -69,8 +88,17 @@ class MpiDriver {
   int ranks() const;
   Exchange exchange() const;
 
-  // The rank that holds FlowBlock b of num_blocks among `ranks`.
+  // The rank that holds FlowBlock b of num_blocks among `ranks` in
+  // contiguous ranges (every exchange but kDiagonal).
   static int owner(std::size_t block, std::size_t num_blocks, int ranks);
+  // The rank that holds FlowBlock b of num_blocks under this driver's
+  // exchange: owner(), or under kDiagonal the grid rank of its source and
+  // destination block groups.
+  int owner_of(std::size_t block, std::size_t num_blocks) const;
+  // kDiagonal: each link's LinkBlock (Topology::link_sites()), set on every
+  // rank alike before the first iteration; every flow's path must climb
+  // its source site's upward links and descend its destination site's.
+  void set_link_sites(std::vector<LinkSite> sites);
   // The links [first, second) whose prices this rank steps (kLinkOwners).
   std::pair<std::size_t, std::size_t> owned_links(std::size_t num_links) const {
     return {num_links * static_cast<std::size_t>(rank()) / static_cast<std::size_t>(ranks()),
@@ -79,7 +107,7 @@ class MpiDriver {
   // Whether this rank holds f's FlowBlock in e (add f to e here if so).
   template <typename Real>
   bool owns(const BasicEngine<Real>& e, const FlowSpec& f) const {
-    return owner(e.block_of_sites(f.src_site, f.dst_site), e.num_blocks(), ranks()) == rank();
+    return owner_of(e.block_of_sites(f.src_site, f.dst_site), e.num_blocks()) == rank();
   }
 
   // One iteration across the ranks (collective).
@@ -128,6 +156,8 @@ class MpiDriver {
     // neighbour graphs made (kNeighbors).
     std::uint64_t counts_exchanges = 0;
     std::uint64_t graphs = 0;
+    // kDiagonal: the LinkBlock arrays this rank sent, sums and answers.
+    std::uint64_t arrays_sent = 0;
     // Mirrors: flows whose rates rank 0 received from the other ranks.
     std::uint64_t rates_received = 0;
   };
@@ -139,6 +169,8 @@ class MpiDriver {
   void iterate_link_owners(BasicEngine<Real>& e);
   template <typename Real>
   void iterate_allreduce(BasicEngine<Real>& e);
+  template <typename Real>
+  void iterate_diagonal(BasicEngine<Real>& e);
   // every: all rates (after changes, or without a threshold), else those
   // that moved past the gather threshold.
   template <typename Real>
