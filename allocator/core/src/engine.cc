@@ -736,30 +736,29 @@ typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links(std::siz
 // The sums come from elsewhere: processes that each hold some FlowBlocks
 // summed them (allocator/mpi). yh is indexed like sum_blocks() writes it.
 template <typename Real>
-typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links_from(std::size_t begin,
-                                                                             std::size_t end,
-                                                                             const Real* yh) {
+template <typename Links>
+typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_from(const Links& links, const Real* yh) {
   const std::size_t nl = capacity_.size();
   auto sum = [yh, nl](std::size_t pos, std::size_t l) {
     const std::size_t k = 2 * (pos * nl + l);
     return Acc<Real>{yh[k], yh[k + 1]};
   };
-  if (layers_by_class_.size() > 1) return update_layered(LinkIds{begin, end}, sum);
-  return update_single(LinkIds{begin, end}, sum);
+  if (layers_by_class_.size() > 1) return update_layered(links, sum);
+  return update_single(links, sum);
+}
+
+template <typename Real>
+typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_links_from(std::size_t begin,
+                                                                             std::size_t end,
+                                                                             const Real* yh) {
+  return update_from(LinkIds{begin, end}, yh);
 }
 
 template <typename Real>
 typename BasicEngine<Real>::LinkPartial BasicEngine<Real>::update_listed_links_from(const LinkId* links,
                                                                                     std::size_t n,
                                                                                     const Real* yh) {
-  const std::size_t nl = capacity_.size();
-  auto sum = [yh, nl](std::size_t pos, std::size_t l) {
-    const std::size_t k = 2 * (pos * nl + l);
-    return Acc<Real>{yh[k], yh[k + 1]};
-  };
-  const std::span<const LinkId> list(links, n);
-  if (layers_by_class_.size() > 1) return update_layered(list, sum);
-  return update_single(list, sum);
+  return update_from(std::span<const LinkId>(links, n), yh);
 }
 
 // One class in use: its layer is the first one made, so virtual link l is link l.

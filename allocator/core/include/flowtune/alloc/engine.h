@@ -363,6 +363,9 @@ class BasicEngine {
   LinkPartial update_single(const Links& links, Sum sum_of);
   template <typename Links, typename Sum>
   LinkPartial update_layered(const Links& links, Sum sum_of);
+  // The price steps over `links` from sums in sum_blocks()'s layout.
+  template <typename Links>
+  LinkPartial update_from(const Links& links, const Real* yh);
   // Σ of the blocks' accumulators for virtual link v (in block order).
   detail::LinkAcc<Real> link_sum(std::size_t v) const;
   void rebuild_contributions();

@@ -6,7 +6,8 @@
 //
 // Each rank builds the same BasicEngine (links, sites, config, blocks per
 // side) and adds only the flows whose FlowBlock it owns (owns()); ranks own
-// contiguous ranges of blocks in block order. iterate() and solve() are
+// contiguous ranges of blocks in block order (under kDiagonal, the blocks
+// of their grid cell: owner_of()). iterate() and solve() are
 // collective: every rank calls them, in the same order. Engines make a
 // class's layer of prices when a flow first uses it; the driver makes the
 // ranks agree on the classes in use at every iteration. set_blocks() would
