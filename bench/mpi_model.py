@@ -5,10 +5,13 @@ and its prediction for a large network (docs/scale.md#the-engine-on-mpi).
 usage: bench/mpi_model.py NP1.json NP2.json [--machines 32] [--cores 16]
          [--hosts 100000] [--flows 1000000] [--net-gbps 100] [--net-alpha-us 2]
          [--hosts-per-rack 48] [--spines 16] [--efficiency 1.0]
+         [--shm-alpha-us A] [--shm-ns-per-kb B]
 
 Fitted here (kLinkOwners rows of the runs given):
   own work of a rank   t = a * flows + b * entries          (least squares)
   its time in MPI      m = c0 + c1 * bytes, ranks > 1       (least squares)
+--shm-alpha-us and --shm-ns-per-kb replace the fitted MPI costs (a machine
+whose per-call cost in shared memory is known, or a what-if).
 Assumed (flags): the machines' network (latency per step, bandwidth), one
 rank per core, and how evenly a rank's work runs next to 15 others
 (--efficiency). Entries per rank follow from the topology: a FlowBlock
@@ -66,6 +69,10 @@ def main():
     p.add_argument("--net-alpha-us", type=float, default=2.0)
     p.add_argument("--efficiency", type=float, default=1.0,
                    help="a rank's speed next to 15 others, relative to alone")
+    p.add_argument("--shm-alpha-us", type=float, default=None,
+                   help="an MPI call's fixed cost in shared memory (default: fitted)")
+    p.add_argument("--shm-ns-per-kb", type=float, default=None,
+                   help="its cost per KB sent in shared memory (default: fitted)")
     a = p.parse_args()
 
     rows, ys, mrows, mys, points = [], [], [], [], []
@@ -84,6 +91,7 @@ def main():
         sys.exit("mpi_model: need link-owners rows from a 1-rank and a 2-rank run")
     per_flow_us, per_entry_us = lstsq(rows, ys)
     shm_alpha_us, shm_us_per_byte = lstsq(mrows, mys)
+    fitted_shm = (shm_alpha_us, shm_us_per_byte)
     # Sizes whose entries grow in step with their flows cannot tell the two
     # costs apart (mpi_bench --quick runs few): said, not hidden.
     warnings = []
@@ -98,6 +106,11 @@ def main():
         fit.append({"ranks": ranks, "hosts": r["hosts"], "flows": r["flows"],
                     "measured_us": r["iteration_us_p50"], "model_us": own + mpi})
 
+    # The what-if costs replace the fitted ones for the predictions only.
+    if a.shm_alpha_us is not None:
+        shm_alpha_us = a.shm_alpha_us
+    if a.shm_ns_per_kb is not None:
+        shm_us_per_byte = a.shm_ns_per_kb / 1e6
     # Prediction: one rank per core; blocks per side enough for one block per rank.
     predictions = []
     m = 1
@@ -158,10 +171,11 @@ def main():
                              "exchange_us": comm, "iteration_us": compute + comm})
         m *= 2
     out = {"fit": {"per_flow_ns": per_flow_us * 1e3, "per_entry_ns": per_entry_us * 1e3,
-                   "shm_alpha_us": shm_alpha_us, "shm_ns_per_kb": shm_us_per_byte * 1e6,
+                   "shm_alpha_us": fitted_shm[0], "shm_ns_per_kb": fitted_shm[1] * 1e6,
                    "on_runs": fit},
-           "assumed": {k: getattr(a, k) for k in ("hosts", "flows", "hosts_per_rack", "spines", "cores",
-                                                  "net_gbps", "net_alpha_us", "efficiency")},
+           "assumed": {**{k: getattr(a, k) for k in ("hosts", "flows", "hosts_per_rack", "spines", "cores",
+                                                     "net_gbps", "net_alpha_us", "efficiency")},
+                       "shm_alpha_us": shm_alpha_us, "shm_ns_per_kb": shm_us_per_byte * 1e6},
            "predictions": predictions, "diagonal": diagonal, "warnings": warnings}
     for w in warnings:
         print("mpi_model: " + w, file=sys.stderr)
