@@ -151,8 +151,7 @@ struct MpiDriver::Impl {
   std::vector<char> up_sums, down_sums, step_in;  // Real[2 * layers * size], as bytes
   std::vector<std::uint32_t> up_virtual, down_virtual;
 
-  int row() const { return grid_row(rank); }
-  int col() const { return grid_col(rank); }
+  int row = 0, col = 0;  // this rank's cell (kDiagonal), set with side
   // The grid in Z order: a rank's bits alternate between its column's (even
   // bits) and its row's (odd), so every aligned 2m × 2m square of the grid
   // is 4m² consecutive ranks. mpirun places consecutive ranks on one
@@ -163,15 +162,32 @@ struct MpiDriver::Impl {
     for (int b = 0; (1 << b) < side; ++b) z |= ((c >> b) & 1) << (2 * b) | ((r >> b) & 1) << (2 * b + 1);
     return z;
   }
-  int grid_row(int z) const {
-    int r = 0;
-    for (int b = 0; (1 << b) < side; ++b) r |= ((z >> (2 * b + 1)) & 1) << b;
-    return r;
+  void set_grid() {
+    while (side * side < ranks) side *= 2;
+    for (int b = 0; (1 << b) < side; ++b) {
+      row |= ((rank >> (2 * b + 1)) & 1) << b;
+      col |= ((rank >> (2 * b)) & 1) << b;
+    }
   }
-  int grid_col(int z) const {
-    int c = 0;
-    for (int b = 0; (1 << b) < side; ++b) c |= ((z >> (2 * b)) & 1) << b;
-    return c;
+  // The rank that holds FlowBlock `block` of num_blocks (owner_of()).
+  int owner_of(std::size_t block, std::size_t num_blocks) const {
+    if (exchange != Exchange::kDiagonal) return MpiDriver::owner(block, num_blocks, ranks);
+    // num_blocks is layout² (blocks per side, squared); block = src · layout + dst.
+    std::size_t layout = 1;
+    while (layout * layout < num_blocks) ++layout;
+    const auto n = static_cast<std::size_t>(side);
+    return at(static_cast<int>(block / layout * n / layout), static_cast<int>(block % layout * n / layout));
+  }
+  // The blocks rank r holds of nb, in block order (kept per block count).
+  const std::vector<std::uint32_t>& blocks_of(int r, std::size_t nb) {
+    if (held_blocks != nb || held.size() != static_cast<std::size_t>(ranks)) {
+      held.assign(static_cast<std::size_t>(ranks), {});
+      for (std::size_t b = 0; b < nb; ++b) {
+        held[static_cast<std::size_t>(owner_of(b, nb))].push_back(static_cast<std::uint32_t>(b));
+      }
+      held_blocks = nb;
+    }
+    return held[static_cast<std::size_t>(r)];
   }
 
   void set_links(std::size_t links) {
@@ -284,7 +300,7 @@ MpiDriver::MpiDriver(MPI_Comm comm, Exchange exchange) : impl_(std::make_unique<
   check(MPI_Comm_dup(comm, &impl_->comm), "Comm_dup");
   MPI_Comm_rank(impl_->comm, &impl_->rank);
   MPI_Comm_size(impl_->comm, &impl_->ranks);
-  while (impl_->side * impl_->side < impl_->ranks) impl_->side *= 2;
+  impl_->set_grid();
 }
 
 MpiDriver::~MpiDriver() {
@@ -306,35 +322,13 @@ int MpiDriver::owner(std::size_t block, std::size_t num_blocks, int ranks) {
 }
 
 int MpiDriver::owner_of(std::size_t block, std::size_t num_blocks) const {
-  const Impl& m = *impl_;
-  if (m.exchange != Exchange::kDiagonal) return owner(block, num_blocks, m.ranks);
-  // num_blocks is layout² (blocks per side, squared); block = src · layout + dst.
-  std::size_t layout = 1;
-  while (layout * layout < num_blocks) ++layout;
-  const std::size_t n = static_cast<std::size_t>(m.side);
-  const std::size_t i = block / layout * n / layout, j = block % layout * n / layout;
-  return m.at(static_cast<int>(i), static_cast<int>(j));
+  return impl_->owner_of(block, num_blocks);
 }
 
 void MpiDriver::set_link_sites(std::vector<LinkSite> sites) {
   impl_->link_sites = std::move(sites);
   impl_->diag_links = 0;  // the LinkBlocks are made again at the next iteration
 }
-
-namespace {
-
-// The blocks rank r holds of nb, in block order (kept per block count).
-const std::vector<std::uint32_t>& blocks_of(const MpiDriver& d, std::vector<std::vector<std::uint32_t>>& held,
-                                            std::size_t& held_blocks, int r, std::size_t nb) {
-  if (held_blocks != nb || held.size() != static_cast<std::size_t>(d.ranks())) {
-    held.assign(static_cast<std::size_t>(d.ranks()), {});
-    for (std::size_t b = 0; b < nb; ++b) held[static_cast<std::size_t>(d.owner_of(b, nb))].push_back(static_cast<std::uint32_t>(b));
-    held_blocks = nb;
-  }
-  return held[static_cast<std::size_t>(r)];
-}
-
-}  // namespace
 
 template <typename Real>
 void MpiDriver::iterate(BasicEngine<Real>& e) {
@@ -382,7 +376,7 @@ void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
   if (links > kLinkMask) throw std::length_error("MpiDriver: more than 2^28 links");
   m.set_links(links);
   const std::size_t nb = e.num_blocks();
-  const auto& mine = blocks_of(*this, m.held, m.held_blocks, m.rank, nb);
+  const auto& mine = m.blocks_of(m.rank, nb);
   if (m.priced.size() != nb) m.priced.assign(nb, 0);
 
   // 1. What goes where. A block's copies only grow (links are added, never
@@ -578,7 +572,7 @@ void MpiDriver::iterate_allreduce(BasicEngine<Real>& e) {
   const std::size_t nb = e.num_blocks();
   e.prepare();
   for (std::size_t b = 0; b < nb; ++b) {
-    if (owner_of(b, nb) == m.rank) e.rate_pass(b);
+    if (m.owner_of(b, nb) == m.rank) e.rate_pass(b);
   }
   const std::size_t n = 2 * e.num_layers() * e.num_links();
   Real* yh = m.sums<Real>(n);
@@ -591,7 +585,7 @@ void MpiDriver::iterate_allreduce(BasicEngine<Real>& e) {
   m.times.bytes_sent += 2 * n * sizeof(Real) * static_cast<std::uint64_t>(m.ranks - 1) / m.ranks;
   e.finish_links(e.update_links_from(0, e.num_links(), yh));
   for (std::size_t b = 0; b < nb; ++b) {
-    if (owner_of(b, nb) == m.rank) e.normalize_pass(b);
+    if (m.owner_of(b, nb) == m.rank) e.normalize_pass(b);
   }
 }
 
@@ -649,7 +643,7 @@ void MpiDriver::iterate_diagonal(BasicEngine<Real>& e) {
   e.use_classes(all_mask);
   const std::size_t nb = e.num_blocks();
   const std::uint32_t layout = e.blocks_per_side();
-  const int n = m.side, row = m.row(), col = m.col();
+  const int n = m.side, row = m.row, col = m.col;
   if (m.diag_links != links || m.diag_layout != layout) {
     // A site's group: its block along one side, scaled to the grid's.
     auto group = [&](std::uint32_t site) {
@@ -688,7 +682,7 @@ void MpiDriver::iterate_diagonal(BasicEngine<Real>& e) {
   std::fill(up, up + 2 * layers * nu, Real{0});
   std::fill(down, down + 2 * layers * nd, Real{0});
   e.prepare();
-  const auto& mine = blocks_of(*this, m.held, m.held_blocks, m.rank, nb);
+  const auto& mine = m.blocks_of(m.rank, nb);
   for (const std::size_t b : mine) {
     e.rate_pass(b);
     const auto s = e.block_sums(b);
@@ -838,16 +832,19 @@ void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
     return;
   }
   const std::size_t nb = e.num_blocks();
-  const auto& held = blocks_of(*this, m.held, m.held_blocks, m.rank, nb);
+  const auto& held = m.blocks_of(m.rank, nb);
   std::size_t mine = 1;
   for (const std::size_t b : held) mine += 2 * e.block_size(b);
   m.rates_out.resize(mine * sizeof(Real));
   Real* out = reinterpret_cast<Real*>(m.rates_out.data());
   out[0] = intact ? Real{0} : static_cast<Real>(kMirrorBroken);
-  for (std::size_t i = 0, at = 1; i < held.size(); ++i) {
-    const std::size_t b = held[i], n = e.block_size(b);
-    e.copy_block_rates(b, out + at, out + at + n);
-    at += 2 * n;
+  {
+    Real* to = out + 1;
+    for (const std::size_t b : held) {
+      const std::size_t n = e.block_size(b);
+      e.copy_block_rates(b, to, to + n);
+      to += 2 * n;
+    }
   }
   std::vector<int> counts, disp;
   if (m.rank == 0) {
@@ -856,7 +853,7 @@ void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
     int at = 0;
     for (int r = 0; r < m.ranks; ++r) {
       std::size_t n = 1;
-      for (const std::size_t b : blocks_of(*this, m.held, m.held_blocks, r, nb)) n += 2 * e.block_size(b);
+      for (const std::size_t b : m.blocks_of(r, nb)) n += 2 * e.block_size(b);
       counts[r] = static_cast<int>(n);
       disp[r] = at;
       at += counts[r];
@@ -868,10 +865,12 @@ void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
     // rank notes that a full gather happened, so all pick the same next one.
     if (m.rank != 0) {
       m.last_sent.resize((mine - 1) / 2);
-      for (std::size_t j = 0, at = 1, k = 0; j < held.size(); ++j) {
-        const std::size_t n = e.block_size(held[j]);
-        for (std::size_t i = 0; i < n; ++i) m.last_sent[k++] = static_cast<double>(out[at + n + i]);
-        at += 2 * n;
+      const Real* from = out + 1;
+      std::size_t k = 0;
+      for (const std::size_t b : held) {
+        const std::size_t n = e.block_size(b);
+        for (std::size_t i = 0; i < n; ++i) m.last_sent[k++] = static_cast<double>(from[n + i]);
+        from += 2 * n;
       }
     }
     m.last_sent_valid = true;
@@ -890,7 +889,7 @@ void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
                                " could not replay the engine's changes: its mirror differs");
     }
     ++in;
-    for (const std::size_t b : blocks_of(*this, m.held, m.held_blocks, r, nb)) {
+    for (const std::size_t b : m.blocks_of(r, nb)) {
       const std::size_t n = e.block_size(b);
       e.load_block_rates(b, in, in + n);
       in += 2 * n;
@@ -920,7 +919,7 @@ void MpiDriver::gather_moved_rates(BasicEngine<Real>& e, bool intact) {
   std::size_t count = 0;
   if (m.rank != 0) {
     std::uint32_t slot = 0;
-    for (const std::size_t b : blocks_of(*this, m.held, m.held_blocks, m.rank, nb)) {
+    for (const std::size_t b : m.blocks_of(m.rank, nb)) {
       const std::size_t n = e.block_size(b);
       Real* x = Impl::room<Real>(m.block_rates, 2 * n);
       Real* xn = x + n;
@@ -966,7 +965,7 @@ void MpiDriver::gather_moved_rates(BasicEngine<Real>& e, bool intact) {
       throw std::runtime_error("MPI rank " + std::to_string(r) +
                                " could not replay the engine's changes: its mirror differs");
     }
-    const auto& held = blocks_of(*this, m.held, m.held_blocks, r, nb);
+    const auto& held = m.blocks_of(r, nb);
     const auto* in = reinterpret_cast<const Moved<Real>*>(m.rates_in.data() + disp[r]);
     // Entries come in slot order: walk the blocks alongside.
     std::size_t i = 0, first = 0;
