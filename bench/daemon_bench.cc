@@ -28,7 +28,12 @@
 //   same before it, the largest move of a legitimate flow's rate, what the
 //   flood got, and the daemon's memory idle, under the flood and once the
 //   flood's endpoints have timed out. --quotas-only skips the runs without
-//   quotas; FT_FLOOD_QUOTAS="--flag value ..." adds daemon flags to them.
+//   quotas; FT_FLOOD_QUOTAS="--flag value ..." adds daemon flags to them;
+//   --flood-endpoints N spreads the flood over N endpoints (default 300,
+//   --quick 64). The flood runs at nice 19, and on a small machine still
+//   takes CPU the daemon and the probe wait for; --apart (root) runs this
+//   process and the daemon at SCHED_FIFO and the flood at SCHED_IDLE, as
+//   if the flood came from another machine and the daemon had its cores.
 // curve (--curve): the throughput run (10,000 flows) and the latency run
 //   (1,000 flows, probes 0.5 and 5 ms apart) with the daemon and every
 //   client speaking CURVE against the same runs without it, interleaved:
@@ -54,6 +59,7 @@
 // Machine caveat: generator and daemon share the machine's cores.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/resource.h>
@@ -98,6 +104,11 @@ constexpr std::uint32_t kHosts = 512;
 constexpr int kEndpoints = 8;
 // The daemon under test (--allocator-binary: A/B against another build).
 std::string g_allocator_binary = FT_ALLOCATOR_BINARY;
+// --flood --apart: as if the flood came from another machine and the daemon
+// and the legitimate endpoints had cores of their own (set in main).
+bool g_apart = false;
+// --flood: the endpoints the flood spreads over (--flood-endpoints).
+int g_flood_endpoints = 0;
 
 // CURVE for the runs that set it: the daemon's flags and the one key every
 // client (endpoints and control) holds, allowed as an endpoint for any host
@@ -633,7 +644,14 @@ class Flooder {
       // shares the cores with the daemon and the probe, so it runs at the
       // lowest priority and takes what they leave (its libzmq I/O thread,
       // started below, inherits the priority).
-      (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+      // With --apart it runs only on CPU nobody else wants, and gives it
+      // up the moment the daemon or a legitimate endpoint wakes.
+      if (g_apart) {
+        sched_param sp{};
+        (void)::sched_setscheduler(0, SCHED_IDLE, &sp);
+      } else {
+        (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+      }
       zmq::context_t ctx(1);
       std::vector<std::unique_ptr<zmq::socket_t>> socks;
       for (int i = 0; i < endpoints; ++i) {
@@ -798,7 +816,7 @@ json flood_run(const std::string& port, bool quotas, bool quick) {
   const double rss_idle = d.rss_mb();
   const Quantiles idle = quantiles(probe_run(probe, n, 1'000'000, &refused_idle, tick));
   const double flood_seconds = quick ? 2 : 10;
-  const int flooders = quick ? 64 : 300;
+  const int flooders = g_flood_endpoints > 0 ? g_flood_endpoints : quick ? 64 : 300;
   const json s_before = d.status();
   Flooder flood(port, flooders, flood_seconds);
   const auto t_flood = Clock::now();
@@ -841,6 +859,7 @@ json flood_run(const std::string& port, bool quotas, bool quick) {
     return s_flood["counters"][k].get<double>() - s_before["counters"][k].get<double>();
   };
   return {{"quotas", quotas},
+          {"apart", g_apart},
           {"flood_endpoints", flooders},
           {"flood_starts", flood.starts()},
           {"daemon_messages_in", grew("messages_in")},
@@ -1169,10 +1188,20 @@ int main(int argc, char** argv) {
     else if (a == "--early-rates") early = true;
     else if (a == "--busy-poll-us" && i + 1 < argc) early_busy_poll_us = std::stoull(argv[++i]);
     else if (a == "--quotas-only") quotas_only = true;
+    else if (a == "--apart") g_apart = true;
+    else if (a == "--flood-endpoints" && i + 1 < argc) {
+      g_flood_endpoints = std::atoi(argv[++i]);
+      if (g_flood_endpoints < 1 || g_flood_endpoints > 4096) {
+        std::cerr << "daemon_bench: --flood-endpoints takes 1-4096\n";
+        return 2;
+      }
+    }
     else if (a == "--allocator-binary" && i + 1 < argc) g_allocator_binary = argv[++i];
     else if (a == "-h" || a == "--help") {
       std::cout << "usage: daemon_bench [--quick] [--ipc] [--latency-only | --throughput-only |\n"
-                   "                    --ctl-flood | --curve | --flood [--quotas-only] | --memory |\n"
+                   "                    --ctl-flood | --curve |\n"
+                   "                    --flood [--quotas-only] [--apart] [--flood-endpoints N] |\n"
+                   "                    --memory |\n"
                    "                    --early-rates [--busy-poll-us US]]\n"
                    "                    [--allocator-binary PATH]   (prints JSON; see the file's header)\n";
       return 0;
@@ -1204,6 +1233,17 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (flood) {
+      if (g_apart) {
+        // The daemon, spawned from here, inherits the class; the flood
+        // thread leaves it for SCHED_IDLE.
+        sched_param sp{};
+        sp.sched_priority = 1;
+        if (::sched_setscheduler(0, SCHED_FIFO, &sp) != 0) {
+          std::cerr << "daemon_bench: --apart needs SCHED_FIFO (root or CAP_SYS_NICE): "
+                    << std::strerror(errno) << "\n";
+          return 2;
+        }
+      }
       // Interleaved: quotas on, off (quick: on only, the CI check).
       const std::string port = std::to_string(20000 + getpid() % 20000);
       for (int round = 0; round < (quick ? 1 : 2); ++round) {

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Markdown tables from daemon_bench JSON: throughput, latency, control bytes.
+"""Markdown tables from daemon_bench JSON: throughput, latency, control bytes,
+early rates and floods (the sections the file holds).
 
 Usage: python3 bench/daemon_table.py daemon.json [more.json ...]
 """
@@ -8,6 +9,8 @@ import sys
 
 
 def throughput(d):
+    if not d.get("throughput"):
+        return
     print(f"### Events absorbed ({d['transport']})\n")
     print("| engine threads | active flows | events/s | vs 1M goal | daemon CPU (cores) | iterations/s | iteration p50 (us) | bytes in / event | bytes out / rate update |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -20,6 +23,8 @@ def throughput(d):
 
 
 def latency(d):
+    if not d.get("latency"):
+        return
     base = d.get("zmq_echo_baseline")
     if isinstance(base, dict):
         base = [base]
@@ -53,6 +58,23 @@ def early_rates(d):
     print()
 
 
+def flood(d):
+    rows = d.get("flood")
+    if not rows:
+        return
+    print(f"### A flood from another address: the probe's start-to-rate latency ({d['transport']})\n")
+    print("| quotas | apart | flood endpoints | MB reached the daemon | flows held | iteration p50 (us) | turn p99 (us) | probe p50 idle -> flood (us) | probe p99 idle -> flood (us) | p99 / idle | probe refused | worst legitimate rate move |")
+    print("|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|")
+    for r in rows:
+        print(f"| {'on' if r['quotas'] else 'off'} | {'yes' if r.get('apart') else 'no'} | "
+              f"{r['flood_endpoints']} | {r['daemon_bytes_in'] / 1e6:,.0f} | {r['flows_during_flood']:,} | "
+              f"{r['iteration_p50_us']:.0f} | {r['turn_p99_us']:.0f} | "
+              f"{r['probe_p50_us_idle']:.0f} -> {r['probe_p50_us_flood']:.0f} | "
+              f"{r['probe_p99_us_idle']:.0f} -> {r['probe_p99_us_flood']:.0f} | {r['probe_p99_vs_idle']:.2f}x | "
+              f"{r['probe_refused_under_flood']} | {r['legit_worst_rate_change']:.3g} |")
+    print()
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
@@ -63,6 +85,7 @@ def main():
         throughput(d)
         latency(d)
         early_rates(d)
+        flood(d)
     return 0
 
 
