@@ -20,15 +20,19 @@
 //   cold = 1 the caches are flushed first (64 MB touched off the clock), as
 //   after the loop slept while other processes ran: cold over hot is what a
 //   sleeping loop pays in the allocator itself, apart from wake-ups.
-// BM_LeaseRefresh: one lease-refresh tick (on_timer) over every endpoint,
+// BM_LeaseRefresh/slice:S: one lease-refresh tick over every endpoint,
 //   which also digests the (key, rate) pairs each endpoint was told: its
 //   ns_per_flow beside BM_Iterate's is the digest's price, paid once per
-//   refresh interval (300 ms) instead of once per iteration.
+//   refresh interval (300 ms) instead of once per iteration. The tick takes
+//   S flows per on_timer call (AllocatorConfig::timer_slice; 0: all in one,
+//   the baseline); us_per_call is what one server turn carries.
 #include <benchmark/benchmark.h>
 #include <capnp/serialize-packed.h>
 #include <kj/io.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,9 +67,10 @@ struct Setup {
 
 // `active` flows (a multiple of kHalf) held by as many endpoints as the
 // per-endpoint limit needs, settled; the message cycle churns endpoint 0's.
-Setup make(std::size_t active) {
+Setup make(std::size_t active, std::uint32_t timer_slice = daemon::AllocatorConfig{}.timer_slice) {
   Setup s;
   daemon::AllocatorConfig c;
+  c.timer_slice = timer_slice;
   // No quotas: one endpoint sends far above any source's share here, and
   // a refused message would be counted as handled.
   c.max_messages_per_sec = 0;
@@ -243,17 +248,28 @@ void BM_EngineIterate(benchmark::State& state) {
 BENCHMARK(BM_EngineIterate)->ArgName("active")->Arg(1024)->Arg(10240)->Arg(50176);
 
 void BM_LeaseRefresh(benchmark::State& state) {
-  Setup s = make(static_cast<std::size_t>(state.range(0)));
+  const auto slice = static_cast<std::uint32_t>(state.range(1));
+  Setup s = make(static_cast<std::size_t>(state.range(0)), slice == 0 ? UINT32_MAX : slice);
+  double calls = 0;
   for (auto _ : state) {
     s.now += 300'000;
-    s.alloc->on_timer(s.now);
-    benchmark::DoNotOptimize(s.alloc->take_outbox());
+    // One tick: as many calls as the server's turns would make.
+    while (s.alloc->next_timer_us() <= s.now) {
+      s.alloc->on_timer(s.now);
+      benchmark::DoNotOptimize(s.alloc->take_outbox());
+      ++calls;
+    }
   }
   state.counters["ns_per_flow"] = benchmark::Counter(
       static_cast<double>(state.range(0)), benchmark::Counter::kIsIterationInvariantRate |
                                                benchmark::Counter::kInvert);
+  // What one server turn carries: the tick's time over its calls.
+  state.counters["calls_per_tick"] = calls / static_cast<double>(state.iterations());
+  state.counters["us_per_call"] = benchmark::Counter(
+      calls / 1e6, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
-BENCHMARK(BM_LeaseRefresh)->ArgName("active")->Arg(1024)->Arg(50176);
+// slice 0: the whole tick in one call (as before ticks were sliced).
+BENCHMARK(BM_LeaseRefresh)->ArgNames({"active", "slice"})->ArgsProduct({{1024, 50176, 200704}, {0, 8192}});
 
 }  // namespace
 

@@ -888,6 +888,9 @@ json flood_run(const std::string& port, bool quotas, bool quick) {
           {"iteration_p50_us", s_flood["counters"]["iteration_ns"]["p50"].get<double>() / 1e3},
           {"iteration_p99_us", s_flood["counters"]["iteration_ns"]["p99"].get<double>() / 1e3},
           {"turn_p99_us", s_flood["counters"]["turn_ns"]["p99"].get<double>() / 1e3},
+          // The tick's scan, a slice per call (over the whole run).
+          {"timer_p99_us", s_flood["counters"]["timer_ns"]["p99"].get<double>() / 1e3},
+          {"timer_p999_us", s_flood["counters"]["timer_ns"]["p999"].get<double>() / 1e3},
           {"rss_mb_idle", rss_idle},
           {"rss_mb_flood", rss_flood},
           // null: the flood's endpoints had not all timed out within 15 s

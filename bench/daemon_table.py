@@ -63,12 +63,12 @@ def flood(d):
     if not rows:
         return
     print(f"### A flood from another address: the probe's start-to-rate latency ({d['transport']})\n")
-    print("| quotas | apart | flood endpoints | MB reached the daemon | flows held | iteration p50 (us) | turn p99 (us) | probe p50 idle -> flood (us) | probe p99 idle -> flood (us) | p99 / idle | probe refused | worst legitimate rate move |")
-    print("|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|")
+    print("| quotas | apart | flood endpoints | MB reached the daemon | flows held | iteration p50 (us) | turn p99 (us) | tick call p99 (us) | probe p50 idle -> flood (us) | probe p99 idle -> flood (us) | p99 / idle | probe refused | worst legitimate rate move |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|")
     for r in rows:
         print(f"| {'on' if r['quotas'] else 'off'} | {'yes' if r.get('apart') else 'no'} | "
               f"{r['flood_endpoints']} | {r['daemon_bytes_in'] / 1e6:,.0f} | {r['flows_during_flood']:,} | "
-              f"{r['iteration_p50_us']:.0f} | {r['turn_p99_us']:.0f} | "
+              f"{r['iteration_p50_us']:.0f} | {r['turn_p99_us']:.0f} | {r.get('timer_p99_us', float('nan')):.0f} | "
               f"{r['probe_p50_us_idle']:.0f} -> {r['probe_p50_us_flood']:.0f} | "
               f"{r['probe_p99_us_idle']:.0f} -> {r['probe_p99_us_flood']:.0f} | {r['probe_p99_vs_idle']:.2f}x | "
               f"{r['probe_refused_under_flood']} | {r['legit_worst_rate_change']:.3g} |")

@@ -25,6 +25,7 @@ void validate(const AllocatorConfig& c) {
           "endpoint timeout must be longer than the lease (a silent endpoint's rates must "
           "lapse before its capacity is given away)");
   require(c.max_settle_iterations >= 1, "max settle iterations must be at least 1");
+  require(c.timer_slice >= 1, "timer slice must be at least 1");
   require(c.max_flows_per_endpoint >= 1 && c.max_flows_per_endpoint <= wire::kMaxResyncFlows,
           "max flows per endpoint must be 1-" + std::to_string(wire::kMaxResyncFlows) +
               " (an endpoint's state must fit one resync message)");
@@ -514,55 +515,76 @@ void Allocator::on_timer(std::uint64_t now_us) {
   // Woken for a planned deadline, not a tick: busy() now says so, and the
   // next iteration re-plans.
   if (now_us < next_timer_us_) return;
-  sweep_sources(now_us);
-  for (EndpointIdx idx = 0; idx < endpoints_.size(); ++idx) {
-    Endpoint* e = endpoints_[idx].get();
-    if (e == nullptr) continue;
-    const std::uint64_t deadline = e->last_heard_us + config_.endpoint_timeout_us;
-    if (now_us >= deadline) {
-      ++counters_.endpoints_timed_out;
-      counters_.flows_expired += e->flows.size();
-      if (log_ != nullptr && log_->enabled(LogLevel::kInfo)) {
-        log_->note(Note::kEndpointTimedOut, LogLevel::kInfo, now_us,
-                   "endpoint " + e->id + " timed out; " + std::to_string(e->flows.size()) +
-                       " flows removed");
-      }
-      drop_endpoint(idx);
-      continue;
-    }
-    // A refresh must not let rates outlive the endpoint's deadline: its
-    // capacity is handed to others then.
-    if (now_us + config_.lease_us > deadline) continue;
-    if (e->pacer) {
-      pending(*e).lease_refresh_us = config_.lease_us;  // with the host's rate
-      ++counters_.lease_refreshes;
-      continue;
-    }
-    if (e->flows.empty()) continue;
-    wire::AllocatorMessage& out = pending(*e);
-    out.lease_refresh_us = config_.lease_us;
-    ++counters_.lease_refreshes;
-    if (e->resend_rates) {
-      // An update may have been lost: tell the endpoint every rate again.
-      e->resend_rates = false;
-      for (const auto& [key, id] : e->flows) {
-        if (sent_[id] == 0) continue;  // the next iteration sends it
-        retell(*e, key, id);
-      }
-    }
-    // What we told it (after any resend above), so it can tell a lost
-    // update: one pass over its flows per refresh interval.
-    wire::StateDigest told;
-    for (const auto& [key, id] : e->flows) {
-      if (sent_[id] != 0) told.add_rate(key, sent_[id]);
-    }
-    out.rate_digest = told;
-    out.ack_seq = e->last_seq;
+  if (!timer_scan_) {
+    sweep_sources(now_us);
+    timer_scan_ = true;
+    timer_cursor_ = 0;
+    timer_scan_start_us_ = now_us;
   }
+  // Whole endpoints, as many as fit the slice (at least one).
+  std::size_t visited = 0;
+  while (timer_cursor_ < endpoints_.size()) {
+    const Endpoint* e = endpoints_[timer_cursor_].get();
+    const std::size_t cost = 1 + (e == nullptr ? 0 : e->flows.size());
+    if (visited > 0 && visited + cost > config_.timer_slice) break;
+    tick_endpoint(timer_cursor_++, now_us);
+    visited += cost;
+  }
+  if (timer_cursor_ < endpoints_.size()) {
+    next_timer_us_ = now_us;  // the rest on the next turn
+    return;
+  }
+  timer_scan_ = false;
   release_unused_hosts();  // those of the endpoints that timed out
+  // Ticks keep their period however long a scan takes to finish.
   next_timer_us_ = endpoint_ids_.live() == 0
                        ? UINT64_MAX
-                       : now_us + config_.lease_refresh_us;
+                       : std::max(now_us, timer_scan_start_us_ + config_.lease_refresh_us);
+}
+
+void Allocator::tick_endpoint(EndpointIdx idx, std::uint64_t now_us) {
+  Endpoint* e = endpoints_[idx].get();
+  if (e == nullptr) return;
+  const std::size_t flows = e->flows.size();
+  const std::uint64_t deadline = e->last_heard_us + config_.endpoint_timeout_us;
+  if (now_us >= deadline) {
+    ++counters_.endpoints_timed_out;
+    counters_.flows_expired += flows;
+    if (log_ != nullptr && log_->enabled(LogLevel::kInfo)) {
+      log_->note(Note::kEndpointTimedOut, LogLevel::kInfo, now_us,
+                 "endpoint " + e->id + " timed out; " + std::to_string(flows) + " flows removed");
+    }
+    drop_endpoint(idx);
+    return;
+  }
+  // A refresh must not let rates outlive the endpoint's deadline: its
+  // capacity is handed to others then.
+  if (now_us + config_.lease_us > deadline) return;
+  if (e->pacer) {
+    pending(*e).lease_refresh_us = config_.lease_us;  // with the host's rate
+    ++counters_.lease_refreshes;
+    return;
+  }
+  if (e->flows.empty()) return;
+  wire::AllocatorMessage& out = pending(*e);
+  out.lease_refresh_us = config_.lease_us;
+  ++counters_.lease_refreshes;
+  if (e->resend_rates) {
+    // An update may have been lost: tell the endpoint every rate again.
+    e->resend_rates = false;
+    for (const auto& [key, id] : e->flows) {
+      if (sent_[id] == 0) continue;  // the next iteration sends it
+      retell(*e, key, id);
+    }
+  }
+  // What we told it (after any resend above), so it can tell a lost
+  // update: one pass over its flows per refresh interval.
+  wire::StateDigest told;
+  for (const auto& [key, id] : e->flows) {
+    if (sent_[id] != 0) told.add_rate(key, sent_[id]);
+  }
+  out.rate_digest = told;
+  out.ack_seq = e->last_seq;
 }
 
 // ---- outbox ----

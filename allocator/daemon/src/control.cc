@@ -79,7 +79,8 @@ json counters_json(const Counters& c) {
           {"iteration_ns", histogram_json(c.iteration_ns)},
           {"turn_ns", histogram_json(c.turn_ns)},
           {"early_answer_ns", histogram_json(c.early_answer_ns)},
-          {"memory_check_ns", histogram_json(c.memory_check_ns)}};
+          {"memory_check_ns", histogram_json(c.memory_check_ns)},
+          {"timer_ns", histogram_json(c.timer_ns)}};
 }
 
 // Per class (those with flows) and per tenant: live flows and their rates.

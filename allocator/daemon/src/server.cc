@@ -385,7 +385,11 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
       received += n;
     }
     now = now_us();
-    if (now >= allocator_.next_timer_us()) allocator_.on_timer(now);
+    if (now >= allocator_.next_timer_us()) {
+      const std::int64_t t0 = steady_ns();
+      allocator_.on_timer(now);
+      allocator_.counters().timer_ns.record(static_cast<std::uint64_t>(steady_ns() - t0));
+    }
     if (allocator_.tell_early_rates(now) > 0) {
       flush();
       allocator_.counters().early_answer_ns.record(static_cast<std::uint64_t>(steady_ns() - drain_start));

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <optional>
 
 #include "flowtune.capnp.h"
@@ -1056,6 +1057,58 @@ TEST_F(AllocatorTest, LiveLeasesAreRefreshedPeriodically) {
   EXPECT_EQ(out[0].peer, "p");
   EXPECT_EQ(out[0].message.lease_refresh_us, 1'000'000u);
   EXPECT_GT(alloc_->next_timer_us(), now_);
+}
+
+TEST_F(AllocatorTest, ATickIsSpreadOverTurnsAndStillReachesEveryEndpoint) {
+  // Given: a tick's scan may visit 10 flows (and endpoints) a call; six
+  // endpoints hold 8 flows each, and two more have gone silent.
+  AllocatorConfig c = config();
+  c.timer_slice = 10;
+  make(c, 16);
+  for (std::uint32_t h = 0; h < 8; ++h) {
+    const std::string peer = "p" + std::to_string(h);
+    hello(peer, "ep" + std::to_string(h), "h" + std::to_string(h));
+    std::vector<wire::EndpointEvent> starts;
+    for (std::uint64_t k = 1; k <= 8; ++k) starts.emplace_back(start_of(k, h, 8 + k % 8));
+    send(peer, std::move(starts));
+  }
+  settle();
+  // When: ticks fall due while only p0..p5 keep talking, past the silent
+  // ones' timeout.
+  std::uint64_t turns = 0;
+  std::set<std::string> refreshed;
+  for (int tick = 0; tick < 11; ++tick) {
+    now_ += 300'000;
+    for (std::uint32_t h = 0; h < 6; ++h) send("p" + std::to_string(h), {wire::Heartbeat{}});
+    alloc_->take_outbox();
+    const std::uint64_t due = now_;
+    ASSERT_LE(alloc_->next_timer_us(), now_);
+    refreshed.clear();
+    // Each call is a server turn: it comes back (next_timer_us() is now)
+    // until the scan is done.
+    for (int turn = 0; alloc_->next_timer_us() <= now_; ++turn) {
+      ASSERT_LT(turn, 100) << "the scan does not finish";
+      const std::uint64_t before = alloc_->counters().lease_refreshes;
+      alloc_->on_timer(now_);
+      // 9 flows and endpoints each: one fits the slice of 10, two do not.
+      EXPECT_LE(alloc_->counters().lease_refreshes - before, 1u) << "one call refreshed past its slice";
+      for (const auto& o : alloc_->take_outbox()) {
+        if (o.message.lease_refresh_us > 0) refreshed.insert(o.peer);
+      }
+      ++turns;
+    }
+    // Expect: the tick keeps its period, and every endpoint still talking
+    // had its refresh.
+    EXPECT_EQ(alloc_->next_timer_us(), due + 300'000);
+    for (std::uint32_t h = 0; h < 6; ++h) {
+      EXPECT_TRUE(refreshed.contains("p" + std::to_string(h))) << "tick " << tick << ", p" << h;
+    }
+  }
+  EXPECT_GE(turns, 11u * 6) << "each tick should take a call per endpoint at 10 flows a call";
+  // And the silent endpoints timed out with their flows.
+  EXPECT_EQ(alloc_->counters().endpoints_timed_out, 2u);
+  EXPECT_EQ(alloc_->counters().flows_expired, 16u);
+  EXPECT_EQ(alloc_->num_flows(), 6u * 8);
 }
 
 TEST_F(AllocatorTest, AfterAFailedSendTheNextRefreshCarriesEveryRate) {

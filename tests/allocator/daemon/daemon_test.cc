@@ -603,6 +603,8 @@ TEST(DaemonMemory, WhatAConnectionStormFreedIsHandedBack) {
   }
   ASSERT_TRUE(back) << "rss idle " << idle << " MB, peak " << peak << " MB, now " << rss_mb(d.pid())
                     << " MB; " << s["heap"].dump();
+  // The ticks that timed them out are timed, each call of their scans.
+  EXPECT_GE(s["counters"]["timer_ns"]["count"].get<int>(), 1);
   // One more check's period, for anything freed after the first trim; then
   // the counts to compare against.
   std::this_thread::sleep_for(std::chrono::milliseconds(6000));

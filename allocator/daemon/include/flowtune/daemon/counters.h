@@ -97,6 +97,9 @@ struct Counters {
   LatencyHistogram early_answer_ns;
   // The loop's memory checks: weighing the heap, and trimming it when due.
   LatencyHistogram memory_check_ns;
+  // Each on_timer call of a tick's scan (lease refreshes and timeouts, a
+  // slice of the endpoints at a time: AllocatorConfig::timer_slice).
+  LatencyHistogram timer_ns;
 
   std::uint64_t events() const {
     return hellos + starts + ends + heartbeats + resyncs + rate_requests + progress;
