@@ -2,7 +2,8 @@
 // operations on one Allocator (raw frames from a few peers, well-formed
 // messages built from input bytes so deep states are reachable, iterations,
 // time jumps, bad frame counts; starts with coflow ids, planned under a
-// coflow policy the first byte picks). After every operation:
+// coflow policy the first byte picks, as is the lease tick's slice). After
+// every operation:
 //   - nothing crashed, leaked or tripped a sanitizer;
 //   - the flow count equals the flows listed, and the endpoints' holds equal
 //     the holders listed (one socket written by several endpoints is one flow);
@@ -141,6 +142,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   c.coflow_policy = static_cast<alloc::CoflowPolicy>((setup >> 1) & 3);
   c.coflow_share = (setup & 8) ? 1.0 : 0.7;
   c.coflow_aging_s = (setup & 16) ? 1e-3 : 0;
+  // For half the inputs a tick's scan takes 1-13 flows a call, so scans
+  // span several time steps with messages, iterations and compactions
+  // between their calls.
+  if (setup & 32) c.timer_slice = 1 + 4 * static_cast<std::uint32_t>(setup >> 6);
   daemon::Network net = daemon::Network::big_switch(kHosts - 2, 1e9, 2);
   daemon::Allocator a(std::move(net), c, 7, nullptr);
   std::uint64_t now = 1;
