@@ -97,8 +97,9 @@ struct Counters {
   LatencyHistogram early_answer_ns;
   // The loop's memory checks: weighing the heap, and trimming it when due.
   LatencyHistogram memory_check_ns;
-  // Each on_timer call of a tick's scan (lease refreshes and timeouts, a
-  // slice of the endpoints at a time: AllocatorConfig::timer_slice).
+  // Each on_timer call the loop makes: a slice of a tick's scan (lease
+  // refreshes and timeouts: AllocatorConfig::timer_slice), or a planned
+  // deadline passing.
   LatencyHistogram timer_ns;
 
   std::uint64_t events() const {
