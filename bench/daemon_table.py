@@ -43,13 +43,22 @@ def latency(d):
     print()
 
 
+def heading(title, columns, align):
+    """A table's title, header and alignment rows; align: one character a
+    column, 'r' right, 'l' left."""
+    print(f"### {title}\n")
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "|".join("---:" if a == "r" else "---" for a in align) + "|")
+
+
 def early_rates(d):
     rows = d.get("early_rates")
     if not rows:
         return
-    print(f"### Early rates: what the daemon adds to ZeroMQ's echo ({d['transport']})\n")
-    print("| active flows | probe gap (ms) | round | early rates | p50 (us) | p99 (us) | echo p50 / p99 (us) | added p50 (us) | added p99 (us) | iteration p50 (us) | early answer p50 (us) | corrected / probe |")
-    print("|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    heading(f"Early rates: what the daemon adds to ZeroMQ's echo ({d['transport']})",
+            ["active flows", "probe gap (ms)", "round", "early rates", "p50 (us)", "p99 (us)",
+             "echo p50 / p99 (us)", "added p50 (us)", "added p99 (us)", "iteration p50 (us)",
+             "early answer p50 (us)", "corrected / probe"], "rrrlrrlrrrrr")
     for r in rows:
         print(f"| {r['active_flows']:,} | {r['gap_ms']:g} | {r['round']} | {r['early_rates']} | "
               f"{r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['echo_p50_us']:.0f} / {r['echo_p99_us']:.0f} | "
@@ -62,9 +71,11 @@ def flood(d):
     rows = d.get("flood")
     if not rows:
         return
-    print(f"### A flood from another address: the probe's start-to-rate latency ({d['transport']})\n")
-    print("| quotas | apart | flood endpoints | MB reached the daemon | flows held | iteration p50 (us) | turn p99 (us) | tick call p99 (us) | probe p50 idle -> flood (us) | probe p99 idle -> flood (us) | p99 / idle | probe refused | worst legitimate rate move |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|")
+    heading(f"A flood from another address: the probe's start-to-rate latency ({d['transport']})",
+            ["quotas", "apart", "flood endpoints", "MB reached the daemon", "flows held",
+             "iteration p50 (us)", "turn p99 (us)", "tick call p99 (us)",
+             "probe p50 idle -> flood (us)", "probe p99 idle -> flood (us)", "p99 / idle",
+             "probe refused", "worst legitimate rate move"], "llrrrrrrllrrr")
     for r in rows:
         print(f"| {'on' if r['quotas'] else 'off'} | {'yes' if r.get('apart') else 'no'} | "
               f"{r['flood_endpoints']} | {r['daemon_bytes_in'] / 1e6:,.0f} | {r['flows_during_flood']:,} | "
