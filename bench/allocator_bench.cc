@@ -30,7 +30,6 @@
 #include <capnp/serialize-packed.h>
 #include <kj/io.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>

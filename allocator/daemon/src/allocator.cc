@@ -515,10 +515,9 @@ void Allocator::on_timer(std::uint64_t now_us) {
   // Woken for a planned deadline, not a tick: busy() now says so, and the
   // next iteration re-plans.
   if (now_us < next_timer_us_) return;
-  if (!timer_scan_) {
+  // A scan under way has passed its first endpoint: every call visits one.
+  if (timer_cursor_ == 0) {
     sweep_sources(now_us);
-    timer_scan_ = true;
-    timer_cursor_ = 0;
     timer_scan_start_us_ = now_us;
   }
   // Whole endpoints, as many as fit the slice (at least one).
@@ -534,7 +533,7 @@ void Allocator::on_timer(std::uint64_t now_us) {
     next_timer_us_ = now_us;  // the rest on the next turn
     return;
   }
-  timer_scan_ = false;
+  timer_cursor_ = 0;
   release_unused_hosts();  // those of the endpoints that timed out
   // Ticks keep their period however long a scan takes to finish.
   next_timer_us_ = endpoint_ids_.live() == 0

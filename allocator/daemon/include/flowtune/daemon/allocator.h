@@ -505,8 +505,8 @@ class Allocator {
   std::vector<std::pair<alloc::FlowId, std::uint64_t>> told_early_;
   std::uint64_t settle_iterations_ = 0;
   std::uint64_t next_timer_us_ = UINT64_MAX;
-  // The tick's scan under way (on_timer): the next endpoint, and when it began.
-  bool timer_scan_ = false;
+  // The tick's scan under way (on_timer): the next endpoint (0: none under
+  // way), and when it began.
   EndpointIdx timer_cursor_ = 0;
   std::uint64_t timer_scan_start_us_ = 0;
   std::uint64_t now_us_ = 0;  // the latest time the server gave us
