@@ -34,6 +34,10 @@
 //   takes CPU the daemon and the probe wait for; --apart (root) runs this
 //   process and the daemon at SCHED_FIFO and the flood at SCHED_IDLE, as
 //   if the flood came from another machine and the daemon had its cores.
+//   The kernel's real-time throttle then stops the busy daemon for the rest
+//   of each period (50 ms a second by default): the JSON records
+//   rt_runtime_us, and the probe's tail is the daemon's only with it off
+//   (-1).
 // curve (--curve): the throughput run (10,000 flows) and the latency run
 //   (1,000 flows, probes 0.5 and 5 ms apart) with the daemon and every
 //   client speaking CURVE against the same runs without it, interleaved:
@@ -1245,6 +1249,21 @@ int main(int argc, char** argv) {
           std::cerr << "daemon_bench: --apart needs SCHED_FIFO (root or CAP_SYS_NICE): "
                     << std::strerror(errno) << "\n";
           return 2;
+        }
+        // SCHED_FIFO threads that use a whole period's runtime are stopped
+        // for the rest of it (sched_rt_runtime_us of every
+        // sched_rt_period_us), and a loop busy all the time under the flood
+        // does: the probe then waits out the stop (tens of ms). Recorded,
+        // not changed: it is the machine's setting.
+        std::ifstream rt("/proc/sys/kernel/sched_rt_runtime_us");
+        long long runtime_us = 0;
+        if (rt >> runtime_us) {
+          out["rt_runtime_us"] = runtime_us;
+          if (runtime_us >= 0) {
+            std::cerr << "daemon_bench: the kernel's real-time throttle is on (sched_rt_runtime_us "
+                      << runtime_us << "): a busy daemon is stopped for the rest of each period; "
+                      << "'echo -1 > /proc/sys/kernel/sched_rt_runtime_us' turns it off\n";
+          }
         }
       }
       // Interleaved: quotas on, off (quick: on only, the CI check).

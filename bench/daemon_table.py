@@ -76,8 +76,13 @@ def flood(d):
              "iteration p50 (us)", "turn p99 (us)", "tick call p99 (us)",
              "probe p50 idle -> flood (us)", "probe p99 idle -> flood (us)", "p99 / idle",
              "probe refused", "worst legitimate rate move"], "llrrrrrrllrrr")
+    # --apart under the kernel's real-time throttle (rt_runtime_us >= 0):
+    # the busy daemon is stopped for the rest of each period.
+    rt = d.get("rt_runtime_us")
+    throttled = ", RT throttle on" if rt is not None and rt >= 0 else ""
     for r in rows:
-        print(f"| {'on' if r['quotas'] else 'off'} | {'yes' if r.get('apart') else 'no'} | "
+        apart = f"yes{throttled}" if r.get("apart") else "no"
+        print(f"| {'on' if r['quotas'] else 'off'} | {apart} | "
               f"{r['flood_endpoints']} | {r['daemon_bytes_in'] / 1e6:,.0f} | {r['flows_during_flood']:,} | "
               f"{r['iteration_p50_us']:.0f} | {r['turn_p99_us']:.0f} | {r.get('timer_p99_us', float('nan')):.0f} | "
               f"{r['probe_p50_us_idle']:.0f} -> {r['probe_p50_us_flood']:.0f} | "
