@@ -1250,11 +1250,8 @@ int main(int argc, char** argv) {
                     << std::strerror(errno) << "\n";
           return 2;
         }
-        // SCHED_FIFO threads that use a whole period's runtime are stopped
-        // for the rest of it (sched_rt_runtime_us of every
-        // sched_rt_period_us), and a loop busy all the time under the flood
-        // does: the probe then waits out the stop (tens of ms). Recorded,
-        // not changed: it is the machine's setting.
+        // The real-time throttle (top of file): recorded, not changed, since
+        // it is the machine's setting.
         std::ifstream rt("/proc/sys/kernel/sched_rt_runtime_us");
         long long runtime_us = 0;
         if (rt >> runtime_us) {

@@ -8,12 +8,21 @@ import json
 import sys
 
 
+def heading(title, columns, align):
+    """A table's title, header and alignment rows; align: one character a
+    column, 'r' right, 'l' left."""
+    print(f"### {title}\n")
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "|".join("---:" if a == "r" else "---" for a in align) + "|")
+
+
 def throughput(d):
     if not d.get("throughput"):
         return
-    print(f"### Events absorbed ({d['transport']})\n")
-    print("| engine threads | active flows | events/s | vs 1M goal | daemon CPU (cores) | iterations/s | iteration p50 (us) | bytes in / event | bytes out / rate update |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    heading(f"Events absorbed ({d['transport']})",
+            ["engine threads", "active flows", "events/s", "vs 1M goal", "daemon CPU (cores)",
+             "iterations/s", "iteration p50 (us)", "bytes in / event", "bytes out / rate update"],
+            "r" * 9)
     for r in d.get("throughput", []):
         print(f"| {r['threads']} | {r['active_flows']:,} | {r['events_per_s'] / 1e6:.2f} M | "
               f"{r['events_per_s'] / 1e6:.2f}x | {r['daemon_cpu_fraction']:.2f} | "
@@ -28,9 +37,10 @@ def latency(d):
     base = d.get("zmq_echo_baseline")
     if isinstance(base, dict):
         base = [base]
-    print(f"### Start-to-rate latency ({d['transport']})\n")
-    print("| engine threads | active flows | probe gap (ms) | busy-poll (us) | p50 (us) | p99 (us) | p99.9 (us) | echo p50 (us) | p50 / echo | daemon turn p50 (us) | iterations / probe |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    heading(f"Start-to-rate latency ({d['transport']})",
+            ["engine threads", "active flows", "probe gap (ms)", "busy-poll (us)", "p50 (us)",
+             "p99 (us)", "p99.9 (us)", "echo p50 (us)", "p50 / echo", "daemon turn p50 (us)",
+             "iterations / probe"], "r" * 11)
     for r in d.get("latency", []):
         echo = r.get("echo_p50_us", base[0]["p50_us"] if base else float("nan"))
         print(f"| {r['threads']} | {r['active_flows']:,} | {r['gap_ms']:g} | {r.get('busy_poll_us', 0)} | "
@@ -41,14 +51,6 @@ def latency(d):
         print(f"\nZeroMQ echo baseline (same run, {b['message_bytes']} B, gap {b.get('gap_ms', 0):g} ms): "
               f"p50 {b['p50_us']:.0f} us, p99 {b['p99_us']:.0f} us, p99.9 {b['p999_us']:.0f} us")
     print()
-
-
-def heading(title, columns, align):
-    """A table's title, header and alignment rows; align: one character a
-    column, 'r' right, 'l' left."""
-    print(f"### {title}\n")
-    print("| " + " | ".join(columns) + " |")
-    print("|" + "|".join("---:" if a == "r" else "---" for a in align) + "|")
 
 
 def early_rates(d):
