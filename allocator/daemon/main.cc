@@ -125,13 +125,15 @@ leases and limits:
                              timeouts checked (default 300)
   --endpoint-timeout-ms MS   an endpoint silent this long loses its flows; must
                              exceed the lease (default 3000)
-  --max-flows-per-endpoint N at most 16382, one resync message (default 16000)
+  --max-flows-per-endpoint N at most 16382, one resync message (default 16000;
+                             the host's --max-flows-per-source binds first)
   --max-endpoints N          (default 65536)
   --max-flows N              flows in all (default 2097152)
   --max-flows-per-source N   flows the endpoints of one host, the connections
                              from one peer address, and with CURVE the holder
-                             of one key, may hold together; 0 = no limit
-                             (default 65536)
+                             of one key, may hold together; past it a
+                             flowlet is refused and runs on TCP, unpaced;
+                             0 = no limit (default 8192)
   --max-endpoints-per-source N
                              endpoints per host, per peer address and per key
                              (default 4096)

@@ -1236,6 +1236,7 @@ TEST_F(AllocatorTest, AfterAnAllocatorRestartTheEndpointResyncsItsState) {
 TEST_F(AllocatorTest, HugeBatchesAreSplitWithinWireLimits) {
   AllocatorConfig c = config();
   c.max_flows_per_endpoint = wire::kMaxResyncFlows;
+  c.max_flows_per_source = 0;  // the host's quota would bind first
   make(c, 64);
   hello("p", "ep", "h0");
   // Given: the largest resync a message holds, then refusals owed to the same endpoint.
