@@ -98,9 +98,10 @@ struct AllocatorConfig {
   // flows and endpoints together, so that one peer cannot fill the global
   // tables through many endpoints. 0 = no limit. The flows one source holds
   // are iterated in every loop turn, which everyone else's start waits
-  // behind: at 8,192 a flood over 300 endpoints of one address kept the
-  // others' start->rate p99 within 1.3x of idle, at 65,536 it took it to
-  // 3-13x (docs/reliability.md). A flowlet refused runs on TCP, unpaced.
+  // behind: under a flood over 300 endpoints of one address the others'
+  // start->rate p99 was 0.3-1.2x idle at 8,192 and 3-13x at 65,536 (RT
+  // throttle off; docs/reliability.md). A flowlet refused runs on TCP,
+  // unpaced.
   std::uint32_t max_flows_per_source = 1u << 13;
   std::uint32_t max_endpoints_per_source = 4096;
   // Per-endpoint message rate: a token bucket of this many messages/s with a
