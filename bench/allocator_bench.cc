@@ -14,6 +14,10 @@
 //   wire::decode (refused from a scan) against Cap'n Proto unpacking it as
 //   the codec let it before.
 // BM_CtlFlowsPage: one page of flowtune-ctl's flows reply at 100,352 flows.
+// BM_CtlStatus, BM_CtlLinksPage, BM_CtlTenantsPage/shared:0|1: status and a
+//   page of links or tenants at 100,352 flows, 200 requests a second, each
+//   making its own pass over the flows (0, the baseline) or sharing one a
+//   second (1, ControlCache as the server runs it).
 // BM_StartAnswer/cold:0|1: one flowlet start answered as the daemon's turn
 //   answers it with early rates on (on_message, tell_early_rates,
 //   take_outbox, wire::encode), then ended and iterated off the clock; with
@@ -48,8 +52,12 @@ using daemon::Allocator;
 constexpr std::uint32_t kHosts = 512;
 constexpr std::size_t kHalf = 64;
 
+// Distinct tenant names the setup's flows carry (0: none); make() sets it.
+std::size_t g_tenants = 0;
+
 wire::FlowletStart flow(std::uint64_t key, std::uint32_t src) {
   wire::FlowletStart s;
+  if (g_tenants > 0) s.tenant = "tenant-" + std::to_string(key % g_tenants);
   s.flow_key = key + 1;  // keys on the wire start at 1
   std::uint32_t dst = static_cast<std::uint32_t>(((key * 0x9E3779B97F4A7C15ULL) >> 33) % kHosts);
   if (dst == src) dst = (dst + 1) % kHosts;
@@ -66,8 +74,10 @@ struct Setup {
 
 // `active` flows (a multiple of kHalf) held by as many endpoints as the
 // per-endpoint limit needs, settled; the message cycle churns endpoint 0's.
-Setup make(std::size_t active, std::uint32_t timer_slice = daemon::AllocatorConfig{}.timer_slice) {
+Setup make(std::size_t active, std::uint32_t timer_slice = daemon::AllocatorConfig{}.timer_slice,
+           std::size_t tenants = 0) {
   Setup s;
+  g_tenants = tenants;
   daemon::AllocatorConfig c;
   c.timer_slice = timer_slice;
   // No quotas: one endpoint sends far above any source's share here, and
@@ -213,16 +223,60 @@ BENCHMARK(BM_UnpackBombBaseline);
 void BM_CtlFlowsPage(benchmark::State& state) {
   Setup s = make(static_cast<std::size_t>(state.range(0)));
   const auto page = static_cast<std::size_t>(state.range(1));
+  daemon::ControlCache cache;
   std::uint64_t from = 0;
   for (auto _ : state) {
     const std::string r = daemon::control_reply(
-        *s.alloc, {"bench", 0, {}, {}, {}}, "flows " + std::to_string(page) + " " + std::to_string(from), s.now);
+        *s.alloc, {"bench", 0, {}, {}, {}}, "flows " + std::to_string(page) + " " + std::to_string(from), s.now,
+        cache);
     benchmark::DoNotOptimize(r.data());
     from = (from + page) % s.alloc->num_flows();
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * page));
 }
 BENCHMARK(BM_CtlFlowsPage)->ArgNames({"active", "page"})->Args({100352, 500})->Unit(benchmark::kMicrosecond);
+
+// `flowtune-ctl status`, one page of `links` and one of `tenants` at
+// 100,000 flows (carrying `tenants` distinct tenant names), requests in
+// turn as a flood sends them, the server's clock moving 5 ms a request (200
+// requests a second, the server's budget): with shared:1 the replies share
+// one pass over the flows a second (ControlCache, as the server does), with
+// shared:0 each makes its own (the baseline: status did so before). What
+// each request costs the loop, beside BM_Iterate's iteration.
+void ctl_requests(benchmark::State& state, const std::string& request) {
+  Setup s = make(static_cast<std::size_t>(state.range(0)), daemon::AllocatorConfig{}.timer_slice,
+                 static_cast<std::size_t>(state.range(1)));
+  // shared:0, the baseline: a pass per request (an unlimited budget).
+  daemon::ControlCache cache(state.range(2) != 0 ? daemon::ControlCache::kPassesPerSec : 0);
+  std::size_t bytes = 0;
+  for (auto _ : state) {
+    s.now += 5000;
+    // The loop iterates between requests (off the clock): every request
+    // finds the rates moved.
+    state.PauseTiming();
+    s.alloc->iterate(s.now);
+    benchmark::DoNotOptimize(s.alloc->take_outbox());
+    state.ResumeTiming();
+    const std::string r = daemon::control_reply(*s.alloc, {"bench", 0, {}, {}, {}}, request, s.now, cache);
+    bytes = r.size();
+    benchmark::DoNotOptimize(r.data());
+  }
+  state.counters["reply_bytes"] = static_cast<double>(bytes);
+  state.counters["passes_per_request"] =
+      static_cast<double>(cache.passes()) / static_cast<double>(state.iterations());
+}
+void BM_CtlStatus(benchmark::State& state) { ctl_requests(state, "status"); }
+void BM_CtlLinksPage(benchmark::State& state) { ctl_requests(state, "links 500"); }
+void BM_CtlTenantsPage(benchmark::State& state) { ctl_requests(state, "tenants 500"); }
+void ctl_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"active", "tenants", "shared"})->Unit(benchmark::kMicrosecond);
+  for (int shared : {0, 1}) {
+    for (int tenants : {0, 65536}) b->Args({100352, tenants, shared});
+  }
+}
+BENCHMARK(BM_CtlStatus)->Apply(ctl_args);
+BENCHMARK(BM_CtlLinksPage)->Apply(ctl_args);
+BENCHMARK(BM_CtlTenantsPage)->Apply(ctl_args);
 
 void BM_Iterate(benchmark::State& state) {
   Setup s = make(static_cast<std::size_t>(state.range(0)));

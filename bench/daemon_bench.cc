@@ -13,12 +13,14 @@
 //   measured in the same run: a ZeroMQ DEALER/ROUTER echo of a message of the
 //   same size over the same transport (the floor any allocator pays).
 //
-// ctl flood (--ctl-flood): the latency run with and without a flowtune-ctl
-//   client dumping every flow 5 times a second (page after page, as
-//   flowtune-ctl --limit does; against an allocator that does not page, one
-//   request a dump), runs interleaved: the loop's turn p99 and the probe's p99 under the flood
-//   against the same figures without it (the control plane must not stall
-//   the data plane).
+// ctl flood (--ctl-flood): the latency run (100,000 flows carrying 10,000
+//   tenant names) with and without a flowtune-ctl client dumping the
+//   allocator's whole state 5 times a second (status, then every page of
+//   endpoints, flows, links and tenants, as `flowtune-ctl all --limit`
+//   does), runs interleaved: the loop's turn p99 and the probe's p99 under
+//   the flood against the same figures without it (the control plane must
+//   not stall the data plane). The client runs at SCHED_IDLE, as if from
+//   another machine. --allocator-binary runs an older daemon.
 //
 // flood (--flood): legitimate endpoints and a probe from one address, then
 //   a flood from another (many endpoints: random, repeated and absurd
@@ -72,6 +74,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <chrono>
@@ -192,7 +195,15 @@ class Daemon {
     if ((item.revents & ZMQ_POLLIN) == 0 || !s.recv(tag) || !s.recv(body)) return std::nullopt;
     return json::parse(body.to_string_view());
   }
-  json status() { return ask("status").value(); }
+  // Waits out "retry_ms" answers, as flowtune-ctl does: under a ctl flood
+  // the bench's own requests share the daemon's budget.
+  json status() {
+    for (int i = 0;; ++i) {
+      json j = ask("status").value();
+      if (!j.contains("retry_ms") || i == 500) return j;
+      std::this_thread::sleep_for(std::chrono::milliseconds(j["retry_ms"].get<int>()));
+    }
+  }
   // User + system CPU seconds of the daemon so far.
   double cpu_s() const { return flowtune::bench::process_cpu_s(pid_); }
   // Resident memory, MB.
@@ -222,8 +233,13 @@ class Daemon {
   pid_t pid_ = -1;
 };
 
+// Distinct tenant names the background flows carry (0: none; the ctl
+// flood's runs set it).
+std::size_t g_flow_tenants = 0;
+
 wire::FlowletStart flow(std::uint64_t key, std::uint32_t src, std::uint32_t dst) {
   wire::FlowletStart s;
+  if (g_flow_tenants > 0) s.tenant = "tenant-" + std::to_string(key % g_flow_tenants);
   s.flow_key = key + 1;  // keys on the wire start at 1
   s.endpoints = wire::HostPair{src, dst};
   s.bytes = 1 << 20;
@@ -412,22 +428,33 @@ Quantiles echo_baseline(const std::string& listen, std::size_t bytes, int rounds
   return quantiles(rtt);
 }
 
-// Dumps every flow `per_s` times a second, as flowtune-ctl --limit does:
-// "flows 100000", then page after page from each reply's "next", waiting
-// out "retry_ms" answers; each reply awaited (up to 5 s) before the next
+// Dumps the allocator's state `per_s` times a second, as `flowtune-ctl all
+// --limit 100000` does: status, then every page of endpoints, flows, links
+// and tenants (each from the previous reply's "next"), waiting out
+// "retry_ms" answers; each reply awaited (up to 5 s) before the next
 // request. A dump that takes longer than its period starts the next at once.
 class CtlFlood {
  public:
+  static constexpr const char* kKinds[] = {"status", "endpoints", "flows", "links", "tenants"};
   CtlFlood(const std::string& listen, double per_s) {
     if (per_s <= 0) return;
     thread_ = std::thread([this, listen, per_s] {
+      // At SCHED_IDLE, as if from another machine: sending and parsing a
+      // reply per 5 ms took CPU the daemon and the probe then waited for
+      // on two vCPUs (at nice 19 too: the probe's p50 rose from 0.2 to 1.8
+      // ms with the old daemon and the new alike, and with status alone).
+      {
+        sched_param idle{};
+        (void)::sched_setscheduler(0, SCHED_IDLE, &idle);
+      }
       zmq::context_t ctx(1);
       zmq::socket_t s(ctx, zmq::socket_type::dealer);
       s.set(zmq::sockopt::linger, 0);
       s.connect(listen);
       const auto period = std::chrono::duration<double>(1.0 / per_s);
       auto next_dump = Clock::now();
-      std::string request = "flows 100000";
+      std::size_t kind = 0;
+      std::string request = kKinds[0];
       while (!stop_.load()) {
         s.send(zmq::str_buffer("flowtune-ctl"), zmq::send_flags::sndmore);
         s.send(zmq::buffer(request), zmq::send_flags::none);
@@ -443,13 +470,16 @@ class CtlFlood {
           continue;
         }
         ++replies_;
+        ++by_kind_[kind];
         bytes_ += body.size();
         if (j.contains("next") && j["next"].is_number()) {
-          request = "flows 100000 " + std::to_string(j["next"].get<std::uint64_t>());
+          request = std::string(kKinds[kind]) + " 100000 " + std::to_string(j["next"].get<std::uint64_t>());
           continue;
         }
+        kind = (kind + 1) % std::size(kKinds);
+        request = kind == 0 ? std::string(kKinds[0]) : std::string(kKinds[kind]) + " 100000";
+        if (kind != 0) continue;
         ++dumps_;
-        request = "flows 100000";
         next_dump += std::chrono::duration_cast<Clock::duration>(period);
         while (!stop_.load() && Clock::now() < next_dump) {
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -466,8 +496,15 @@ class CtlFlood {
   std::uint64_t bytes() const { return bytes_; }
   std::uint64_t dumps() const { return dumps_; }
   std::uint64_t retries() const { return retries_; }
+  // After stop(): replies to each kind of request.
+  json replies_by_kind() const {
+    json j = json::object();
+    for (std::size_t k = 0; k < std::size(kKinds); ++k) j[kKinds[k]] = by_kind_[k];
+    return j;
+  }
 
  private:
+  std::array<std::uint64_t, std::size(kKinds)> by_kind_{};
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> replies_{0}, bytes_{0}, dumps_{0}, retries_{0};
   std::thread thread_;
@@ -574,6 +611,14 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
           {"ctl_replies", flood.replies()},
           {"ctl_dumps", flood.dumps()},
           {"ctl_retries", flood.retries()},
+          {"ctl_replies_by_kind", flood.replies_by_kind()},
+          // Passes over every flow the daemon made for status, links and
+          // tenants replies over the probes (ControlCache; an older
+          // daemon: null).
+          {"daemon_totals_passes", s1.contains("totals_passes")
+                                       ? json(s1["totals_passes"].get<double>() - s0["totals_passes"].get<double>())
+                                       : json(nullptr)},
+          {"seconds", elapsed},
           {"ctl_reply_bytes_mean",
            flood.replies() > 0 ? static_cast<double>(flood.bytes()) / static_cast<double>(flood.replies()) : 0.0}};
 }
@@ -877,6 +922,7 @@ json flood_run(const std::string& port, bool quotas, bool quick) {
           {"daemon_starts", grew("starts")},
           {"flood_seconds", flood_s},
           {"flows_during_flood", s_flood["flows"]},
+          {"max_flows_per_source", s_flood["config"]["max_flows_per_source"]},
           {"endpoints_during_flood", s_flood["endpoints"]},
           {"refused_too_many_flows", errs.value("too_many_flows", 0)},
           {"refused_too_many_endpoints", errs.value("too_many_endpoints", 0)},
@@ -1234,14 +1280,21 @@ int main(int argc, char** argv) {
   try {
     if (ctl_flood) {
       // Interleaved: without, with, without, with; 100,000 flows (quick:
-      // 10,000), probes 10 ms apart.
+      // 10,000), 1,000 probes 10 ms apart (quick: 100).
+      // The flows carry 10,000 distinct tenant names (quick: 2,000), each
+      // in the tenants pages (status once listed them all).
       const std::size_t active = quick ? 10000 : 100000;
-      const int n = quick ? 100 : 300;
+      const int n = quick ? 100 : 1000;
+      g_flow_tenants = quick ? 2000 : 10000;
       for (int round = 0; round < (quick ? 1 : 2); ++round) {
         for (double per_s : {0.0, 5.0}) {
-          out["ctl_flood"].push_back(latency_run(listen, 1, active, n, 0.01, 0, per_s));
+          json r = latency_run(listen, 1, active, n, 0.01, 0, per_s);
+          r["tenants"] = g_flow_tenants;
+          r["round"] = round;
+          out["ctl_flood"].push_back(r);
         }
       }
+      g_flow_tenants = 0;
       std::cout << out.dump(2) << "\n";
       return 0;
     }

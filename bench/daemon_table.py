@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Markdown tables from daemon_bench JSON: throughput, latency, control bytes,
-early rates and floods (the sections the file holds).
+early rates, flowtune-ctl floods and floods (the sections the file holds).
 
 Usage: python3 bench/daemon_table.py daemon.json [more.json ...]
 """
@@ -93,6 +93,30 @@ def flood(d):
     print()
 
 
+def ctl_flood(d):
+    rows = d.get("ctl_flood")
+    if not rows:
+        return
+    heading(f"A flowtune-ctl flood: the probe's start-to-rate latency and the loop's turns ({d['transport']})",
+            ["round", "active flows", "tenants", "ctl dumps / s", "replies", "retries", "reply bytes (mean)",
+             "probe p50 (us)", "probe p99 (us)", "p99 / idle", "turn p99 (us)", "turn p99 / idle"],
+            "r" * 12)
+    idle = {}
+    for r in rows:
+        if r["ctl_requests_per_s"] == 0:
+            idle[r.get("round", 0)] = r
+    for r in rows:
+        base = idle.get(r.get("round", 0))
+        p99 = r["p99_us"] / base["p99_us"] if base and base["p99_us"] > 0 else float("nan")
+        turn = (r["daemon_turn_p99_us"] / base["daemon_turn_p99_us"]
+                if base and base["daemon_turn_p99_us"] > 0 else float("nan"))
+        print(f"| {r.get('round', 0)} | {r['active_flows']:,} | {r.get('tenants', 0):,} | "
+              f"{r['ctl_requests_per_s']:g} | {r['ctl_replies']:,} | {r['ctl_retries']:,} | "
+              f"{r['ctl_reply_bytes_mean']:,.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | {p99:.2f}x | "
+              f"{r['daemon_turn_p99_us']:.0f} | {turn:.2f}x |")
+    print()
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
@@ -103,6 +127,7 @@ def main():
         throughput(d)
         latency(d)
         early_rates(d)
+        ctl_flood(d)
         flood(d)
     return 0
 

@@ -41,6 +41,8 @@ commands:
   endpoints   connected endpoints: host, flows, idle time, messages, errors
   flows       active flows: endpoints, path, weight, current and sent rate
   links       links that carry flows: capacity, allocation, utilization, price
+  tenants     tenants: flows, rates, weight, guarantee and cap (status shows
+              the first 32)
   all         every section above
   reload      the allocator re-reads its --policy file and key lists (as
               SIGHUP; needs an admin key, or a loopback listener without CURVE)
@@ -52,8 +54,8 @@ options:
   --allocator ENDPOINT   the allocator's --listen endpoint (default
                          $FLOWTUNE_ALLOCATOR or tcp://127.0.0.1:5555)
   --json                 print the allocator's JSON reply instead of tables
-  --limit N              at most N flows, endpoints or links (default 1000;
-                         asked a page of 500 at a time)
+  --limit N              at most N flows, endpoints, links or tenants
+                         (default 1000; asked a page of 500 at a time)
   --timeout-ms MS        wait this long for a reply (default 1000)
   --watch SECONDS        repeat every SECONDS until interrupted
   --curve-server KEY     the allocator's public key (Z85, or its .pub file):
@@ -114,8 +116,8 @@ Options parse(int argc, char** argv) {
       o.key_hosts = args.value();
     } else if (!args.arg().empty() && args.arg()[0] != '-' && !have_command) {
       const std::string_view a = args.arg();
-      if (a != "status" && a != "endpoints" && a != "flows" && a != "links" && a != "all" &&
-          a != "reload" && a != "keygen") {
+      if (a != "status" && a != "endpoints" && a != "flows" && a != "links" && a != "tenants" &&
+          a != "all" && a != "reload" && a != "keygen") {
         args.fail("unknown command: " + std::string(a));
       }
       o.command = a;
@@ -283,7 +285,8 @@ std::string rate(double bps) {
   return s.str();
 }
 
-void print_policy(const json& p) {
+// p: status's policy; j_age_s: how old the allocator's sums over flows are.
+void print_policy(const json& p, double j_age_s) {
   std::cout << "classes  ";
   for (const auto& [k, s] : p["classes"].items()) {
     std::cout << " " << k << ": " << s["flows"] << " flows " << rate(s["rate_bps"].get<double>());
@@ -298,6 +301,14 @@ void print_policy(const json& p) {
     if (s.contains("weight")) std::cout << ")";
   }
   std::cout << (p["tenants"].empty() ? " none\n" : "\n");
+  const auto total = p.value("tenants_total", std::uint64_t{0});
+  const auto shown = p.value("tenants_shown", total);
+  if (shown < total) {
+    std::cout << "          (" << shown << " of " << total << " tenants; flowtune-ctl tenants shows all)\n";
+  }
+  if (j_age_s > 0) {
+    std::cout << "          (sums over flows as of " << std::setprecision(1) << j_age_s << " s ago)\n";
+  }
   std::cout << "planning  " << p.value("replans", 0u) << " floor plans; "
             << p.value("deadlines_infeasible", 0u) << " deadlines infeasible, "
             << p.value("guarantees_refused", 0u) << " guarantee floors refused";
@@ -375,7 +386,7 @@ void print_status(const json& j) {
               << h["age_s"].get<double>() << " s ago); " << c.value("memory_trims", 0u)
               << " trims\n";
   }
-  if (j.contains("policy")) print_policy(j["policy"]);
+  if (j.contains("policy")) print_policy(j["policy"], j.value("totals_age_s", 0.0));
   if (j.contains("auth") && j["auth"].value("mode", "") == "curve") {
     const json& a = j["auth"];
     std::cout << "auth      CURVE: " << a["keys"]["endpoint"] << " endpoint, " << a["keys"]["ctl"]
@@ -473,7 +484,32 @@ void print_links(const json& j) {
   print_more(j, "links");
 }
 
-// Up to --limit items of `what` (flows, endpoints, links), a page per
+void print_tenants(const json& j) {
+  std::cout << std::left << std::setw(24) << "TENANT" << std::right << std::setw(8) << "FLOWS"
+            << std::setw(10) << "RATE" << std::setw(8) << "WEIGHT" << std::setw(11) << "GUARANTEE"
+            << std::setw(10) << "CAP" << "\n";
+  for (const json& t : j["tenants"]) {
+    std::string name = t["name"].get<std::string>();
+    if (name.size() > 23) name = name.substr(0, 22) + "~";
+    const auto bps = [&](const char* k) {
+      const double v = t.value(k, 0.0);
+      return v > 0 ? rate(v) : std::string("-");
+    };
+    std::cout << std::left << std::setw(24) << name << std::right << std::setw(8)
+              << t["flows"].get<std::uint64_t>() << std::setw(10) << rate(t["rate_bps"].get<double>())
+              << std::setw(8) << std::setprecision(2) << t["weight"].get<double>() << std::setw(11)
+              << bps("guarantee_bps") << std::setw(10) << bps("cap_bps") << "\n";
+  }
+  if (j.contains("no_tenant")) {
+    const json& n = j["no_tenant"];
+    std::cout << std::left << std::setw(24) << "(none)" << std::right << std::setw(8)
+              << n["flows"].get<std::uint64_t>() << std::setw(10) << rate(n["rate_bps"].get<double>())
+              << "\n";
+  }
+  print_more(j, "tenants");
+}
+
+// Up to --limit items of `what` (flows, endpoints, links, tenants), a page per
 // request (the allocator answers at most a page at a time so that no reply
 // stalls its loop); "total" is the last page's count.
 // Not a snapshot: items that come or go between pages may be missed or
@@ -499,6 +535,7 @@ json ask_pages(zmq::context_t& ctx, const Options& o, const std::string& what) {
     epoch = e;
     for (const json& f : page[what]) all[what].push_back(f);
     all["total"] = page.value("total", json(all[what].size()));
+    if (page.contains("no_tenant")) all["no_tenant"] = page["no_tenant"];
     if (!page.contains("next") || page["next"].is_null()) break;
     from = page["next"].get<std::uint64_t>();
   }
@@ -522,10 +559,11 @@ void show(zmq::context_t& ctx, const Options& o) {
   // Pages: {ITEMS: [...], total}. --json prints endpoints and links as
   // their arrays (as before paging), flows as the object.
   json pages = json::object();
-  for (const char* what : {"endpoints", "flows", "links"}) {
+  for (const char* what : {"endpoints", "flows", "links", "tenants"}) {
     if (!all && o.command != what) continue;
     pages[what] = ask_pages(ctx, o, what);
-    out[what] = std::string(what) == "flows" ? pages[what] : pages[what][what];
+    const std::string w = what;
+    out[what] = w == "flows" || w == "tenants" ? pages[what] : pages[what][what];
   }
   if (o.json) {
     std::cout << (all ? out : out.begin().value()).dump(2) << "\n";
@@ -535,6 +573,7 @@ void show(zmq::context_t& ctx, const Options& o) {
   if (pages.contains("endpoints")) print_endpoints(pages["endpoints"]);
   if (pages.contains("flows")) print_flows(pages["flows"]);
   if (pages.contains("links")) print_links(pages["links"]);
+  if (pages.contains("tenants")) print_tenants(pages["tenants"]);
 }
 
 }  // namespace

@@ -675,30 +675,24 @@ std::vector<EndpointView> Allocator::endpoints(std::uint64_t now_us, std::size_t
   return v;
 }
 
-std::vector<std::uint32_t> Allocator::flows_per_link() const {
-  std::vector<std::uint32_t> n(engine_->num_links(), 0);
-  for (const Flow& f : flows_) {
-    if (!f.live()) continue;
-    for (alloc::LinkId l : f.path) ++n[l];
-  }
-  return n;
-}
-
-PolicyTotals Allocator::policy_totals() const {
-  PolicyTotals t;
+FlowTotals Allocator::totals() const {
+  FlowTotals t;
+  t.by_tenant.resize(policy_.num_tenants() + 1);
+  t.link_flows.assign(engine_->num_links(), 0);
+  t.link_allocated_bps.assign(engine_->num_links(), 0.0);
   for (alloc::FlowId id = 0; id < flows_.size(); ++id) {
     const Flow& f = flows_[id];
     if (!f.live()) continue;
     const double r = engine_->rate_bps(id);
-    for (PolicyTotals::Sum* s : {&t.by_class[f.priority_class], &t.by_tenant[f.tenant]}) {
+    for (FlowTotals::Sum* s : {&t.by_class[f.priority_class], &t.by_tenant[f.tenant_id]}) {
       ++s->flows;
       s->rate_bps += r;
     }
+    for (const alloc::LinkId l : f.path) {
+      ++t.link_flows[l];
+      t.link_allocated_bps[l] += r;
+    }
   }
-  for (alloc::TenantId id = 1; id <= policy_.num_tenants(); ++id) {
-    t.specs.emplace(std::string(policy_.name(id)), policy_.spec(id));
-  }
-  t.counters = policy_.counters();
   return t;
 }
 

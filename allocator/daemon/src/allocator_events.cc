@@ -461,6 +461,7 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
   if (tenant == alloc::kNoTenant && !f.tenant.empty() && policy_.num_tenants() < kMaxTenants) {
     tenant = policy_.tenant(f.tenant);
   }
+  f.tenant_id = tenant;
   policy_.add(id, {tenant, s.weight, 0, f.deadline_at_us, s.bytes, f.coflow_id, spec.path}, now_us);
   f.started_us = now_us;
   sent_[id] = 0;

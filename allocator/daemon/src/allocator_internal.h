@@ -81,6 +81,7 @@ struct Allocator::Flow {
   std::uint64_t bytes = 0;
   std::uint64_t coflow_id = 0;
   std::string tenant;               // as the endpoint named it; empty: none
+  alloc::TenantId tenant_id = alloc::kNoTenant;  // the policy's, set at its start
   std::uint64_t deadline_at_us = 0;  // 0: none
   std::uint64_t started_us = 0;
   bool live() const { return endpoint != kNone; }

@@ -83,33 +83,48 @@ json counters_json(const Counters& c) {
           {"timer_ns", histogram_json(c.timer_ns)}};
 }
 
-// Per class (those with flows) and per tenant: live flows and their rates.
-json policy_json(const Allocator& a) {
-  const PolicyTotals t = a.policy_totals();
+// Tenants a status reply shows: there may be kMaxTenants (65,536), and
+// their names are peers' (256 bytes each); `tenants` pages the rest.
+constexpr std::size_t kStatusTenants = 32;
+
+FlowTotals::Sum tenant_sum(const FlowTotals& t, alloc::TenantId id) {
+  // A tenant named since the pass was made has no sums in it yet.
+  return id < t.by_tenant.size() ? t.by_tenant[id] : FlowTotals::Sum{};
+}
+
+// Per class (those with flows), flows in no tenant, and the first
+// kStatusTenants tenants (the operator's come first): live flows, their
+// rates and the tenant's spec.
+json policy_json(const Allocator& a, const FlowTotals& t) {
+  const alloc::PolicyBook& p = a.policy();
   json classes = json::object(), tenants = json::object();
   for (std::size_t k = 0; k < t.by_class.size(); ++k) {
     if (t.by_class[k].flows == 0) continue;
     classes[std::to_string(k)] = {{"flows", t.by_class[k].flows}, {"rate_bps", t.by_class[k].rate_bps}};
   }
-  for (const auto& [name, s] : t.by_tenant) {
-    tenants[name] = {{"flows", s.flows}, {"rate_bps", s.rate_bps}};
+  if (const FlowTotals::Sum none = tenant_sum(t, alloc::kNoTenant); none.flows > 0) {
+    tenants[""] = {{"flows", none.flows}, {"rate_bps", none.rate_bps}};
   }
-  // The tenants' specs (the operator's, or the default for names endpoints
-  // brought), beside their totals.
-  for (const auto& [name, spec] : t.specs) {
-    json& j = tenants[name];
-    if (!j.contains("flows")) j = {{"flows", 0}, {"rate_bps", 0.0}};
-    j["weight"] = spec.weight;
-    j["guarantee_bps"] = spec.guarantee_bps;
-    j["cap_bps"] = spec.cap_bps;
+  const std::size_t shown = std::min(p.num_tenants(), kStatusTenants);
+  for (alloc::TenantId id = 1; id <= shown; ++id) {
+    const alloc::TenantSpec& spec = p.spec(id);
+    const FlowTotals::Sum sum = tenant_sum(t, id);
+    tenants[std::string(p.name(id))] = {{"flows", sum.flows},
+                                        {"rate_bps", sum.rate_bps},
+                                        {"weight", spec.weight},
+                                        {"guarantee_bps", spec.guarantee_bps},
+                                        {"cap_bps", spec.cap_bps}};
   }
+  const alloc::PolicyCounters& c = p.counters();
   return {{"classes", classes},
           {"tenants", tenants},
-          {"replans", t.counters.replans},
-          {"deadlines_infeasible", t.counters.deadlines_infeasible},
-          {"guarantees_refused", t.counters.guarantees_refused},
-          {"coflow_plans", t.counters.coflow_plans},
-          {"coflows_ordered", t.counters.coflows_ordered}};
+          {"tenants_total", p.num_tenants()},
+          {"tenants_shown", shown},
+          {"replans", c.replans},
+          {"deadlines_infeasible", c.deadlines_infeasible},
+          {"guarantees_refused", c.guarantees_refused},
+          {"coflow_plans", c.coflow_plans},
+          {"coflows_ordered", c.coflows_ordered}};
 }
 
 json auth_json(const AuthInfo& au) {
@@ -147,7 +162,9 @@ json ha_json(const HaInfo& h) {
           {"lease_left_s", h.lease_left_s}};
 }
 
-json status_json(const Allocator& a, const ServerInfo& info) {
+// totals: from a pass made totals_age_s ago, the cache's passes-th.
+json status_json(const Allocator& a, const ServerInfo& info, const FlowTotals& totals,
+                 double totals_age_s, std::uint64_t passes) {
   const Network& n = a.network();
   const AllocatorConfig& cfg = a.config();
   return {{"epoch", a.epoch()},
@@ -187,34 +204,9 @@ json status_json(const Allocator& a, const ServerInfo& info) {
           {"standby_pair", ha_json(info.ha)}};
 }
 
-// Where the next page starts, or null: the last page.
-json next_of(std::uint32_t next) { return next == UINT32_MAX ? json(nullptr) : json(next); }
-
-// "endpoints [LIMIT [FROM]]": a page of endpoints in slot order.
-json endpoints_json(const Allocator& a, std::uint64_t now_us, std::size_t limit,
-                    std::uint32_t from) {
-  json list = json::array();
-  std::uint32_t next = UINT32_MAX;
-  for (const EndpointView& e : a.endpoints(now_us, limit, from, &next)) {
-    list.push_back({{"id", e.endpoint_id},
-                    {"peer", printable_peer(e.peer)},
-                    {"host", a.network().host_name(e.host)},
-                    {"flows", e.flows},
-                    {"idle_ms", static_cast<double>(e.idle_us) * 1e-3},
-                    {"messages", e.messages},
-                    {"errors", e.errors}});
-    if (!e.key_name.empty()) {
-      list.back()["key"] = e.key_name;
-      list.back()["vouched_by_relays"] = e.vouched_by;
-    }
-  }
-  return {{"endpoints", list}, {"total", a.num_endpoints()}, {"epoch", a.epoch()},
-          {"next", next_of(next)}};
-}
-
-// The flows page is written as text directly: it is the one reply that
-// grows with flows, and building it as json objects cost 11 µs a flow
-// (5.5 ms a page of 500) inside the loop, against 22 µs for the page's data.
+// Pages are written as JSON text directly: building the flows page as json
+// objects cost 11 µs a flow (5.5 ms a page of 500) inside the loop, against
+// 22 µs for the page's data.
 class JsonWriter {
  public:
   void raw(std::string_view s) { out_ += s; }
@@ -281,6 +273,20 @@ class JsonWriter {
   void member_str(std::string_view k, std::string_view v) {
     key(k);
     str(v);
+  }
+  // A page's closing members: the total, the allocator's run (pages of
+  // another run do not continue this one) and where the next page starts
+  // (null: this was the last).
+  void page_end(std::uint64_t total, std::uint64_t epoch, std::uint32_t next) {
+    member("total", total);
+    member("epoch", epoch);
+    key("next");
+    if (next != UINT32_MAX) {
+      num(std::uint64_t{next});
+    } else {
+      raw("null");
+    }
+    close();
   }
   std::string take() { return std::move(out_); }
 
@@ -353,58 +359,151 @@ std::string flows_text(const Allocator& a, std::uint64_t now_us, std::size_t lim
     w.close();
   }
   w.raw("]");
-  w.member("total", std::uint64_t{a.num_flows()});
-  w.member("epoch", a.epoch());  // pages of another run do not continue this one
-  w.key("next");  // where the next page starts
-  if (next != UINT32_MAX) {
-    w.num(std::uint64_t{next});
-  } else {
-    w.raw("null");
+  w.page_end(a.num_flows(), a.epoch(), next);
+  return w.take();
+}
+
+// "endpoints [LIMIT [FROM]]": a page of endpoints in slot order.
+std::string endpoints_text(const Allocator& a, std::uint64_t now_us, std::size_t limit,
+                           std::uint32_t from) {
+  std::uint32_t next = UINT32_MAX;
+  const std::vector<EndpointView> page = a.endpoints(now_us, limit, from, &next);
+  JsonWriter w;
+  w.open();
+  w.key("endpoints");
+  w.raw("[");
+  for (std::size_t i = 0; i < page.size(); ++i) {
+    const EndpointView& e = page[i];
+    if (i > 0) w.raw(",");
+    w.open();
+    w.member_str("id", e.endpoint_id);
+    w.member_str("peer", printable_peer(e.peer));
+    w.member_str("host", a.network().host_name(e.host));
+    w.member("flows", std::uint64_t{e.flows});
+    w.member("idle_ms", static_cast<double>(e.idle_us) * 1e-3);
+    w.member("messages", e.messages);
+    w.member("errors", e.errors);
+    if (!e.key_name.empty()) {
+      w.member_str("key", e.key_name);
+      w.member("vouched_by_relays", std::uint64_t{e.vouched_by});
+    }
+    w.close();
   }
-  w.close();
+  w.raw("]");
+  w.page_end(a.num_endpoints(), a.epoch(), next);
   return w.take();
 }
 
 // "links [LIMIT [FROM]]": a page of the links that carry flows, in id order
 // from link FROM on.
-json links_json(const Allocator& a, std::size_t limit, alloc::LinkId from) {
+std::string links_text(const Allocator& a, const FlowTotals& t, std::size_t limit,
+                       alloc::LinkId from) {
   const alloc::Engine& eng = a.engine();
-  const std::vector<double> alloc_bps = eng.link_allocation_bps();
-  const std::vector<std::uint32_t> flows = a.flows_per_link();
-  json list = json::array();
   const Network& n = a.network();
+  // A link added since the pass was made carries no flow in it yet.
+  const std::size_t links = std::min<std::size_t>(eng.num_links(), t.link_flows.size());
   std::uint32_t next = UINT32_MAX;
-  std::size_t busy = 0;
-  for (alloc::LinkId l = 0; l < eng.num_links(); ++l) {
-    if (flows[l] == 0) continue;  // idle links would drown the busy ones
+  std::uint64_t busy = 0;
+  std::size_t listed = 0;
+  JsonWriter w;
+  w.open();
+  w.key("links");
+  w.raw("[");
+  for (alloc::LinkId l = 0; l < links; ++l) {
+    if (t.link_flows[l] == 0) continue;  // idle links would drown the busy ones
     ++busy;
     if (l < from || next != UINT32_MAX) continue;
-    if (list.size() == limit) {
+    if (listed == limit) {
       next = l;
       continue;
     }
+    if (listed++ > 0) w.raw(",");
     const double cap = n.topology().capacity_bps(l);
-    list.push_back({{"id", l},
-                    {"name", n.link_name(l)},
-                    {"capacity_bps", cap},
-                    {"scheduled_bps", eng.capacity_bps(l)},
-                    {"allocated_bps", alloc_bps[l]},
-                    {"utilization", alloc_bps[l] / cap},
-                    {"flows", flows[l]},
-                    {"price", eng.price(l)}});
+    w.open();
+    w.member("id", std::uint64_t{l});
+    w.member_str("name", n.link_name(l));
+    w.member("capacity_bps", cap);
+    w.member("scheduled_bps", eng.capacity_bps(l));
+    w.member("allocated_bps", t.link_allocated_bps[l]);
+    w.member("utilization", t.link_allocated_bps[l] / cap);
+    w.member("flows", std::uint64_t{t.link_flows[l]});
+    w.member("price", eng.price(l));
+    w.close();
   }
-  return {{"links", list}, {"total_links", eng.num_links()}, {"total", busy},
-          {"epoch", a.epoch()}, {"next", next_of(next)}};
+  w.raw("]");
+  w.member("total_links", std::uint64_t{eng.num_links()});
+  w.page_end(busy, a.epoch(), next);
+  return w.take();
+}
+
+// "tenants [LIMIT [FROM]]": a page of tenants in id order (the operator's
+// first, then the names endpoints brought), with their flows, rates and
+// specs; and the flows in no tenant.
+std::string tenants_text(const Allocator& a, const FlowTotals& t, std::size_t limit,
+                         std::uint32_t from) {
+  const alloc::PolicyBook& p = a.policy();
+  const std::size_t n = p.num_tenants();
+  JsonWriter w;
+  w.open();
+  w.key("tenants");
+  w.raw("[");
+  alloc::TenantId id = std::max<std::uint32_t>(from, 1);
+  for (std::size_t listed = 0; id <= n && listed < limit; ++id, ++listed) {
+    if (listed > 0) w.raw(",");
+    const alloc::TenantSpec& spec = p.spec(id);
+    const FlowTotals::Sum sum = tenant_sum(t, id);
+    w.open();
+    w.member("id", std::uint64_t{id});
+    w.member_str("name", p.name(id));
+    w.member("flows", sum.flows);
+    w.member("rate_bps", sum.rate_bps);
+    w.member("weight", spec.weight);
+    w.member("guarantee_bps", spec.guarantee_bps);
+    w.member("cap_bps", spec.cap_bps);
+    w.close();
+  }
+  w.raw("]");
+  const FlowTotals::Sum none = tenant_sum(t, alloc::kNoTenant);
+  w.key("no_tenant");
+  w.open();
+  w.member("flows", none.flows);
+  w.member("rate_bps", none.rate_bps);
+  w.close();
+  w.page_end(n, a.epoch(), id <= n ? id : UINT32_MAX);
+  return w.take();
 }
 
 }  // namespace
 
+ControlCache::Version ControlCache::version_of(const Allocator& a) {
+  const Counters& c = a.counters();
+  return {a.epoch(), c.iterations, a.num_flows(), c.starts, c.ends};
+}
+
+const FlowTotals& ControlCache::totals(const Allocator& a, std::uint64_t now_us) {
+  const Version v = version_of(a);
+  // Another run's pass (a standby that took over) describes other flows.
+  const bool must = !valid_ || v.epoch != version_.epoch;
+  if (must || (v != version_ && passes_allowed_.take(now_us))) {
+    totals_ = a.totals();
+    valid_ = true;
+    version_ = v;
+    at_us_ = now_us;
+    ++passes_;
+  }
+  return totals_;
+}
+
+double ControlCache::age_s(std::uint64_t now_us) const {
+  return valid_ && now_us > at_us_ ? static_cast<double>(now_us - at_us_) * 1e-6 : 0.0;
+}
+
 std::string control_reply(const Allocator& a, const ServerInfo& info, std::string_view request,
-                          std::uint64_t now_us) {
+                          std::uint64_t now_us, ControlCache& cache) {
   const std::size_t space = request.find(' ');
   const std::string_view cmd = request.substr(0, space);
-  // "flows|endpoints|links [LIMIT [FROM]]": at most LIMIT items (capped at
-  // a page) from id FROM on (the previous reply's "next").
+  // "flows|endpoints|links|tenants [LIMIT [FROM]]": at most LIMIT items
+  // (capped at a page) from id FROM on (the previous reply's "next").
   std::size_t limit = kDefaultPage;
   std::uint32_t from = 0;
   if (space != std::string_view::npos) {
@@ -421,20 +520,19 @@ std::string control_reply(const Allocator& a, const ServerInfo& info, std::strin
     if (!ok) return json{{"error", "bad limit or start in request"}}.dump();
     limit = std::clamp<std::size_t>(limit, 1, kMaxPage);
   }
+  if (cmd == "endpoints") return endpoints_text(a, now_us, limit, from);
+  if (cmd == "flows") return flows_text(a, now_us, limit, from);
+  if (cmd == "links") return links_text(a, cache.totals(a, now_us), limit, from);
+  if (cmd == "tenants") return tenants_text(a, cache.totals(a, now_us), limit, from);
   json reply;
   if (cmd == "status") {
-    reply = status_json(a, info);
-  } else if (cmd == "endpoints") {
-    reply = endpoints_json(a, now_us, limit, from);
-  } else if (cmd == "flows") {
-    return flows_text(a, now_us, limit, from);
-  } else if (cmd == "links") {
-    reply = links_json(a, limit, from);
+    const FlowTotals& t = cache.totals(a, now_us);
+    reply = status_json(a, info, t, cache.age_s(now_us), cache.passes());
   } else {
     // Printable only: the request came off the wire.
     std::string shown;
     for (char c : cmd.substr(0, 64)) shown += (c >= 0x20 && c < 0x7f) ? c : '?';
-    reply = {{"error", "unknown request \"" + shown + "\"; try status, endpoints, flows, links, reload"}};
+    reply = {{"error", "unknown request \"" + shown + "\"; try status, endpoints, flows, links, tenants, reload"}};
   }
   return reply.dump(-1, ' ', false, json::error_handler_t::replace);
 }

@@ -524,7 +524,8 @@ std::string Server::control(std::string_view request, const KeyEntry* sender, st
     return role_answer(role(), takeover_ ? takeover_->term() : 0, takeover_ ? takeover_->id() : 0);
   }
   if (cmd != "reload") {
-    return control_reply(allocator_, {bound_, now, auth_info_, heap_, ha_info(now)}, request, now);
+    return control_reply(allocator_, {bound_, now, auth_info_, heap_, ha_info(now)}, request, now,
+                         control_cache_);
   }
   // Changes state: an admin key, or without CURVE a listener only this
   // host can reach.

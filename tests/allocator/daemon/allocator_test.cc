@@ -71,6 +71,11 @@ class AllocatorTest : public ::testing::Test {
   void hello(std::string_view peer, std::string id, std::string host) {
     send(peer, {wire::Hello{std::move(id), std::move(host)}});
   }
+  // flowtune-ctl's request, answered from sums made now.
+  std::string ctl(const std::string& request) {
+    ControlCache fresh;
+    return control_reply(*alloc_, {"x", 0, {}, {}, {}}, request, now_, fresh);
+  }
   // Iterates until the allocator is idle; collects everything it emits.
   std::vector<Outgoing> settle() {
     std::vector<Outgoing> all = alloc_->take_outbox();
@@ -628,7 +633,7 @@ TEST_F(AllocatorTest, TheFlowsPageIsValidJsonWhateverPeersNamed) {
   s.weight = 2.5f;
   send("p", {s, start_of(8, 0, 2)});
   settle();
-  const std::string text = control_reply(*alloc_, {"x", 0, {}, {}, {}}, "flows 1", now_);
+  const std::string text = ctl("flows 1");
   const auto j = nlohmann::json::parse(text);  // throws on invalid JSON
   ASSERT_EQ(j["flows"].size(), 1u);
   const auto& f = j["flows"][0];
@@ -644,7 +649,7 @@ TEST_F(AllocatorTest, TheFlowsPageIsValidJsonWhateverPeersNamed) {
   EXPECT_EQ(j["total"], 2);
   EXPECT_TRUE(j["next"].is_number());
   const auto last = nlohmann::json::parse(
-      control_reply(*alloc_, {"x", 0, {}, {}, {}}, "flows 5 " + std::to_string(j["next"].get<int>()), now_));
+      ctl("flows 5 " + std::to_string(j["next"].get<int>())));
   ASSERT_EQ(last["flows"].size(), 1u);
   EXPECT_EQ(last["flows"][0]["key"], 8);
   EXPECT_TRUE(last["next"].is_null());
@@ -664,7 +669,7 @@ TEST_F(AllocatorTest, EndpointsAndLinksComeInPages) {
     std::string from;
     for (int pages = 0; pages < 10; ++pages) {
       const auto j = nlohmann::json::parse(
-          control_reply(*alloc_, {"x", 0, {}, {}, {}}, what + " 2" + from, now_));
+          ctl(what + " 2" + from));
       ASSERT_LE(j[what].size(), 2u) << what;
       EXPECT_EQ(j["epoch"], alloc_->epoch());
       for (const auto& item : j[what]) {
@@ -685,9 +690,86 @@ TEST_F(AllocatorTest, EndpointsAndLinksComeInPages) {
   }
   // Without a limit: one page of up to 500 (an older flowtune-ctl, which
   // asks without one, shows the first 500).
-  const auto all = nlohmann::json::parse(control_reply(*alloc_, {"x", 0, {}, {}, {}}, "endpoints", now_));
+  const auto all = nlohmann::json::parse(ctl("endpoints"));
   EXPECT_EQ(all["endpoints"].size(), 5u);
   EXPECT_TRUE(all["next"].is_null());
+}
+
+// status, links and tenants sum over every flow: they share one pass,
+// made again only after a change and at most ControlCache::kPassesPerSec a
+// second, so a flood of them costs the loop a few passes a second; a lone
+// request after a change sees it. Status shows the first 32 tenants; the
+// tenants pages hold every one exactly once.
+TEST_F(AllocatorTest, CtlRepliesShareOnePassOverTheFlows) {
+  hello("p", "ep", "h0");
+  std::vector<wire::EndpointEvent> starts;
+  for (std::uint64_t k = 1; k <= 40; ++k) {
+    wire::FlowletStart f = start_of(k, 0, 1 + k % 7);
+    f.tenant = "t" + std::to_string(k);
+    starts.emplace_back(f);
+  }
+  send("p", starts);
+  settle();
+  ControlCache cache;
+  const auto ask = [&](const std::string& r) {
+    return nlohmann::json::parse(control_reply(*alloc_, {"x", 0, {}, {}, {}}, r, now_, cache));
+  };
+  // A lone request sees every flow.
+  auto status = ask("status");
+  EXPECT_EQ(cache.passes(), 1u);
+  EXPECT_EQ(status["policy"]["tenants_total"], 40);
+  EXPECT_EQ(status["policy"]["tenants_shown"], 32);
+  EXPECT_EQ(status["policy"]["tenants"].size(), 32u);
+  EXPECT_EQ(status["policy"]["tenants"]["t1"]["flows"], 1);
+  // Unchanged, a pass serves any number of requests however old it is.
+  now_ += 10'000'000;
+  for (int i = 0; i < 100; ++i) ask(i % 2 == 0 ? "links" : "tenants");
+  EXPECT_EQ(cache.passes(), 1u);
+  // A flood while flows change: at most the burst at once, then
+  // kPassesPerSec a second.
+  for (int i = 0; i < 200; ++i) {
+    send("p", {wire::FlowletEnd{41 + static_cast<std::uint64_t>(i)}, start_of(41 + i + 1, 0, 2)});
+    alloc_->iterate(now_);
+    (void)ask("status");
+  }
+  EXPECT_EQ(cache.passes(), 1u + 4u);
+  for (int i = 0; i < 200; ++i) {
+    now_ += 5'000;  // a second of 200 requests
+    alloc_->iterate(now_);
+    ask(i % 2 == 0 ? "status" : "links");
+  }
+  EXPECT_LE(cache.passes(), 1u + 4u + 4u + 1u);
+  EXPECT_GE(cache.passes(), 1u + 4u + 3u);
+  // A lone request after a quiet second sees the change: a new flow.
+  now_ += 1'000'000;
+  send("p", {start_of(1000, 0, 5)});
+  settle();
+  EXPECT_EQ(ask("status")["flows"], alloc_->num_flows());
+  const auto links = ask("links");
+  std::uint64_t on_links = 0;
+  for (const auto& l : links["links"]) {
+    if (l["name"] == "h0.up") on_links = l["flows"].get<std::uint64_t>();
+  }
+  EXPECT_EQ(on_links, alloc_->num_flows());
+  // Tenant pages: every tenant once, with its flows; flows in none apart.
+  std::set<std::string> names;
+  std::uint64_t tenant_flows = 0;
+  std::string from;
+  for (int pages = 0; pages < 20; ++pages) {
+    const auto j = ask("tenants 7" + from);
+    ASSERT_LE(j["tenants"].size(), 7u);
+    for (const auto& t : j["tenants"]) {
+      names.insert(t["name"].get<std::string>());
+      tenant_flows += t["flows"].get<std::uint64_t>();
+    }
+    if (j["next"].is_null()) {
+      EXPECT_EQ(j["total"], 40);
+      EXPECT_EQ(tenant_flows + j["no_tenant"]["flows"].get<std::uint64_t>(), alloc_->num_flows());
+      break;
+    }
+    from = " " + std::to_string(j["next"].get<std::uint64_t>());
+  }
+  EXPECT_EQ(names.size(), 40u);
 }
 
 // Progress events: the helloAck says they are read; a report grows the
@@ -1597,11 +1679,11 @@ TEST_F(AllocatorTest, ClassesFollowTheOperatorsDefaultAndTopClass) {
   EXPECT_NEAR(static_cast<double>(rates.at({"a", 1})), share(1) * (1 - 2 * reserve), share(1) * 1e-3);
   EXPECT_NEAR(static_cast<double>(rates.at({"a", 2})), share(1) * reserve, share(1) * 1e-3);
   EXPECT_NEAR(static_cast<double>(rates.at({"a", 3})), share(1) * reserve, share(1) * 1e-3);
-  const PolicyTotals t = alloc_->policy_totals();
+  const FlowTotals t = alloc_->totals();
   EXPECT_EQ(t.by_class[2].flows, 1u);
   EXPECT_EQ(t.by_class[3].flows, 1u);
   EXPECT_EQ(t.by_class[6].flows, 1u);
-  EXPECT_EQ(t.by_tenant.at("").flows, 3u);
+  EXPECT_EQ(t.by_tenant.at(alloc::kNoTenant).flows, 3u);
   // A resync naming another class for a live flow replaces its hold.
   plain.priority_class = 2;
   send("a", {wire::Resync{{greedy, plain, low}}});
@@ -1807,9 +1889,10 @@ tenant = "b"
   for (const FlowView& f : alloc_->flows(now_, 20)) {
     EXPECT_EQ(f.tenant, f.endpoint_id == "ep-a" ? "a" : "b");
   }
-  const PolicyTotals t = alloc_->policy_totals();
-  EXPECT_EQ(t.by_tenant.at("b").flows, 8u);
-  EXPECT_EQ(t.specs.at("b").weight, 1);
+  const FlowTotals t = alloc_->totals();
+  const alloc::TenantId b_id = alloc_->policy().find("b");
+  EXPECT_EQ(t.by_tenant.at(b_id).flows, 8u);
+  EXPECT_EQ(alloc_->policy().spec(b_id).weight, 1);
   // SIGHUP with b at weight 3: live flows re-weighted, none dropped.
   alloc_->set_policy(policy("[tenants.a]\nweight = 1\n[tenants.b]\nweight = 3\n"));
   const auto after = last_rates(settle());
@@ -1879,7 +1962,7 @@ TEST_F(AllocatorTest, DeadlinesGetFloorsAndInfeasibleOnesAreShown) {
   EXPECT_EQ(state.at("ep-a"), alloc::DeadlineState::kNone);
   EXPECT_EQ(state.at("ep-b"), alloc::DeadlineState::kReserved);
   EXPECT_EQ(state.at("ep-c"), alloc::DeadlineState::kInfeasible);
-  EXPECT_EQ(alloc_->policy_totals().counters.deadlines_infeasible, 1u);
+  EXPECT_EQ(alloc_->policy().counters().deadlines_infeasible, 1u);
   // Past b's deadline the allocator wakes by itself and drops its floor.
   EXPECT_LE(alloc_->next_timer_us(), now_ + 14'000);
   now_ += 20'000;
@@ -1919,7 +2002,7 @@ TEST_F(AllocatorTest, CoflowOrderServesTheSmallerCoflowFirstAndKeepsAShareForThe
     if (!ordered) {
       EXPECT_NEAR(a, share(3), share(3) * 0.01);
       EXPECT_NEAR(b, share(3), share(3) * 0.01);
-      EXPECT_EQ(alloc_->policy_totals().counters.coflow_plans, 0u);
+      EXPECT_EQ(alloc_->policy().counters().coflow_plans, 0u);
       continue;
     }
     // The coflow share of h3's downlink (0.7 by default) in order, the
@@ -1928,7 +2011,7 @@ TEST_F(AllocatorTest, CoflowOrderServesTheSmallerCoflowFirstAndKeepsAShareForThe
     EXPECT_NEAR(a, share(1) * (s + (1 - s) / 3), share(1) * 0.01);
     EXPECT_NEAR(b, share(1) * (1 - s) / 3, share(1) * 0.01);
     EXPECT_NEAR(static_cast<double>(rates.at({"c", 1})), b, b * 0.01);
-    EXPECT_EQ(alloc_->policy_totals().counters.coflows_ordered, 2u);
+    EXPECT_EQ(alloc_->policy().counters().coflows_ordered, 2u);
     for (const FlowView& f : alloc_->flows(now_, 10)) {
       if (f.endpoint_id == "ep-a") {
         EXPECT_GT(f.floor_bps, (s - 0.05) * kGbps * 0.99);

@@ -423,6 +423,13 @@ TEST_F(DaemonTest, CtlShowsFlowsLinksAndCounters) {
   EXPECT_NE(r.output.find("MiB in use"), std::string::npos) << r.output;
   r = run(ctl + " endpoints");
   EXPECT_NE(r.output.find("ep-a"), std::string::npos) << r.output;
+  r = run(ctl + " --json tenants");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json tenants = json::parse(r.output);
+  EXPECT_TRUE(tenants["tenants"].empty()) << tenants;
+  EXPECT_EQ(tenants["no_tenant"]["flows"], 2) << tenants;
+  r = run(ctl + " tenants");
+  EXPECT_NE(r.output.find("(none)"), std::string::npos) << r.output;
   r = run(ctl + " nonsense");
   EXPECT_EQ(r.status, 2);
   r = run(std::string(FT_CTL_BINARY) + " --allocator " + unique_endpoint() + " --timeout-ms 100");

@@ -198,17 +198,20 @@ struct FlowView {
   std::uint32_t holders;
 };
 
-// Live flows and their current rates summed by class and by tenant.
-struct PolicyTotals {
+// Sums over every live flow: by class, by tenant and by link. One pass
+// over the flow table (Allocator::totals), so the replies that show them
+// share one (ControlCache, control.h).
+struct FlowTotals {
   struct Sum {
     std::uint64_t flows = 0;
     double rate_bps = 0;
   };
   std::array<Sum, alloc::kNumClasses> by_class{};
-  std::map<std::string, Sum> by_tenant;  // "" = flows naming no tenant
-  // The operator's tenants (and those endpoints named) with their specs.
-  std::map<std::string, alloc::TenantSpec> specs;
-  alloc::PolicyCounters counters;
+  // By TenantId; [0]: flows in no tenant, those whose name came after the
+  // table was full (kMaxTenants) among them.
+  std::vector<Sum> by_tenant;
+  std::vector<std::uint32_t> link_flows;   // by LinkId
+  std::vector<double> link_allocated_bps;  // by LinkId: Σ normalized rates
 };
 
 struct EndpointView {
@@ -325,9 +328,10 @@ class Allocator {
   // is where the next page starts (UINT32_MAX: no flow is left).
   std::vector<FlowView> flows(std::uint64_t now_us, std::size_t limit, alloc::FlowId from = 0,
                               alloc::FlowId* next = nullptr) const;
-  PolicyTotals policy_totals() const;
-  // Live flows per link, indexed by LinkId.
-  std::vector<std::uint32_t> flows_per_link() const;
+  // O(flows): for replies that show them, not for every turn.
+  FlowTotals totals() const;
+  // Tenants' names and specs, the policy's counters.
+  const alloc::PolicyBook& policy() const { return policy_; }
 
  private:
   struct Endpoint;
@@ -500,6 +504,7 @@ class Allocator {
   struct Source {
     std::uint32_t endpoints = 0;
     std::uint32_t holds = 0;
+    std::uint32_t hosts = 0;  // spare host slots it added, still held
     // Bytes of input a second (AllocatorConfig::max_source_bytes_per_sec).
     TokenBucket bytes;
   };

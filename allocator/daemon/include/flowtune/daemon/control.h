@@ -1,13 +1,17 @@
 // Answers to flowtune-ctl: the allocator's state as JSON. Requests are one
-// word, optionally followed by a limit: "status", "endpoints", "flows [N]",
-// "links". An unknown request gets {"error": ...}. Requests that change
-// state ("reload") are the server's (server.h).
+// word, optionally followed by a page's limit and start: "status",
+// "endpoints", "flows", "links", "tenants" [LIMIT [FROM]]. An unknown
+// request gets {"error": ...}. Requests that change state ("reload") are
+// the server's (server.h). Replies are built inside the allocator's loop,
+// so none costs more than a page or one pass over the flows, and that pass
+// is shared (ControlCache).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "flowtune/common/token_bucket.h"
 #include "flowtune/daemon/allocator.h"
 
 namespace flowtune::daemon {
@@ -53,7 +57,42 @@ struct ServerInfo {
   HaInfo ha;
 };
 
+// The sums over every flow that status, links and tenants show
+// (Allocator::totals): one pass over the flow table, about 0.8 ms at
+// 100,000 flows, which a status reply once made per request (with every
+// tenant's name: 24 ms), so that a flood of 200 requests a second held the
+// loop. Replies share one pass: a new one is made only when flows or rates
+// have changed since (an iteration, a start or an end), and at most
+// kPassesPerSec a second (a burst as large): a lone request after a change
+// sees it, a flood costs the loop a few passes a second, fewer than its
+// iterations, and its replies' sums may be that far behind (status:
+// totals_age_s).
+class ControlCache {
+ public:
+  static constexpr double kPassesPerSec = 4;
+  explicit ControlCache(double passes_per_sec = kPassesPerSec)
+      : passes_allowed_(passes_per_sec, 0, passes_per_sec) {}
+  const FlowTotals& totals(const Allocator& a, std::uint64_t now_us);
+  // Seconds since the pass totals() last returned was made.
+  double age_s(std::uint64_t now_us) const;
+  std::uint64_t passes() const { return passes_; }
+
+ private:
+  // What a pass's sums depend on: any change moves one of them.
+  struct Version {
+    std::uint64_t epoch = 0, iterations = 0, flows = 0, starts = 0, ends = 0;
+    bool operator==(const Version&) const = default;
+  };
+  static Version version_of(const Allocator& a);
+  TokenBucket passes_allowed_;
+  FlowTotals totals_;
+  bool valid_ = false;
+  Version version_;
+  std::uint64_t at_us_ = 0;
+  std::uint64_t passes_ = 0;
+};
+
 std::string control_reply(const Allocator& a, const ServerInfo& info, std::string_view request,
-                          std::uint64_t now_us);
+                          std::uint64_t now_us, ControlCache& cache);
 
 }  // namespace flowtune::daemon

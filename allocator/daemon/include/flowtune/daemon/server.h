@@ -178,6 +178,7 @@ class Server {
   // Resident bytes not in use by the heap, least since the last trim.
   std::int64_t least_gap_ = INT64_MAX;
   HeapInfo heap_;  // as last weighed
+  ControlCache control_cache_;  // status's, links' and tenants' sums over every flow
 };
 
 }  // namespace flowtune::daemon
