@@ -137,6 +137,11 @@ leases and limits:
   --max-endpoints-per-source N
                              endpoints per host, per peer address and per key
                              (default 4096)
+  --max-hosts-per-source N   spare host slots (--unknown-hosts add) one peer
+                             address or key may fill with hosts its hellos
+                             name, and one host's endpoints with the
+                             destinations they add; a slot counts until it is
+                             released; 0 = no limit (default 64)
   --max-source-bytes-per-sec B
                              input bytes/s per key (CURVE), else per peer
                              address, else per host, charged before
@@ -284,6 +289,7 @@ Options parse(int argc, char** argv) {
     else if (args.is("--max-source-burst-bytes")) o.alloc.source_burst_bytes = args.number(1, 1e12);
     else if (args.is("--max-flows-per-source")) o.alloc.max_flows_per_source = static_cast<std::uint32_t>(args.count(1u << 30));
     else if (args.is("--max-endpoints-per-source")) o.alloc.max_endpoints_per_source = static_cast<std::uint32_t>(args.count(1u << 24));
+    else if (args.is("--max-hosts-per-source")) o.alloc.max_hosts_per_source = static_cast<std::uint32_t>(args.count(1u << 24));
     else if (args.is("--log-level")) {
       o.log_level = args.choice<LogLevel>({{"error", LogLevel::kError},
                                            {"warn", LogLevel::kWarn},

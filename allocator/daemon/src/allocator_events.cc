@@ -3,6 +3,8 @@
 // replaces the flow, a resync replaces the endpoint's whole state, so a lost
 // or duplicated message never leaves the allocator wrong for long (§5.1).
 #include <algorithm>
+#include <array>
+#include <charconv>
 #include <unordered_set>
 
 #include "allocator_internal.h"
@@ -41,12 +43,19 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
            now_us);
     return;
   }
-  if (!host && config_.unknown_hosts == UnknownHosts::kAdd) host = add_host(h.host_id);
+  std::string no_slot;
+  if (!host && config_.unknown_hosts == UnknownHosts::kAdd) {
+    // The hello's own host is not a source yet: its address and key are.
+    std::string key = key_source_name(peer);
+    host = add_host(h.host_id,
+                    {address_.empty() ? nullptr : source_of("a:" + std::string(address_)),
+                     key.empty() ? nullptr : source_of(std::move(key)), nullptr},
+                    &no_slot);
+  }
   if (!host) {
     refuse(peer, nullptr, Cause::kUnknownHost,
            "hello: host \"" + h.host_id + "\" is not in the topology" +
-               (config_.unknown_hosts == UnknownHosts::kAdd ? " and no spare host slot is left"
-                                                            : ""),
+               (no_slot.empty() ? std::string() : " and " + no_slot),
            0, now_us);
     return;
   }
@@ -172,9 +181,13 @@ Cause Allocator::resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::
     const auto& t = std::get<wire::FiveTuple>(s.endpoints);
     *src = network_.find_host_by_ip(t.src_ip).value_or(e.host);
     std::optional<alloc::HostId> d = network_.find_host_by_ip(t.dst_ip);
-    if (!d && config_.unknown_hosts == UnknownHosts::kAdd) d = add_host(format_ipv4(t.dst_ip));
+    std::string no_slot;
+    if (!d && config_.unknown_hosts == UnknownHosts::kAdd) {
+      d = add_host(format_ipv4(t.dst_ip), {e.host_source, e.address_source, e.key_source}, &no_slot);
+    }
     if (!d) {
-      *why = "destination " + format_ipv4(t.dst_ip) + " is not in the topology";
+      *why = "destination " + format_ipv4(t.dst_ip) + " is not in the topology" +
+             (no_slot.empty() ? std::string() : " and " + no_slot);
       return Cause::kUnknownHost;
     }
     *dst = *d;
@@ -650,8 +663,9 @@ void Allocator::leave_sources(Endpoint& e) {
 }
 
 void Allocator::sweep_sources(std::uint64_t now_us) {
+  // A source still charged for host slots stays: the slots point at it.
   std::erase_if(sources_, [now_us](const auto& kv) {
-    return kv.second.endpoints == 0 && kv.second.bytes.full_at(now_us);
+    return kv.second.endpoints == 0 && kv.second.hosts == 0 && kv.second.bytes.full_at(now_us);
   });
 }
 
@@ -662,10 +676,40 @@ void Allocator::count_holds(Endpoint& e, std::int64_t delta) {
 }
 
 // Called only once the name or address found no host: a host returned is new.
-std::optional<alloc::HostId> Allocator::add_host(std::string_view name) {
+std::optional<alloc::HostId> Allocator::add_host(std::string_view name, const Chargers& by,
+                                                 std::string* why) {
+  if (const std::uint32_t cap = config_.max_hosts_per_source; cap != 0) {
+    for (const SourceRef s : by) {
+      if (s == nullptr || s->second.hosts < cap) continue;
+      *why = source_label(s->first) + " holds " + std::to_string(cap) +
+             " added hosts (--max-hosts-per-source)";
+      return std::nullopt;
+    }
+  }
   std::optional<alloc::HostId> h = network_.add_host(name);
-  if (h) maybe_unused_.push_back(*h);
+  if (!h) {
+    *why = "no spare host slot is left";
+    return std::nullopt;
+  }
+  maybe_unused_.push_back(*h);
+  if (host_chargers_.size() <= *h) host_chargers_.resize(std::size_t{*h} + 1, Chargers{});
+  host_chargers_[*h] = by;
+  for (const SourceRef s : by) {
+    if (s != nullptr) ++s->second.hosts;
+  }
   return h;
+}
+
+std::string Allocator::source_label(std::string_view source) const {
+  const std::string_view rest = source.substr(std::min<std::size_t>(2, source.size()));
+  if (source.starts_with("a:")) return "address " + std::string(rest);
+  if (source.starts_with("h:")) {
+    std::uint32_t id = 0;
+    std::from_chars(rest.data(), rest.data() + rest.size(), id);
+    return "host " + network_.host_name(id);
+  }
+  return sender_ != nullptr && source == "k:" + sender_->key ? "key \"" + sender_->name + "\""
+                                                             : std::string("a key");
 }
 
 void Allocator::ref_host(alloc::HostId h) { ++host_refs_[h]; }
@@ -679,6 +723,14 @@ void Allocator::release_unused_hosts() {
   for (const alloc::HostId h : maybe_unused_) {
     if (host_refs_[h] != 0 || !network_.release_host(h)) continue;
     ++counters_.hosts_released;
+    if (h < host_chargers_.size()) {
+      for (SourceRef& s : host_chargers_[h]) {
+        if (s == nullptr) continue;
+        FT_ASSERT(s->second.hosts > 0, s->first, h);
+        --s->second.hosts;
+        s = nullptr;
+      }
+    }
     // A link without flows keeps its price: the next host in this slot
     // starts from the engine's initial price, not the last host's.
     const alloc::Topology& t = network_.topology();

@@ -134,6 +134,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   c.max_messages_per_sec = 1000;
   c.max_flows_per_endpoint = 12;
   c.max_endpoints = 3;
+  // Peers a and b share one address, c and d another: quotas small enough
+  // to bind (flows and endpoints per source, and one added host each).
+  c.max_flows_per_source = 20;
+  c.max_endpoints_per_source = 2;
+  c.max_hosts_per_source = 1;
   const std::uint8_t setup = r.byte();
   c.unknown_hosts = (setup & 1) ? daemon::UnknownHosts::kAdd : daemon::UnknownHosts::kReject;
   // A coflow policy for some inputs (the plan sets floors the iteration and
@@ -152,16 +157,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   while (!r.done()) {
     const std::uint8_t op = r.byte();
     const std::string peer(1, static_cast<char>('a' + op % 4));
+    const std::string_view address = op % 4 < 2 ? "10.0.0.1" : "10.0.0.2";
     bool iterated = false;
     switch ((op >> 2) % 7) {
       case 0: {  // raw bytes
         const std::size_t n = r.byte();
-        a.on_message(peer, r.take(n), now);
+        a.on_message(peer, r.take(n), now, nullptr, address);
         break;
       }
-      case 1: a.on_message(peer, structured(r), now); break;
+      case 1: a.on_message(peer, structured(r), now, nullptr, address); break;
       case 2:  // as the server's turn does: early rates for what started
-        a.on_message(peer, structured(r), now);
+        a.on_message(peer, structured(r), now, nullptr, address);
         a.tell_early_rates(now);
         break;
       case 3:

@@ -592,6 +592,75 @@ TEST_F(AllocatorTest, AHostAddedAsADestinationGoesWithItsLastFlow) {
   EXPECT_EQ(alloc_->network().host_name(2), "10.0.10.10");
 }
 
+// One source cannot take every spare slot: a peer address's hellos may add
+// at most max_hosts_per_source hosts, and so may one host's flows as
+// destinations; others still add theirs, and a source's slots count
+// against it until they are released.
+TEST_F(AllocatorTest, OneSourceAddsAtMostItsQuotaOfHosts) {
+  AllocatorConfig c = config();
+  c.unknown_hosts = UnknownHosts::kAdd;
+  c.max_hosts_per_source = 3;
+  make(c, 2, 20);
+  const auto network = [&]() -> const Network& { return alloc_->network(); };
+  const auto hello_from = [&](const std::string& peer, const std::string& host,
+                              std::string_view address) {
+    send(peer, {wire::Hello{"e-" + peer, host}}, address);
+  };
+  // Given: address A names three new hosts, then a fourth.
+  for (int i = 0; i < 4; ++i) hello_from("a" + std::to_string(i), "x" + std::to_string(i), "10.9.0.1");
+  EXPECT_EQ(alloc_->num_endpoints(), 3u);
+  EXPECT_FALSE(network().find_host("x3").has_value());
+  auto errs = errors_to(alloc_->take_outbox(), "a3");
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_EQ(errs[0].code, ErrorCode::kUnknownHost);
+  EXPECT_NE(errs[0].text.find("address 10.9.0.1 holds 3 added hosts"), std::string::npos) << errs[0].text;
+  // Its endpoints on hosts it already added are not hosts added.
+  hello_from("a9", "x0", "10.9.0.1");
+  EXPECT_EQ(alloc_->num_endpoints(), 4u);
+  // Another address still adds hosts.
+  hello_from("b0", "y0", "10.9.0.2");
+  EXPECT_TRUE(network().find_host("y0").has_value());
+  // A host's flows add destinations within the same quota: b0 on y0
+  // starts flows to four unknown addresses; the fourth is refused and
+  // runs unpaced.
+  (void)alloc_->take_outbox();
+  std::vector<wire::EndpointEvent> starts;
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    wire::FlowletStart f;
+    f.flow_key = i + 1;
+    f.endpoints = wire::FiveTuple{0, 0x0a000a00u + i, 40000, 80, 6};  // to 10.0.10.i
+    f.bytes = 1 << 20;
+    starts.emplace_back(f);
+  }
+  send("b0", starts, "10.9.0.2");
+  EXPECT_EQ(alloc_->num_flows(), 2u);  // y0 itself counts against 10.9.0.2
+  errs = errors_to(alloc_->take_outbox(), "b0");
+  ASSERT_EQ(errs.size(), 2u);
+  EXPECT_NE(errs[0].text.find("holds 3 added hosts"), std::string::npos) << errs[0].text;
+  // When a flow ends its destination's slot comes back to the source.
+  send("b0", {wire::FlowletEnd{1}}, "10.9.0.2");
+  EXPECT_FALSE(network().find_host_by_ip(0x0a000a00u).has_value());
+  send("b0", {starts[3]}, "10.9.0.2");
+  EXPECT_EQ(alloc_->num_flows(), 2u);
+  EXPECT_TRUE(network().find_host_by_ip(0x0a000a03u).has_value());
+  // And when A's endpoints time out (b0 heartbeats), its hosts go and A
+  // may add hosts again.
+  for (int step = 1; step <= 14; ++step) {
+    now_ += 300'000;
+    send("b0", {wire::Heartbeat{}}, "10.9.0.2");
+    alloc_->on_timer(now_);
+  }
+  EXPECT_EQ(alloc_->num_endpoints(), 1u);
+  EXPECT_FALSE(network().find_host("x0").has_value());
+  hello_from("a5", "x5", "10.9.0.1");
+  EXPECT_TRUE(network().find_host("x5").has_value());
+  // 0: no quota.
+  c.max_hosts_per_source = 0;
+  make(c, 2, 20);
+  for (int i = 0; i < 10; ++i) hello_from("a" + std::to_string(i), "x" + std::to_string(i), "10.9.0.1");
+  EXPECT_EQ(alloc_->num_endpoints(), 10u);
+}
+
 // Endpoints that go silent together time out together: one log line per
 // interval (1 s in this fixture), the next saying how many were not logged.
 TEST_F(AllocatorTest, TimeoutsOfManyEndpointsAreLoggedOncePerInterval) {

@@ -104,6 +104,12 @@ struct AllocatorConfig {
   // unpaced.
   std::uint32_t max_flows_per_source = 1u << 13;
   std::uint32_t max_endpoints_per_source = 4096;
+  // Per source (its address and key for a hello's host, the endpoint's
+  // sources for a flow's destination): spare host slots it added and that
+  // are still held (UnknownHosts::kAdd), so that no one peer takes them all
+  // (1,024 by default). A host or destination past it is refused, its
+  // flowlets run on TCP, unpaced. 0 = no limit.
+  std::uint32_t max_hosts_per_source = 64;
   // Per-endpoint message rate: a token bucket of this many messages/s with a
   // burst of a tenth of a second; a message costs one more for every
   // kBytesPerToken it carries (decoding costs by size). 0 = unlimited.
@@ -400,7 +406,13 @@ class Allocator {
   // reference to its host. A host added while handling an event, or left
   // without references, is released once the event is handled (not at
   // once: the handler may still hold its id), if nothing took it meanwhile.
-  std::optional<alloc::HostId> add_host(std::string_view name);
+  // The sources a host slot is charged to (max_hosts_per_source) until it
+  // is released; null: none.
+  using SourceRef = std::pair<const std::string, Source>*;
+  using Chargers = std::array<SourceRef, 3>;
+  // A new host in a spare slot, charged to `by`; empty, and *why, when a
+  // source in `by` is at its quota or no slot is left.
+  std::optional<alloc::HostId> add_host(std::string_view name, const Chargers& by, std::string* why);
   void ref_host(alloc::HostId h);
   void unref_host(alloc::HostId h);
   void release_unused_hosts();
@@ -422,6 +434,8 @@ class Allocator {
   // for sender_ heard directly, empty without CURVE or through a relay
   // (whose key speaks for every endpoint behind it).
   std::string key_source_name(std::string_view peer) const;
+  // A source's name for a refusal: "address A", "host H", "key \"NAME\"".
+  std::string source_label(std::string_view source) const;
   // The source named `key`, made (with a full budget) if there is none.
   std::pair<const std::string, Source>* source_of(std::string key);
   // Sources without endpoints go once their budget has refilled: before,
@@ -484,6 +498,7 @@ class Allocator {
   std::vector<char> pacer_marked_;  // by HostId: already in pacer_dirty_
 
   std::vector<std::uint32_t> host_refs_;  // by HostId: endpoints and flow ends on it
+  std::vector<Chargers> host_chargers_;    // by HostId: who added it, while it is held
   std::vector<alloc::HostId> maybe_unused_;  // added or unreferenced since the last release
 
   // Replies to peers that are not (or no longer) registered endpoints.
