@@ -6,7 +6,8 @@
 //   messages, as the daemon's loop does. items_per_second = events/s on one
 //   core, the ceiling of the daemon's absorb rate.
 // BM_DecodeOnly: the same messages through wire::decode alone: the baseline
-//   the state machine's cost is compared with (same run).
+//   the state machine's cost is compared with (same run). BM_DecodeCost: the
+//   scan that prices them before decoding.
 // BM_Iterate vs BM_EngineIterate: one allocator iteration (engine + scan for
 //   rates that moved past the threshold) against the bare engine iteration on
 //   the same flows, so the scan's overhead shows as a ratio.
@@ -177,6 +178,19 @@ void BM_DecodeOnly(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * 2 * kHalf));
 }
 BENCHMARK(BM_DecodeOnly)->ArgName("active")->Arg(1024);
+
+// What on_message charges the same messages before decoding them (a scan of
+// their tags, Allocator::decode_cost), beside BM_DecodeOnly's decode.
+void BM_DecodeCost(benchmark::State& state) {
+  Setup s = make(static_cast<std::size_t>(state.range(0)));
+  std::size_t j = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(Allocator::decode_cost(s.cycle[j]));
+    j = (j + 1) % s.cycle.size();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * 2 * kHalf));
+}
+BENCHMARK(BM_DecodeCost)->ArgName("active")->Arg(1024);
 
 // A 4 KB packed frame of zero runs that unpacks to 4 MiB (issue 17's bomb).
 std::vector<std::uint8_t> bomb() {

@@ -260,10 +260,16 @@ std::size_t unpacked_words(std::span<const std::uint8_t> b, std::size_t limit) {
 constexpr std::size_t kMaxUnpackRatio = 64;
 constexpr std::size_t kUnpackAllowanceBytes = 64u << 10;
 
+std::size_t unpack_bound(std::size_t packed_bytes) {
+  return std::min(std::max(kUnpackAllowanceBytes, kMaxUnpackRatio * packed_bytes), kMaxMessageBytes);
+}
+
 // Runs body(reader) over bytes with Cap'n Proto's limits, turning every
 // failure into a DecodeStatus.
+// `scanned`: the frame's unpacked_bytes() when the caller has it (SIZE_MAX:
+// scan here).
 template <typename Body>
-DecodeStatus with_reader(std::span<const std::uint8_t> bytes, Body&& body) {
+DecodeStatus with_reader(std::span<const std::uint8_t> bytes, std::size_t scanned, Body&& body) {
   DecodeStatus st;
   if (bytes.size() > kMaxMessageBytes) {
     st.error = DecodeError::kTooLarge;
@@ -275,9 +281,9 @@ DecodeStatus with_reader(std::span<const std::uint8_t> bytes, Body&& body) {
     st.detail = "empty message";
     return st;
   }
-  const std::size_t bound =
-      std::min(std::max(kUnpackAllowanceBytes, kMaxUnpackRatio * bytes.size()), kMaxMessageBytes);
-  const std::size_t words = unpacked_words(bytes, bound / sizeof(capnp::word));
+  const std::size_t bound = unpack_bound(bytes.size());
+  const std::size_t words = scanned != SIZE_MAX ? scanned / sizeof(capnp::word)
+                                                : unpacked_words(bytes, bound / sizeof(capnp::word));
   if (words * sizeof(capnp::word) > bound) {
     st.error = DecodeError::kTooLarge;
     st.detail = std::to_string(bytes.size()) + " bytes unpack to more than " +
@@ -443,9 +449,18 @@ std::vector<std::uint8_t> encode(const AllocatorMessage& m) {
   return flatten(b);
 }
 
+std::size_t unpacked_bytes(std::span<const std::uint8_t> packed) {
+  if (packed.size() > kMaxMessageBytes) return packed.size();  // refused unscanned
+  return unpacked_words(packed, unpack_bound(packed.size()) / sizeof(capnp::word)) * sizeof(capnp::word);
+}
+
 DecodeStatus decode(std::span<const std::uint8_t> bytes, EndpointMessage* out) {
+  return decode(bytes, SIZE_MAX, out);
+}
+
+DecodeStatus decode(std::span<const std::uint8_t> bytes, std::size_t scanned, EndpointMessage* out) {
   EndpointMessage m;
-  DecodeStatus status = with_reader(bytes, [&](capnp::MessageReader& reader, DecodeStatus& st) {
+  DecodeStatus status = with_reader(bytes, scanned, [&](capnp::MessageReader& reader, DecodeStatus& st) {
     auto root = reader.getRoot<s::EndpointMessage>();
     check_version(root.getVersion(), st);
     auto events = root.getEvents();
@@ -470,7 +485,7 @@ DecodeStatus decode(std::span<const std::uint8_t> bytes, EndpointMessage* out) {
 
 DecodeStatus decode(std::span<const std::uint8_t> bytes, AllocatorMessage* out) {
   AllocatorMessage m;
-  DecodeStatus status = with_reader(bytes, [&](capnp::MessageReader& reader, DecodeStatus& st) {
+  DecodeStatus status = with_reader(bytes, SIZE_MAX, [&](capnp::MessageReader& reader, DecodeStatus& st) {
     auto root = reader.getRoot<s::AllocatorMessage>();
     check_version(root.getVersion(), st);
     m.epoch = root.getEpoch();

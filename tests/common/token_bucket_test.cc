@@ -49,5 +49,19 @@ TEST(TokenBucket, BurstIsAtLeastOneAndZeroRateIsUnlimited) {
   for (int i = 0; i < 100000; ++i) ASSERT_TRUE(unlimited.take(0));
 }
 
+// has_token says what take would find, and changes nothing: in debt, no
+// token until the debt is refilled.
+TEST(TokenBucket, HasTokenSaysWhatTakeWouldFind) {
+  TokenBucket b(1000, 0);  // 100 tokens of burst
+  EXPECT_TRUE(b.has_token(0));
+  ASSERT_TRUE(b.take(0, 150));  // 50 in debt
+  EXPECT_FALSE(b.has_token(0));
+  EXPECT_FALSE(b.has_token(50'000));  // refilled to 0
+  EXPECT_TRUE(b.has_token(51'000));   // and one more
+  EXPECT_FALSE(b.take(50'000));       // has_token moved nothing
+  EXPECT_TRUE(b.take(52'000));
+  EXPECT_TRUE(TokenBucket(0, 0).has_token(0));
+}
+
 }  // namespace
 }  // namespace flowtune

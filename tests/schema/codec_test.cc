@@ -250,6 +250,58 @@ TEST(Codec, LegitimateMessagesPackWellInsideTheUnpackBound) {
   EXPECT_LT(ratio(b, unpacked(b)), 8.0);
 }
 
+// unpacked_bytes() is what Cap'n Proto unpacks a frame to, and the
+// allocator's price of decoding it; it stops past decode()'s bound.
+// Legitimate messages unpack at most 4x (the allocator charges a frame
+// that unpacks more for the excess): a resync of the sparsest starts, a
+// full rate message, a message of ends alone, every event kind.
+TEST(Codec, UnpackedBytesIsWhatAFrameUnpacksTo) {
+  const auto capnp_unpacked = [](const std::vector<std::uint8_t>& bytes) {
+    kj::ArrayInputStream in(kj::arrayPtr(bytes.data(), bytes.size()));
+    capnp::ReaderOptions o;
+    o.traversalLimitInWords = 1u << 24;
+    capnp::PackedMessageReader reader(in, o);
+    std::size_t words = 0;
+    capnp::uint segments = 0;
+    for (; reader.getSegment(segments) != nullptr; ++segments) words += reader.getSegment(segments).size();
+    // The stream's segment table too: a count and a size a segment, 4
+    // bytes each, padded to a word.
+    return (words + segments / 2 + 1) * sizeof(capnp::word);
+  };
+  EndpointMessage resync, ends;
+  Resync r;
+  for (std::uint64_t k = 0; k < kMaxResyncFlows; ++k) {
+    FlowletStart f;
+    f.flow_key = k + 1;
+    f.endpoints = HostPair{0, 1};
+    f.bytes = 1;
+    r.flows.push_back(f);
+  }
+  resync.events.push_back(r);
+  for (std::uint64_t k = 0; k < kMaxItemsPerMessage; ++k) ends.events.push_back(FlowletEnd{k + 1});
+  AllocatorMessage rates;
+  for (std::uint64_t k = 0; k < kMaxItemsPerMessage; ++k) rates.rates.push_back({k + 1, 1, 1});
+  for (const std::vector<std::uint8_t>& b : {encode(resync), encode(ends), encode(every_event()), encode(rates)}) {
+    const std::size_t n = unpacked_bytes(b);
+    EXPECT_EQ(n, capnp_unpacked(b));
+    EXPECT_LE(n, 4 * b.size()) << static_cast<double>(n) / static_cast<double>(b.size()) << "x";
+  }
+  // A bomb: 4 KB of zero runs that would unpack to 4 MiB; the scan stops
+  // one run past the bound (64 x 4 KB).
+  std::vector<std::uint8_t> bomb = {0x40, 0x08};
+  while (bomb.size() < 4096) bomb.insert(bomb.end(), {0x00, 0xff});
+  EXPECT_GT(unpacked_bytes(bomb), 64u * 4096);
+  EXPECT_LE(unpacked_bytes(bomb), 64u * 4096 + 2 * 256 * sizeof(capnp::word));
+  // Decoding from the scan answers what decoding alone does.
+  for (const std::vector<std::uint8_t>& b : {encode(every_event()), bomb}) {
+    EndpointMessage x, y;
+    const DecodeStatus a = decode(b, &x), c = decode(b, unpacked_bytes(b), &y);
+    EXPECT_EQ(a.error, c.error);
+    EXPECT_EQ(a.detail, c.detail);
+    EXPECT_EQ(x, y);
+  }
+}
+
 TEST(Codec, MisalignedBuffersDecode) {
   std::vector<std::uint8_t> b = encode(every_event());
   std::vector<std::uint8_t> shifted(b.size() + 1);

@@ -197,10 +197,11 @@ void Allocator::handle_message(std::string_view peer, std::span<const std::uint8
   // not make its other endpoints time out.
   if (e != nullptr) e->last_heard_us = now_us;
   // Charged before decoding: a flood of large frames costs its sender, not us.
-  if (!admit_message(e, peer, frame.size(), now_us)) return;
+  std::size_t unpacked = 0;
+  if (!admit_message(e, peer, frame, &unpacked, now_us)) return;
 
   wire::EndpointMessage m;
-  const wire::DecodeStatus st = wire::decode(frame, &m);
+  const wire::DecodeStatus st = wire::decode(frame, unpacked, &m);
   if (!st.ok()) {
     std::string detail = st.detail;
     if (st.error == wire::DecodeError::kUnsupportedVersion) {
@@ -275,8 +276,22 @@ void Allocator::on_bad_frames(std::string_view peer, std::size_t frames, std::ui
          now_us);
 }
 
-bool Allocator::admit_message(Endpoint* e, std::string_view peer, std::size_t bytes,
-                              std::uint64_t now_us) {
+// A frame is charged its size, or what it unpacks to over kLegitUnpack,
+// whichever is more: legitimate messages unpack at most 3.65x (a full
+// resync; codec_test), so they are charged their size, while a frame of
+// zero runs (up to 64x before the codec refuses it) is charged for the
+// decoding it asks for.
+std::size_t Allocator::decode_cost(std::size_t packed, std::size_t unpacked) {
+  constexpr std::size_t kLegitUnpack = 4;
+  return std::max(packed, unpacked / kLegitUnpack);
+}
+
+std::size_t Allocator::decode_cost(std::span<const std::uint8_t> frame) {
+  return decode_cost(frame.size(), wire::unpacked_bytes(frame));
+}
+
+bool Allocator::admit_message(Endpoint* e, std::string_view peer, std::span<const std::uint8_t> frame,
+                              std::size_t* unpacked, std::uint64_t now_us) {
   // The source's budget first (its key's with CURVE, else its address's
   // where the transport has one, else its host's), so that a refusal there
   // leaves the endpoint's own tokens alone. A peer not registered yet (a
@@ -311,6 +326,14 @@ bool Allocator::admit_message(Endpoint* e, std::string_view peer, std::size_t by
            0, now_us);
     return false;
   };
+  // A source in debt is refused whatever the frame holds: without the scan
+  // that prices it, so that a flood past its budget costs the loop no more
+  // than reading it.
+  if (source != nullptr && !source->bytes.has_token(now_us)) {
+    return refused(config_.max_source_bytes_per_sec, "bytes");
+  }
+  *unpacked = wire::unpacked_bytes(frame);
+  const std::size_t bytes = decode_cost(frame.size(), *unpacked);
   if (source != nullptr && !source->bytes.take(now_us, static_cast<double>(bytes))) {
     return refused(config_.max_source_bytes_per_sec, "bytes");
   }

@@ -1113,6 +1113,52 @@ TEST_F(AllocatorTest, TheInputBudgetIsPerSourceAndOutlivesItsEndpoints) {
   EXPECT_EQ(alloc_->num_flows(), 40u);  // b's, and a3's after the refill
 }
 
+// The budget is charged what decoding costs: a frame of zero runs, which
+// unpacks to far more than its size (under the codec's 64x bound or not),
+// is charged a quarter of what it unpacks to; a frame that unpacks to
+// little, and every legitimate message, its size.
+TEST_F(AllocatorTest, TheInputBudgetIsChargedWhatDecodingCosts) {
+  AllocatorConfig c = config();
+  c.max_source_bytes_per_sec = 1000;
+  c.source_burst_bytes = 8000;
+  make(c, 8);
+  // 1,000 bytes each: 500 runs of 256 zero words (unpack to 1 MB; the scan
+  // stops at the 64 KiB bound), and 0xff runs of incompressible words.
+  std::vector<std::uint8_t> zeros;
+  for (int i = 0; i < 500; ++i) zeros.insert(zeros.end(), {0x00, 0xff});
+  std::vector<std::uint8_t> dense;
+  while (dense.size() + 10 <= 1000) {
+    dense.push_back(0xff);
+    for (int b = 0; b < 8; ++b) dense.push_back(static_cast<std::uint8_t>(0x11 + b));
+    dense.push_back(0);
+  }
+  dense.resize(1000, 0x11);
+  EXPECT_GE(wire::unpacked_bytes(zeros), 64u << 10);
+  EXPECT_LT(wire::unpacked_bytes(dense), 2000u);
+  EXPECT_EQ(Allocator::decode_cost(dense), dense.size());
+  EXPECT_GE(Allocator::decode_cost(zeros), 16u << 10);
+  const EndpointMessage start = [] {
+    EndpointMessage m;
+    m.events.push_back(wire::Hello{"ep", "h1"});
+    for (std::uint64_t k = 1; k <= 64; ++k) m.events.push_back(start_of(k, 1, 2 + k % 6));
+    return m;
+  }();
+  EXPECT_EQ(Allocator::decode_cost(wire::encode(start)), wire::encode(start).size());
+  // Given: address A sends dense junk up to its burst (refused as
+  // malformed, charged 1,000 bytes each): a hello then still passes.
+  for (int i = 0; i < 6; ++i) alloc_->on_message("a", dense, now_, nullptr, "10.9.9.1");
+  EXPECT_EQ(errors(Cause::kRateLimited), 0u);
+  send("a", {wire::Hello{"ep-a", "h1"}}, "10.9.9.1");
+  EXPECT_EQ(alloc_->num_endpoints(), 1u);
+  // When: address B sends one frame of zero runs, the same size.
+  alloc_->on_message("b", zeros, now_, nullptr, "10.9.9.2");
+  EXPECT_EQ(errors(Cause::kRateLimited), 0u);  // passes, into debt
+  // Then: B's hello is refused for that debt, though B sent 1,000 bytes.
+  send("b", {wire::Hello{"ep-b", "h2"}}, "10.9.9.2");
+  EXPECT_EQ(errors(Cause::kRateLimited), 1u);
+  EXPECT_EQ(alloc_->num_endpoints(), 1u);
+}
+
 // A resync that replaces every flow of an endpoint at its source's quota
 // finds the room the replaced flows leave.
 TEST_F(AllocatorTest, AResyncThatReplacesFlowsAtTheQuotaKeepsThemAll) {

@@ -36,6 +36,12 @@ class TokenBucket {
   }
 
   double tokens() const { return tokens_; }
+  // Whether take(now_us) would find a token (nothing changes).
+  bool has_token(std::uint64_t now_us) const {
+    if (rate_ == 0) return true;
+    const double refill = now_us > at_us_ ? static_cast<double>(now_us - at_us_) * 1e-6 * rate_ : 0;
+    return (tokens_ + refill < burst_ ? tokens_ + refill : burst_) >= 1;
+  }
   // Whether the bucket would be full at now_us (nothing owed, nothing taken
   // that has not come back).
   bool full_at(std::uint64_t now_us) const {

@@ -35,9 +35,18 @@ struct DecodeStatus {
 std::vector<std::uint8_t> encode(const EndpointMessage& m);
 std::vector<std::uint8_t> encode(const AllocatorMessage& m);
 
+// What decoding a packed frame costs: the bytes it unpacks to, from a scan
+// of its tags (no allocation, a few ns a word), stopping once past the
+// bound decode() refuses at (64 times the frame, 64 KiB at least). The
+// allocator charges it before decoding.
+std::size_t unpacked_bytes(std::span<const std::uint8_t> packed);
+
 // Messages are packed Cap'n Proto; bytes need no particular alignment. *out
 // is written only when the result is ok().
 DecodeStatus decode(std::span<const std::uint8_t> bytes, EndpointMessage* out);
+// The same, given unpacked_bytes(bytes) (so a frame priced before it is
+// decoded is scanned once).
+DecodeStatus decode(std::span<const std::uint8_t> bytes, std::size_t unpacked, EndpointMessage* out);
 DecodeStatus decode(std::span<const std::uint8_t> bytes, AllocatorMessage* out);
 
 }  // namespace flowtune::wire

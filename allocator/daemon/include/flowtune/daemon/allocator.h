@@ -251,6 +251,11 @@ class Allocator {
   // for the per-source quotas.
   void on_message(std::string_view peer, std::span<const std::uint8_t> frame, std::uint64_t now_us,
                   const Principal* sender = nullptr, std::string_view address = {});
+  // What on_message charges a frame before decoding it (its source's byte
+  // budget, and its weight against the endpoint's message rate).
+  static std::size_t decode_cost(std::span<const std::uint8_t> frame);
+  // The same from the frame's size and wire::unpacked_bytes().
+  static std::size_t decode_cost(std::size_t packed, std::size_t unpacked);
   // A message the server refused before decoding it (its key is not
   // allowed to send endpoint messages): counted, logged and answered.
   void on_unauthorized(std::string_view peer, std::string why, std::uint64_t now_us);
@@ -380,7 +385,11 @@ class Allocator {
   void on_progress(Endpoint& e, const std::vector<wire::FlowProgress>& flows, std::uint64_t now_us);
   void refuse(std::string_view peer, Endpoint* e, Cause c, std::string detail,
               std::uint64_t flow_key, std::uint64_t now_us);
-  bool admit_message(Endpoint* e, std::string_view peer, std::size_t bytes, std::uint64_t now_us);
+  // Whether a frame is within its source's and its endpoint's budgets,
+  // charged decode_cost(); *unpacked: the frame's wire::unpacked_bytes()
+  // (left alone when refused).
+  bool admit_message(Endpoint* e, std::string_view peer, std::span<const std::uint8_t> frame,
+                     std::size_t* unpacked, std::uint64_t now_us);
 
   // Flow table.
   // The flow's spec and the operator's rule for it, or the cause (and *why) it
