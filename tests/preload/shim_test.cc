@@ -261,6 +261,59 @@ TEST_F(ShimPython, SocketSendallIsScheduled) {
   expect_each_flowlet_held_and_released(daemon, 1);
 }
 
+// flowtune-run under CURVE: with a key in the allocator's allow-list its
+// flowlets are heard (under that key); with a key the allocator does not
+// know they are refused, and the program's bytes arrive intact either way.
+TEST(ShimCurve, TheShimSpeaksWithItsKeyAndRunsUnpacedWithoutAnAllowedOne) {
+#ifdef FT_SANITIZED
+  GTEST_SKIP() << "sanitizer build: see ShimTest";
+#endif
+  FT_SKIP_CURVE_UNDER_TSAN();
+  const daemon::testing::CurveSetup keys;
+  keys.write_public(keys.server.own);
+  (void)keys.endpoint("shim", R"(["*"])");
+  // A key pair in no allow-list.
+  const curve::KeyPair stranger = curve::generate();
+  daemon::testing::write_file(keys.key_file("stranger"), "public-key = \"" + stranger.public_key +
+                                                             "\"\nsecret-key = \"" + stranger.secret_key + "\"\n",
+                              0600);
+  const std::string ep = unique_endpoint();
+  DaemonProcess daemon;
+  daemon.set_control_keys(keys.op);
+  std::vector<std::string> args = keys.allocator_args();
+  args.insert(args.end(), {"--host-gbps", "1"});
+  daemon.start(ep, args);
+  const auto send_with = [&](const std::string& key) {
+    Receiver rx;
+    const Output o = run("timeout 60 " + std::string(FT_RUN_BINARY) + " --allocator " + ep +
+                         " --curve-server " + keys.public_file() + " --curve-key " + keys.key_file(key) +
+                         " -- " + FT_SENDER_BINARY + " " + std::to_string(rx.port) + " send " +
+                         std::to_string(kBytes));
+    ASSERT_EQ(o.status, 0) << o.out;
+    int conns = 0;
+    unsigned long long sum = 0, max_rate = 0;
+    ASSERT_EQ(std::sscanf(o.out.c_str(), "%d %llu %llu", &conns, &sum, &max_rate), 3) << o.out;
+    const auto results = rx.wait(static_cast<std::size_t>(conns));
+    ASSERT_EQ(results.size(), static_cast<std::size_t>(conns));
+    for (const auto& [n, s] : results) {
+      EXPECT_EQ(n, kBytes);
+      EXPECT_EQ(s, sum);
+    }
+  };
+  send_with("shim");
+  auto s = daemon.status();
+  EXPECT_GE(s["counters"]["hellos"].get<int>(), 1) << s.dump();
+  EXPECT_GE(s["counters"]["starts"].get<int>() + s["counters"]["resyncs"].get<int>(), 1) << s.dump();
+  EXPECT_GE(s["auth"]["accepted"].get<int>(), 2) << s["auth"];  // the shim and this status request
+  const int hellos = s["counters"]["hellos"].get<int>();
+  // The same program with a key the allocator does not know: refused, so
+  // it runs as without the shim.
+  send_with("stranger");
+  s = daemon.status();
+  EXPECT_EQ(s["counters"]["hellos"].get<int>(), hellos) << s.dump();
+  EXPECT_GE(s["auth"]["unknown_keys"].get<int>(), 1) << s["auth"];
+}
+
 // flowtune-run's policy flags reach the allocator per socket: a rule puts
 // one of a program's two connections in class 0, --class the other in 6.
 TEST_F(ShimPython, RulesAndFlagsSetEachSocketsClass) {

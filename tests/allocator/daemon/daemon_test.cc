@@ -323,6 +323,83 @@ TEST_F(DaemonTest, SighupReloadsThePolicyWithoutDroppingFlows) {
   std::remove(path.c_str());
 }
 
+// flowtune-ctl keygen: a secret file only its owner reads and a public one,
+// never over existing files (neither is left when one cannot be made),
+// names checked; the pair it makes serves as the allocator's key and as a
+// flowtune-ctl key.
+TEST(CtlKeygen, WritesAPrivatePairOnceAndItsKeysServe) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "CURVE under ThreadSanitizer: libzmq and libsodium are not instrumented";
+#endif
+  const std::string ctl = FT_CTL_BINARY;
+  TempDir dir;
+  const std::string d = dir.path();
+  const auto read = [](const std::string& path) {
+    std::ifstream f(path);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  };
+  const auto mode = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 0777) : -1;
+  };
+  CmdResult r = run(ctl + " keygen h0 --hosts h0,10.0.0.7 --out " + d);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(mode(d + "/h0.key"), 0600);
+  EXPECT_EQ(mode(d + "/h0.pub"), 0644);
+  const std::string secret = read(d + "/h0.key"), pub = read(d + "/h0.pub");
+  const std::size_t at = pub.find("public-key = \"");
+  ASSERT_NE(at, std::string::npos) << pub;
+  const std::string public_key = pub.substr(at + 14, 40);
+  EXPECT_NE(secret.find("public-key = \"" + public_key + "\""), std::string::npos) << secret;
+  EXPECT_NE(secret.find("secret-key = \""), std::string::npos);
+  EXPECT_EQ(secret.find("hosts"), std::string::npos);
+  EXPECT_NE(pub.find("hosts = [\"h0\", \"10.0.0.7\"]"), std::string::npos) << pub;
+  EXPECT_EQ(pub.find("secret"), std::string::npos) << pub;
+  // Again: refused, the files as they were.
+  r = run(ctl + " keygen h0 --out " + d);
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_NE(r.output.find("h0.key: File exists"), std::string::npos) << r.output;
+  EXPECT_EQ(read(d + "/h0.key"), secret);
+  EXPECT_EQ(read(d + "/h0.pub"), pub);
+  // Only the public file is there: refused, and no secret is left behind.
+  { std::ofstream(d + "/h1.pub") << "keep\n"; }
+  r = run(ctl + " keygen h1 --out " + d);
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(d + "/h1.key"));
+  EXPECT_EQ(read(d + "/h1.pub"), "keep\n");
+  r = run(ctl + " keygen x --out " + d + "/no-such-dir");
+  EXPECT_EQ(r.status, 3) << r.output;
+  for (const char* bad : {"keygen", "keygen .hidden", "keygen a/b", "keygen 'a b'", "keygen x --hosts 'a\"b'"}) {
+    r = run(ctl + " " + bad + " --out " + d);
+    EXPECT_EQ(r.status, 2) << bad << ": " << r.output;
+  }
+  r = run(ctl + " keygen " + std::string(201, 'k') + " --out " + d);
+  EXPECT_EQ(r.status, 2) << r.output;
+  // The allocator's pair and an operator's, both from keygen: the operator
+  // reads status; without its key no reply comes.
+  std::filesystem::create_directory(d + "/ctl");
+  std::filesystem::create_directory(d + "/clients");
+  ASSERT_EQ(run(ctl + " keygen allocator --out " + d).status, 0);
+  ASSERT_EQ(run(ctl + " keygen ops --out " + d + "/ctl").status, 0);
+  const std::string listen = unique_endpoint();
+  curve::ClientKeys ops;
+  bool on = false;
+  ASSERT_EQ(curve::client_keys(d + "/allocator.pub", d + "/ctl/ops.key", &ops, &on), "");
+  DaemonProcess daemon;
+  daemon.set_control_keys(ops);  // how the harness sees it come up
+  daemon.start(listen, {"--hosts", "4", "--curve-secret", d + "/allocator.key", "--curve-clients",
+                        d + "/clients", "--curve-ctl", d + "/ctl"});
+  r = run(ctl + " --allocator " + listen + " --curve-server " + d + "/allocator.pub --curve-key " + d +
+          "/ctl/ops.key --json status");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(json::parse(r.output)["auth"]["mode"], "curve");
+  r = run(ctl + " --allocator " + listen + " --curve-server " + d + "/allocator.pub --curve-key " + d +
+          "/h0.key --timeout-ms 300 status");
+  EXPECT_NE(r.status, 0) << r.output;  // an endpoint's key in no list
+  r = run(ctl + " --allocator " + listen + " --timeout-ms 300 status");
+  EXPECT_EQ(r.status, 1) << r.output;  // no CURVE: no reply at all
+}
+
 TEST(AllocatorCli, HelpAndConfigErrors) {
   const std::string bin = FT_ALLOCATOR_BINARY;
   CmdResult r = run(bin + " --help");
