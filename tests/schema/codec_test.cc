@@ -207,68 +207,23 @@ TEST(Codec, ItemsThatAreAllZerosAreRefused) {
   EXPECT_EQ(decode_bytes(found, &out).error, DecodeError::kBadValue);
 }
 
-// The bound leaves room: the largest messages the protocol sends pack 2-4x,
-// far inside 64x.
-TEST(Codec, LegitimateMessagesPackWellInsideTheUnpackBound) {
-  EndpointMessage resync;
-  Resync r;
-  for (std::uint64_t k = 0; k < kMaxResyncFlows; ++k) {
-    FlowletStart f;  // defaults: the sparsest a start gets
-    f.flow_key = k + 1;
-    f.endpoints = HostPair{0, 1};
-    f.bytes = 1;
-    r.flows.push_back(f);
-  }
-  resync.events.push_back(r);
-  AllocatorMessage rates;
-  for (std::uint64_t k = 0; k < kMaxItemsPerMessage; ++k) {
-    rates.rates.push_back({k + 1, 1, 1});
-  }
-  const auto ratio = [](const std::vector<std::uint8_t>& b, std::size_t unpacked) {
-    return static_cast<double>(unpacked) / static_cast<double>(b.size());
-  };
-  const std::vector<std::uint8_t> a = encode(resync), b = encode(rates);
-  EndpointMessage ra;
-  AllocatorMessage rb;
-  ASSERT_TRUE(decode_bytes(a, &ra).ok());
-  ASSERT_TRUE(decode_bytes(b, &rb).ok());
-  EXPECT_EQ(ra, resync);
-  EXPECT_EQ(rb, rates);
-  // Their unpacked size, from Cap'n Proto's own unpacking.
-  const auto unpacked = [](const std::vector<std::uint8_t>& bytes) {
-    kj::ArrayInputStream in(kj::arrayPtr(bytes.data(), bytes.size()));
-    capnp::ReaderOptions o;
-    o.traversalLimitInWords = 1u << 24;
-    capnp::PackedMessageReader reader(in, o);
-    std::size_t words = 0;
-    for (capnp::uint id = 0; reader.getSegment(id) != nullptr; ++id) {
-      words += reader.getSegment(id).size();
-    }
-    return words * sizeof(capnp::word);
-  };
-  EXPECT_LT(ratio(a, unpacked(a)), 8.0);
-  EXPECT_LT(ratio(b, unpacked(b)), 8.0);
+// What Cap'n Proto unpacks a packed stream to, its segment table (a count
+// and a size a segment, 4 bytes each, padded to a word) included.
+std::size_t capnp_unpacked_bytes(const std::vector<std::uint8_t>& bytes) {
+  kj::ArrayInputStream in(kj::arrayPtr(bytes.data(), bytes.size()));
+  capnp::ReaderOptions o;
+  o.traversalLimitInWords = 1u << 24;
+  capnp::PackedMessageReader reader(in, o);
+  std::size_t words = 0;
+  capnp::uint segments = 0;
+  for (; reader.getSegment(segments) != nullptr; ++segments) words += reader.getSegment(segments).size();
+  return (words + segments / 2 + 1) * sizeof(capnp::word);
 }
 
-// unpacked_bytes() is what Cap'n Proto unpacks a frame to, and the
-// allocator's price of decoding it; it stops past decode()'s bound.
-// Legitimate messages unpack at most 4x (the allocator charges a frame
-// that unpacks more for the excess): a resync of the sparsest starts, a
-// full rate message, a message of ends alone, every event kind.
-TEST(Codec, UnpackedBytesIsWhatAFrameUnpacksTo) {
-  const auto capnp_unpacked = [](const std::vector<std::uint8_t>& bytes) {
-    kj::ArrayInputStream in(kj::arrayPtr(bytes.data(), bytes.size()));
-    capnp::ReaderOptions o;
-    o.traversalLimitInWords = 1u << 24;
-    capnp::PackedMessageReader reader(in, o);
-    std::size_t words = 0;
-    capnp::uint segments = 0;
-    for (; reader.getSegment(segments) != nullptr; ++segments) words += reader.getSegment(segments).size();
-    // The stream's segment table too: a count and a size a segment, 4
-    // bytes each, padded to a word.
-    return (words + segments / 2 + 1) * sizeof(capnp::word);
-  };
-  EndpointMessage resync, ends;
+// The largest messages the protocol sends, as sparse as they get: a full
+// resync of default starts, a full rate message.
+EndpointMessage sparsest_resync() {
+  EndpointMessage m;
   Resync r;
   for (std::uint64_t k = 0; k < kMaxResyncFlows; ++k) {
     FlowletStart f;
@@ -277,13 +232,44 @@ TEST(Codec, UnpackedBytesIsWhatAFrameUnpacksTo) {
     f.bytes = 1;
     r.flows.push_back(f);
   }
-  resync.events.push_back(r);
+  m.events.push_back(r);
+  return m;
+}
+AllocatorMessage full_rates() {
+  AllocatorMessage m;
+  for (std::uint64_t k = 0; k < kMaxItemsPerMessage; ++k) m.rates.push_back({k + 1, 1, 1});
+  return m;
+}
+
+// The bound leaves room: the largest messages the protocol sends pack 2-4x,
+// far inside 64x.
+TEST(Codec, LegitimateMessagesPackWellInsideTheUnpackBound) {
+  const EndpointMessage resync = sparsest_resync();
+  const AllocatorMessage rates = full_rates();
+  const std::vector<std::uint8_t> a = encode(resync), b = encode(rates);
+  EndpointMessage ra;
+  AllocatorMessage rb;
+  ASSERT_TRUE(decode_bytes(a, &ra).ok());
+  ASSERT_TRUE(decode_bytes(b, &rb).ok());
+  EXPECT_EQ(ra, resync);
+  EXPECT_EQ(rb, rates);
+  for (const std::vector<std::uint8_t>* m : {&a, &b}) {
+    EXPECT_LT(static_cast<double>(capnp_unpacked_bytes(*m)) / static_cast<double>(m->size()), 8.0);
+  }
+}
+
+// unpacked_bytes() is what Cap'n Proto unpacks a frame to, and the
+// allocator's price of decoding it; it stops past decode()'s bound.
+// Legitimate messages unpack at most 4x (the allocator charges a frame
+// that unpacks more for the excess): a resync of the sparsest starts, a
+// full rate message, a message of ends alone, every event kind.
+TEST(Codec, UnpackedBytesIsWhatAFrameUnpacksTo) {
+  EndpointMessage ends;
   for (std::uint64_t k = 0; k < kMaxItemsPerMessage; ++k) ends.events.push_back(FlowletEnd{k + 1});
-  AllocatorMessage rates;
-  for (std::uint64_t k = 0; k < kMaxItemsPerMessage; ++k) rates.rates.push_back({k + 1, 1, 1});
-  for (const std::vector<std::uint8_t>& b : {encode(resync), encode(ends), encode(every_event()), encode(rates)}) {
+  for (const std::vector<std::uint8_t>& b :
+       {encode(sparsest_resync()), encode(ends), encode(every_event()), encode(full_rates())}) {
     const std::size_t n = unpacked_bytes(b);
-    EXPECT_EQ(n, capnp_unpacked(b));
+    EXPECT_EQ(n, capnp_unpacked_bytes(b));
     EXPECT_LE(n, 4 * b.size()) << static_cast<double>(n) / static_cast<double>(b.size()) << "x";
   }
   // A bomb: 4 KB of zero runs that would unpack to 4 MiB; the scan stops
