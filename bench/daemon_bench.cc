@@ -198,11 +198,12 @@ class Daemon {
   // Waits out "retry_ms" answers, as flowtune-ctl does: under a ctl flood
   // the bench's own requests share the daemon's budget.
   json status() {
-    for (int i = 0;; ++i) {
+    for (int i = 0; i < 500; ++i) {
       json j = ask("status").value();
-      if (!j.contains("retry_ms") || i == 500) return j;
+      if (!j.contains("retry_ms")) return j;
       std::this_thread::sleep_for(std::chrono::milliseconds(j["retry_ms"].get<int>()));
     }
+    throw std::runtime_error("the allocator kept answering status with retry_ms");
   }
   // User + system CPU seconds of the daemon so far.
   double cpu_s() const { return flowtune::bench::process_cpu_s(pid_); }

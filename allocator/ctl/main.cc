@@ -285,29 +285,56 @@ std::string rate(double bps) {
   return s.str();
 }
 
-// p: status's policy; j_age_s: how old the allocator's sums over flows are.
+// A peer's text for a terminal: control characters (escape sequences
+// among them) shown as '?', and at most `width` characters, cut at a
+// character's start and marked with '~'.
+std::string printable(const std::string& s, std::size_t width) {
+  // Characters are counted at their first byte (UTF-8 continuation bytes
+  // are 10xxxxxx).
+  const auto starts = [](char c) { return (static_cast<unsigned char>(c) & 0xc0) != 0x80; };
+  const std::size_t chars = static_cast<std::size_t>(std::count_if(s.begin(), s.end(), starts));
+  const std::size_t keep = chars <= width ? chars : width - 1;
+  std::string out;
+  std::size_t seen = 0;
+  for (const char c : s) {
+    if (starts(c) && seen++ == keep) break;
+    const auto u = static_cast<unsigned char>(c);
+    out += u < 0x20 || u == 0x7f ? '?' : c;
+  }
+  return chars <= width ? out : out + "~";
+}
+
+// p: status's policy; j_age_s: how far behind the allocator its sums over
+// flows are (0: current).
 void print_policy(const json& p, double j_age_s) {
   std::cout << "classes  ";
   for (const auto& [k, s] : p["classes"].items()) {
     std::cout << " " << k << ": " << s["flows"] << " flows " << rate(s["rate_bps"].get<double>());
   }
   std::cout << (p["classes"].empty() ? " none\n" : "\n") << "tenants  ";
+  if (p.contains("no_tenant") && p["no_tenant"].value("flows", 0u) > 0) {
+    std::cout << " (none): " << p["no_tenant"]["flows"] << " flows "
+              << rate(p["no_tenant"]["rate_bps"].get<double>());
+  }
   for (const auto& [name, s] : p["tenants"].items()) {
-    std::cout << " " << (name.empty() ? "(none)" : name) << ": " << s["flows"] << " flows "
+    std::cout << " " << (name.empty() ? "(none)" : printable(name, 40)) << ": " << s["flows"] << " flows "
               << rate(s["rate_bps"].get<double>());
     if (s.contains("weight")) std::cout << " (weight " << s["weight"].get<double>();
     if (s.value("guarantee_bps", 0.0) > 0) std::cout << ", guarantee " << rate(s["guarantee_bps"].get<double>());
     if (s.value("cap_bps", 0.0) > 0) std::cout << ", cap " << rate(s["cap_bps"].get<double>());
     if (s.contains("weight")) std::cout << ")";
   }
-  std::cout << (p["tenants"].empty() ? " none\n" : "\n");
+  std::cout << (p["tenants"].empty() && p.value("no_tenant", json::object()).value("flows", 0u) == 0
+                    ? " none\n"
+                    : "\n");
   const auto total = p.value("tenants_total", std::uint64_t{0});
   const auto shown = p.value("tenants_shown", total);
   if (shown < total) {
     std::cout << "          (" << shown << " of " << total << " tenants; flowtune-ctl tenants shows all)\n";
   }
   if (j_age_s > 0) {
-    std::cout << "          (sums over flows as of " << std::setprecision(1) << j_age_s << " s ago)\n";
+    std::cout << "          (sums over flows as of " << std::fixed << std::setprecision(1) << j_age_s
+              << " s ago)\n";
   }
   std::cout << "planning  " << p.value("replans", 0u) << " floor plans; "
             << p.value("deadlines_infeasible", 0u) << " deadlines infeasible, "
@@ -433,7 +460,7 @@ void print_endpoints(const json& j) {
 
 std::string tenant_of(const json& f) {
   const std::string t = f.value("tenant", std::string());
-  return t.empty() ? "-" : t.size() > 11 ? t.substr(0, 10) + "~" : t;
+  return t.empty() ? "-" : printable(t, 11);
 }
 
 // Time left to the flow's deadline ("-3.2ms" once overdue), or "-"; "!"
@@ -489,15 +516,14 @@ void print_tenants(const json& j) {
             << std::setw(10) << "RATE" << std::setw(8) << "WEIGHT" << std::setw(11) << "GUARANTEE"
             << std::setw(10) << "CAP" << "\n";
   for (const json& t : j["tenants"]) {
-    std::string name = t["name"].get<std::string>();
-    if (name.size() > 23) name = name.substr(0, 22) + "~";
+    const std::string name = printable(t["name"].get<std::string>(), 23);
     const auto bps = [&](const char* k) {
       const double v = t.value(k, 0.0);
       return v > 0 ? rate(v) : std::string("-");
     };
     std::cout << std::left << std::setw(24) << name << std::right << std::setw(8)
               << t["flows"].get<std::uint64_t>() << std::setw(10) << rate(t["rate_bps"].get<double>())
-              << std::setw(8) << std::setprecision(2) << t["weight"].get<double>() << std::setw(11)
+              << std::setw(8) << std::fixed << std::setprecision(2) << t["weight"].get<double>() << std::setw(11)
               << bps("guarantee_bps") << std::setw(10) << bps("cap_bps") << "\n";
   }
   if (j.contains("no_tenant")) {

@@ -138,18 +138,22 @@ leases and limits:
                              endpoints per host, per peer address and per key
                              (default 4096)
   --max-hosts-per-source N   spare host slots (--unknown-hosts add) one peer
-                             address or key may fill with hosts its hellos
-                             name, and one host's endpoints with the
-                             destinations they add; a slot counts until it is
-                             released; 0 = no limit (default 64)
+                             address or key may fill: hosts its hellos name,
+                             and the destinations its endpoints' flows add
+                             (which count against their host too); a slot
+                             counts until it is released; raise it for an
+                             address that fronts many hosts (NAT); 0 = no
+                             limit (default 64)
   --max-source-bytes-per-sec B
                              input bytes/s per key (CURVE), else per peer
                              address, else per host, charged before
-                             decoding; 0 = unlimited (default 1000000)
+                             decoding what decoding costs (a frame's size,
+                             or a quarter of what it unpacks to if more);
+                             0 = unlimited (default 1000000)
   --max-source-burst-bytes B its burst: at least the largest resync an
                              endpoint sends (default 2097152)
   --max-msg-rate R           messages/s per endpoint, a message weighing one
-                             more per 4 KB it carries; 0 = unlimited (default 100000)
+                             more per 4 KB of that cost; 0 = unlimited (default 100000)
 
 security (docs/security.md; off by default):
   --curve-secret FILE        turn on ZeroMQ CURVE with this key pair (from

@@ -552,12 +552,15 @@ void Allocator::on_timer(std::uint64_t now_us) {
     tick_endpoint(timer_cursor_++, now_us);
     visited += cost;
   }
+  // The hosts of the endpoints that timed out in this slice: a slot comes
+  // back (and stops counting against its sources) with the call that
+  // freed it, not with the end of the scan.
+  release_unused_hosts();
   if (timer_cursor_ < endpoints_.size()) {
     next_timer_us_ = now_us;  // the rest on the next turn
     return;
   }
   timer_cursor_ = 0;
-  release_unused_hosts();  // those of the endpoints that timed out
   // Ticks keep their period however long a scan takes to finish.
   next_timer_us_ = endpoint_ids_.live() == 0
                        ? UINT64_MAX

@@ -339,7 +339,7 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
           if (!f.was_shared) policy_.grow(id, s.bytes);
         }
         set_sent(id, 0);
-        flows_changed_ = true;
+        mark_flows_changed();
         continue;
       }
       release(e, s.flow_key);
@@ -481,7 +481,7 @@ void Allocator::add_flow(Endpoint& e, const wire::FlowletStart& s, const alloc::
   e.flows[s.flow_key] = id;
   count_holds(e, 1);
   e.digest.add(s.flow_key);
-  flows_changed_ = true;
+  mark_flows_changed();
   settle_iterations_ = 0;
   if (config_.early_rates) fresh_.push_back(id);
 }
@@ -507,7 +507,7 @@ void Allocator::detach(EndpointIdx endpoint, std::uint64_t key, alloc::FlowId id
     f.endpoint = Flow::kNone;
     unref_host(f.src);
     unref_host(f.dst);
-    flows_changed_ = true;
+    mark_flows_changed();
     settle_iterations_ = 0;
     return;
   }
@@ -698,6 +698,20 @@ std::optional<alloc::HostId> Allocator::add_host(std::string_view name, const Ch
     if (s != nullptr) ++s->second.hosts;
   }
   return h;
+}
+
+std::size_t Allocator::host_charges_by_slot() const {
+  std::size_t n = 0;
+  for (const Chargers& by : host_chargers_) {
+    for (const SourceRef s : by) n += s != nullptr ? 1 : 0;
+  }
+  return n;
+}
+
+std::size_t Allocator::host_charges_by_source() const {
+  std::size_t n = 0;
+  for (const auto& [name, s] : sources_) n += s.hosts;
+  return n;
 }
 
 std::string Allocator::source_label(std::string_view source) const {

@@ -93,8 +93,10 @@ FlowTotals::Sum tenant_sum(const FlowTotals& t, alloc::TenantId id) {
 }
 
 // Per class (those with flows), flows in no tenant, and the first
-// kStatusTenants tenants (the operator's come first): live flows, their
-// rates and the tenant's spec.
+// kStatusTenants tenants (in the order they were first named: the
+// operator's file at start, then endpoints' names and later files' as
+// they came): live flows, their rates and the tenant's spec. Flows in no
+// tenant have a key of their own: "" may name an operator's tenant.
 json policy_json(const Allocator& a, const FlowTotals& t) {
   const alloc::PolicyBook& p = a.policy();
   json classes = json::object(), tenants = json::object();
@@ -102,9 +104,7 @@ json policy_json(const Allocator& a, const FlowTotals& t) {
     if (t.by_class[k].flows == 0) continue;
     classes[std::to_string(k)] = {{"flows", t.by_class[k].flows}, {"rate_bps", t.by_class[k].rate_bps}};
   }
-  if (const FlowTotals::Sum none = tenant_sum(t, alloc::kNoTenant); none.flows > 0) {
-    tenants[""] = {{"flows", none.flows}, {"rate_bps", none.rate_bps}};
-  }
+  const FlowTotals::Sum none = tenant_sum(t, alloc::kNoTenant);
   const std::size_t shown = std::min(p.num_tenants(), kStatusTenants);
   for (alloc::TenantId id = 1; id <= shown; ++id) {
     const alloc::TenantSpec& spec = p.spec(id);
@@ -118,6 +118,7 @@ json policy_json(const Allocator& a, const FlowTotals& t) {
   const alloc::PolicyCounters& c = p.counters();
   return {{"classes", classes},
           {"tenants", tenants},
+          {"no_tenant", {{"flows", none.flows}, {"rate_bps", none.rate_bps}}},
           {"tenants_total", p.num_tenants()},
           {"tenants_shown", shown},
           {"replans", c.replans},
@@ -439,9 +440,9 @@ std::string links_text(const Allocator& a, const FlowTotals& t, std::size_t limi
   return w.take();
 }
 
-// "tenants [LIMIT [FROM]]": a page of tenants in id order (the operator's
-// first, then the names endpoints brought), with their flows, rates and
-// specs; and the flows in no tenant.
+// "tenants [LIMIT [FROM]]": a page of tenants in id order (the order they
+// were first named), with their flows, rates and specs; and the flows in
+// no tenant.
 std::string tenants_text(const Allocator& a, const FlowTotals& t, std::size_t limit,
                          std::uint32_t from) {
   const alloc::PolicyBook& p = a.policy();
@@ -479,8 +480,7 @@ std::string tenants_text(const Allocator& a, const FlowTotals& t, std::size_t li
 }  // namespace
 
 ControlCache::Version ControlCache::version_of(const Allocator& a) {
-  const Counters& c = a.counters();
-  return {a.epoch(), c.iterations, a.num_flows(), c.starts, c.ends};
+  return {a.epoch(), a.counters().iterations, a.flow_changes()};
 }
 
 const FlowTotals& ControlCache::totals(const Allocator& a, std::uint64_t now_us) {
@@ -497,8 +497,9 @@ const FlowTotals& ControlCache::totals(const Allocator& a, std::uint64_t now_us)
   return totals_;
 }
 
-double ControlCache::age_s(std::uint64_t now_us) const {
-  return valid_ && now_us > at_us_ ? static_cast<double>(now_us - at_us_) * 1e-6 : 0.0;
+double ControlCache::age_s(const Allocator& a, std::uint64_t now_us) const {
+  if (!valid_ || version_of(a) == version_ || now_us <= at_us_) return 0.0;
+  return static_cast<double>(now_us - at_us_) * 1e-6;
 }
 
 std::string control_reply(const Allocator& a, const ServerInfo& info, std::string_view request,
@@ -530,7 +531,7 @@ std::string control_reply(const Allocator& a, const ServerInfo& info, std::strin
   json reply;
   if (cmd == "status") {
     const FlowTotals& t = cache.totals(a, now_us);
-    reply = status_json(a, info, t, cache.age_s(now_us), cache.passes());
+    reply = status_json(a, info, t, cache.age_s(a, now_us), cache.passes());
   } else {
     // Printable only: the request came off the wire.
     std::string shown;

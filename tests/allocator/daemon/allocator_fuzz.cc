@@ -7,6 +7,8 @@
 //   - nothing crashed, leaked or tripped a sanitizer;
 //   - the flow count equals the flows listed, and the endpoints' holds equal
 //     the holders listed (one socket written by several endpoints is one flow);
+//   - every added host slot's charges are counted by the sources charged,
+//     and none stays charged once no endpoint or flow is left;
 //   - every emitted message survives the real codec;
 //   - after an iteration, the rates endpoints hold (last sent) fit every
 //     link's real capacity (threshold slack included; F-NORM).
@@ -106,6 +108,12 @@ void check(daemon::Allocator& a, bool after_iteration) {
   }
   if (listed != a.num_flows()) fail("listed flows disagree with the engine");
   if (holds != holders) fail("endpoint flow counts disagree with the flows' holders");
+  if (a.host_charges_by_slot() != a.host_charges_by_source()) {
+    fail("host slots' charges disagree with their sources' counts");
+  }
+  if (a.num_endpoints() == 0 && a.num_flows() == 0 && a.host_charges_by_slot() != 0) {
+    fail("host slots stay charged with nothing on them");
+  }
   for (const auto& o : a.take_outbox()) {
     wire::AllocatorMessage back;
     if (!wire::decode(wire::encode(o.message), &back).ok()) fail("emitted message does not decode");

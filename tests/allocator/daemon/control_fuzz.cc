@@ -8,7 +8,10 @@
 //   - an error is a string, and an unknown request's names only printable
 //     characters;
 //   - a page holds at most its limit and 500 items, "next" is null or past
-//     where it started, and "total" counts what the pages hold;
+//     where it started, and a whole listing's "total" is its length;
+//   - the sums over flows add up: status's classes, a whole listing of
+//     tenants (with the flows in none) and of endpoints come to every
+//     flow, a whole listing of links to two a flow (uplink and downlink);
 //   - status counts the allocator's flows.
 // Run with -max_len=1024.
 #include <cstdint>
@@ -98,6 +101,9 @@ void check(const daemon::Allocator& a, std::string_view request, const std::stri
   const std::string cmd(request.substr(0, request.find(' ')));
   if (cmd == "status") {
     if (j["flows"] != a.num_flows()) fail("status miscounts flows", request, reply);
+    std::uint64_t by_class = 0;
+    for (const auto& [k, c] : j["policy"]["classes"].items()) by_class += c["flows"].get<std::uint64_t>();
+    if (by_class != a.num_flows()) fail("status's classes do not add up to its flows", request, reply);
     return;
   }
   if (!j.contains(cmd)) fail("a page without its items", request, reply);
@@ -110,6 +116,17 @@ void check(const daemon::Allocator& a, std::string_view request, const std::stri
     fail("next does not move on", request, reply);
   }
   if (!j["total"].is_number_unsigned()) fail("a page without a total", request, reply);
+  // A page from the start that holds everything (tenant ids start at 1):
+  // its total is its length, and its sums are every flow's.
+  const bool whole = j["next"].is_null() && (cmd == "tenants" ? from <= 1 : from == 0);
+  if (!whole || cmd == "flows") return;
+  if (j["total"].get<std::uint64_t>() != n) fail("a whole listing's total is not its length", request, reply);
+  std::uint64_t sum = 0;
+  for (const auto& item : j[cmd]) sum += item["flows"].get<std::uint64_t>();
+  const std::uint64_t none = cmd == "tenants" ? j["no_tenant"]["flows"].get<std::uint64_t>() : 0;
+  // A big switch: every flow crosses one host uplink and one downlink.
+  const std::uint64_t want = (cmd == "links" ? 2 : 1) * a.num_flows();
+  if (sum + none != want) fail("a whole listing's flows do not add up", request, reply);
 }
 
 }  // namespace

@@ -507,6 +507,18 @@ TEST_F(DaemonTest, CtlShowsFlowsLinksAndCounters) {
   EXPECT_EQ(tenants["no_tenant"]["flows"], 2) << tenants;
   r = run(ctl + " tenants");
   EXPECT_NE(r.output.find("(none)"), std::string::npos) << r.output;
+  // A peer's tenant name reaches the terminal without its control
+  // characters (an escape sequence shown as '?'), cut at a character.
+  wire::FlowletStart odd = host_flow(3, 0, 2);
+  odd.tenant = "\x1b[2J\xc3\xa9" + std::string(30, 'x');
+  a.send({odd});
+  ASSERT_TRUE(a.wait_for_rate(3, [](auto r) { return r > 0; }, kWaitMs));
+  r = run(ctl + " tenants");
+  EXPECT_EQ(r.output.find('\x1b'), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("?[2J\xc3\xa9xxxxxxxxxxxxxxxxx~"), std::string::npos) << r.output;
+  r = run(ctl + " status");
+  EXPECT_EQ(r.output.find('\x1b'), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(none): 2 flows"), std::string::npos) << r.output;
   r = run(ctl + " nonsense");
   EXPECT_EQ(r.status, 2);
   r = run(std::string(FT_CTL_BINARY) + " --allocator " + unique_endpoint() + " --timeout-ms 100");

@@ -112,10 +112,11 @@ struct AllocatorConfig {
   std::uint32_t max_hosts_per_source = 64;
   // Per-endpoint message rate: a token bucket of this many messages/s with a
   // burst of a tenth of a second; a message costs one more for every
-  // kBytesPerToken it carries (decoding costs by size). 0 = unlimited.
+  // kBytesPerToken of its decode_cost(). 0 = unlimited.
   double max_messages_per_sec = 100'000;
   // Per source (as above), bytes of input a second, charged before
-  // decoding, with a burst of a tenth of a second: the loop's time goes to
+  // decoding what decoding costs (decode_cost()), with a burst of a tenth
+  // of a second: the loop's time goes to
   // sources in proportion to what they are allowed, however many endpoints
   // one of them opens. 0 = unlimited.
   double max_source_bytes_per_sec = 1e6;
@@ -217,7 +218,7 @@ struct FlowTotals {
   // table was full (kMaxTenants) among them.
   std::vector<Sum> by_tenant;
   std::vector<std::uint32_t> link_flows;   // by LinkId
-  std::vector<double> link_allocated_bps;  // by LinkId: Σ normalized rates
+  std::vector<double> link_allocated_bps;  // by LinkId: Σ rates told (floors included)
 };
 
 struct EndpointView {
@@ -341,6 +342,13 @@ class Allocator {
                               alloc::FlowId* next = nullptr) const;
   // O(flows): for replies that show them, not for every turn.
   FlowTotals totals() const;
+  // Added host slots charged to sources (max_hosts_per_source), counted
+  // two ways, which must agree: from the slots, and from the sources.
+  std::size_t host_charges_by_slot() const;
+  std::size_t host_charges_by_source() const;
+  // Moves with every change to the flow set (a start, an end, a resync's
+  // entry): with the iterations counter, whether totals() may differ.
+  std::uint64_t flow_changes() const { return flow_changes_; }
   // Tenants' names and specs, the policy's counters.
   const alloc::PolicyBook& policy() const { return policy_; }
 
@@ -443,6 +451,10 @@ class Allocator {
   // for sender_ heard directly, empty without CURVE or through a relay
   // (whose key speaks for every endpoint behind it).
   std::string key_source_name(std::string_view peer) const;
+  void mark_flows_changed() {
+    flows_changed_ = true;
+    ++flow_changes_;
+  }
   // A source's name for a refusal: "address A", "host H", "key \"NAME\"".
   std::string source_label(std::string_view source) const;
   // The source named `key`, made (with a full budget) if there is none.
@@ -534,6 +546,7 @@ class Allocator {
   };
   std::unordered_map<std::string, Source> sources_;
   bool flows_changed_ = false;
+  std::uint64_t flow_changes_ = 0;  // every flow set change, for flow_changes()
   std::vector<alloc::FlowId> fresh_;  // started this turn, not yet rated (early_rates)
   // Told early, with the rate told, until the next iteration has checked them.
   std::vector<std::pair<alloc::FlowId, std::uint64_t>> told_early_;

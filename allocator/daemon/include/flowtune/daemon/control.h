@@ -62,7 +62,7 @@ struct ServerInfo {
 // 100,000 flows, which a status reply once made per request (with every
 // tenant's name: 24 ms), so that a flood of 200 requests a second held the
 // loop. Replies share one pass: a new one is made only when flows or rates
-// have changed since (an iteration, a start or an end), and at most
+// have changed since (an iteration, a flow started, ended or replaced), and at most
 // kPassesPerSec a second (a burst as large): a lone request after a change
 // sees it, a flood costs the loop a few passes a second, fewer than its
 // iterations, and its replies' sums may be that far behind (status:
@@ -73,14 +73,16 @@ class ControlCache {
   explicit ControlCache(double passes_per_sec = kPassesPerSec)
       : passes_allowed_(passes_per_sec, 0, passes_per_sec) {}
   const FlowTotals& totals(const Allocator& a, std::uint64_t now_us);
-  // Seconds since the pass totals() last returned was made.
-  double age_s(std::uint64_t now_us) const;
+  // How far behind the allocator the last pass is: 0 while nothing has
+  // changed since it was made, else the seconds since it was.
+  double age_s(const Allocator& a, std::uint64_t now_us) const;
   std::uint64_t passes() const { return passes_; }
 
  private:
-  // What a pass's sums depend on: any change moves one of them.
+  // What a pass's sums depend on: any change moves one of them (rates move
+  // only in iterations; flows come, go and change class in flow_changes).
   struct Version {
-    std::uint64_t epoch = 0, iterations = 0, flows = 0, starts = 0, ends = 0;
+    std::uint64_t epoch = 0, iterations = 0, flow_changes = 0;
     bool operator==(const Version&) const = default;
   };
   static Version version_of(const Allocator& a);
