@@ -1,8 +1,10 @@
 // libFuzzer target over flowtune-ctl's request parser and the replies it
 // leads to (control_reply): the bytes a ctl connection sends, as one
-// request or as several (split at newlines, one cache between them),
-// against one allocator holding 1,200 flows over 30 tenants (peers' names
-// among them: quotes, control bytes, invalid UTF-8). Checked, beyond
+// request or as several (split at newlines, at most 8, one cache between
+// them), against one allocator holding 240 flows over 30 tenants (peers'
+// names among them: quotes, control bytes, invalid UTF-8). Few flows keep
+// an input cheap (each reply is parsed back): paging, not the page's
+// size, is what is fuzzed. Checked, beyond
 // nothing crashing or tripping a sanitizer:
 //   - every reply is one JSON object;
 //   - an error is a string, and an unknown request's names only printable
@@ -48,12 +50,12 @@ daemon::Allocator& allocator() {
       wire::EndpointMessage m;
       m.events.emplace_back(wire::Hello{"ep-" + std::to_string(e), "h" + std::to_string(e)});
       wire::Resync r;
-      for (std::uint64_t k = 1; k <= 300; ++k) {
+      for (std::uint64_t k = 1; k <= 60; ++k) {
         wire::FlowletStart s;
         s.flow_key = k;
         s.endpoints = wire::HostPair{e, static_cast<std::uint32_t>(4 + (k + e) % 12)};
         s.bytes = k << 10;
-        s.tenant = k % 7 == 0 ? std::string(odd[k % 6]) : "tenant-" + std::to_string(k % 24);
+        s.tenant = k % 7 == 0 ? std::string(odd[(k / 7 + e) % 6]) : "tenant-" + std::to_string(k % 24);
         r.flows.push_back(s);
       }
       m.events.emplace_back(std::move(r));
@@ -119,8 +121,9 @@ void check(const daemon::Allocator& a, std::string_view request, const std::stri
   // A page from the start that holds everything (tenant ids start at 1):
   // its total is its length, and its sums are every flow's.
   const bool whole = j["next"].is_null() && (cmd == "tenants" ? from <= 1 : from == 0);
-  if (!whole || cmd == "flows") return;
+  if (!whole) return;
   if (j["total"].get<std::uint64_t>() != n) fail("a whole listing's total is not its length", request, reply);
+  if (cmd == "flows") return;
   std::uint64_t sum = 0;
   for (const auto& item : j[cmd]) sum += item["flows"].get<std::uint64_t>();
   const std::uint64_t none = cmd == "tenants" ? j["no_tenant"]["flows"].get<std::uint64_t>() : 0;
@@ -139,7 +142,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // One request, or (first byte odd) several split at newlines.
   const bool several = size > 0 && (data[0] & 1) != 0;
   std::size_t at = several ? 1 : 0;
-  for (int k = 0; k < 16 && at <= size; ++k) {
+  for (int k = 0; k < 8 && at <= size; ++k) {
     const std::size_t end = several ? std::min(input.find('\n', at), size) : size;
     const std::string_view request = input.substr(at, end - at);
     const std::string reply = daemon::control_reply(a, {"fuzz", now, {}, {}, {}}, request, now, cache);
