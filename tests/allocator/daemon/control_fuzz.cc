@@ -1,10 +1,11 @@
 // libFuzzer target over flowtune-ctl's request parser and the replies it
 // leads to (control_reply): the bytes a ctl connection sends, as one
 // request or as several (split at newlines, at most 8, one cache between
-// them), against one allocator holding 240 flows over 30 tenants (peers'
-// names among them: quotes, control bytes, invalid UTF-8). Few flows keep
-// an input cheap (each reply is parsed back): paging, not the page's
-// size, is what is fuzzed. Checked, beyond
+// them), against one allocator holding 240 flows over 29 tenants and
+// flows in none (the empty name), peers' names among them: quotes, control
+// bytes, invalid UTF-8. Few flows keep an input cheap (each reply is
+// parsed back): paging, not the page's size, is what is fuzzed. Checked,
+// beyond
 // nothing crashing or tripping a sanitizer:
 //   - every reply is one JSON object;
 //   - an error is a string, and an unknown request's names only printable
