@@ -5,8 +5,7 @@
 // flows in none (the empty name), peers' names among them: quotes, control
 // bytes, invalid UTF-8. Few flows keep an input cheap (each reply is
 // parsed back): paging, not the page's size, is what is fuzzed. Checked,
-// beyond
-// nothing crashing or tripping a sanitizer:
+// beyond nothing crashing or tripping a sanitizer:
 //   - every reply is one JSON object;
 //   - an error is a string, and an unknown request's names only printable
 //     characters;
