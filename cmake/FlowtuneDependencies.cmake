@@ -11,12 +11,11 @@ function(ft_find_all out_ok)
   find_package(tomlplusplus CONFIG QUIET)
   find_package(Threads QUIET)
   find_package(MPI QUIET COMPONENTS C)
-  # libzmq (the library itself, for libflowtune's link interface) and libuv
-  # come through pkg-config: imported targets PkgConfig::zmq, PkgConfig::uv.
+  # libzmq (the library itself, for libflowtune's link interface) comes
+  # through pkg-config: imported target PkgConfig::zmq.
   find_package(PkgConfig QUIET)
   if(PKG_CONFIG_FOUND)
     pkg_check_modules(FT_PROBE_ZMQ QUIET libzmq)
-    pkg_check_modules(FT_PROBE_UV QUIET libuv)
     pkg_check_modules(FT_PROBE_URING QUIET liburing)
   endif()
   if(FT_BUILD_TESTS)
@@ -32,7 +31,7 @@ function(ft_find_all out_ok)
     endif()
   endif()
   if(NOT TBB_FOUND OR NOT FT_CAPNP_INCLUDE OR NOT FT_CAPNPC_CXX OR NOT nlohmann_json_FOUND OR NOT Threads_FOUND
-     OR NOT cppzmq_FOUND OR NOT tomlplusplus_FOUND OR NOT MPI_C_FOUND OR NOT FT_PROBE_ZMQ_FOUND OR NOT FT_PROBE_UV_FOUND
+     OR NOT cppzmq_FOUND OR NOT tomlplusplus_FOUND OR NOT MPI_C_FOUND OR NOT FT_PROBE_ZMQ_FOUND
      OR NOT FT_PROBE_URING_FOUND)
     set(ok FALSE)
   endif()
@@ -59,7 +58,6 @@ find_package(tomlplusplus CONFIG REQUIRED)
 find_package(MPI REQUIRED COMPONENTS C)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(zmq REQUIRED IMPORTED_TARGET libzmq)
-pkg_check_modules(uv REQUIRED IMPORTED_TARGET libuv)
 # liburing: flowtune-shuffle's data path (examples/shuffle), and the
 # io_uring way of bench/wake_floor.
 if(FT_BUILD_EXAMPLES OR FT_BUILD_BENCH)

@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libuv1-dev liburing-dev libzmq3-dev cppzmq-dev capnproto libcapnp-dev
+  liburing-dev libzmq3-dev cppzmq-dev capnproto libcapnp-dev
   libtbb-dev libgtest-dev libgmock-dev libbenchmark-dev
   # Open MPI: the engine across processes (allocator/mpi, mpirun).
   openmpi-bin libopenmpi-dev

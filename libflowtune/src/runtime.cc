@@ -83,33 +83,9 @@ void UniqueFd::reset() {
   fd_ = -1;
 }
 
-int UvLoop::init() {
-  const int rc = uv_loop_init(&loop_);
-  open_ = rc == 0;
-  return rc;
-}
-
-int UvLoop::close() {
-  if (!open_) return 0;
-  // Handles still open (a start() that failed half way, a thread that never
-  // ran) are closed here; their close callbacks need one more run.
-  uv_walk(
-      &loop_,
-      [](uv_handle_t* h, void*) {
-        if (uv_is_closing(h) == 0) uv_close(h, nullptr);
-      },
-      nullptr);
-  (void)uv_run(&loop_, UV_RUN_DEFAULT);
-  const int rc = uv_loop_close(&loop_);
-  if (rc == 0) open_ = false;
-  return rc;
-}
-
 // ---- Runtime ----
 
 namespace {
-
-Runtime* self(uv_handle_t* h) { return static_cast<Runtime*>(h->data); }
 
 // Whether `s` (after spaces) starts with a transport, "name://".
 bool starts_endpoint(std::string_view s) {
@@ -146,11 +122,6 @@ std::vector<std::string> split_endpoints(const std::string& list) {
   }
   return out;
 }
-template <class H>
-uv_handle_t* handle(H* h) {
-  return reinterpret_cast<uv_handle_t*>(h);
-}
-
 }  // namespace
 
 namespace {
@@ -350,58 +321,25 @@ int Runtime::open_all() {
   if (zmq_getsockopt(zmq_sock_.get(), ZMQ_FD, &zfd, &len) != 0 || zfd < 0) return FT_ERUNTIME;
 
   if (loop_.init() != 0) return FT_ERUNTIME;
-  uv_loop_t* loop = loop_.get();
-  // If an init fails, UvLoop closes the handles that succeeded.
-  if (uv_poll_init(loop, &signal_poll_, signal_fd_.get()) != 0) return FT_ERUNTIME;
-  signal_poll_.data = this;
-  if (uv_poll_init(loop, &zmq_poll_, zfd) != 0) return FT_ERUNTIME;
-  zmq_poll_.data = this;
-  if (uv_poll_init(loop, &timer_poll_, timer_fd_.get()) != 0) return FT_ERUNTIME;
-  timer_poll_.data = this;
+  if (loop_.watch(signal_fd_.get(), [this] {
+        signalfd_siginfo info[8];
+        while (::read(signal_fd_.get(), info, sizeof info) > 0) {
+        }
+        turn();
+      }) != 0 ||
+      loop_.watch(zfd, [this] { turn(); }) != 0 ||
+      loop_.watch(timer_fd_.get(), [this] {
+        std::uint64_t expirations;
+        (void)::read(timer_fd_.get(), &expirations, sizeof expirations);
+        turn();
+      }) != 0) {
+    return FT_ERUNTIME;
+  }
   if (monitor_) {
     int mfd = -1;
     std::size_t mlen = sizeof mfd;
     if (zmq_getsockopt(monitor_.get(), ZMQ_FD, &mfd, &mlen) != 0 || mfd < 0) return FT_ERUNTIME;
-    if (uv_poll_init(loop, &monitor_poll_, mfd) != 0) return FT_ERUNTIME;
-    monitor_poll_.data = this;
-    if (uv_poll_start(&monitor_poll_, UV_READABLE,
-                      [](uv_poll_t* h, int, int) { self(handle(h))->turn(); }) != 0) {
-      return FT_ERUNTIME;
-    }
-  }
-  if (uv_prepare_init(loop, &prepare_) != 0) return FT_ERUNTIME;
-  prepare_.data = this;
-  if (uv_check_init(loop, &check_) != 0) return FT_ERUNTIME;
-  check_.data = this;
-  const int signal_rc = uv_poll_start(&signal_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
-    Runtime* r = self(handle(h));
-    signalfd_siginfo info[8];
-    while (::read(r->signal_fd_.get(), info, sizeof info) > 0) {
-    }
-    r->turn();
-  });
-  const int poll_rc = uv_poll_start(&zmq_poll_, UV_READABLE,
-                                    [](uv_poll_t* h, int, int) { self(handle(h))->turn(); });
-  const int timer_rc = uv_poll_start(&timer_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
-    Runtime* r = self(handle(h));
-    std::uint64_t expirations;
-    (void)::read(r->timer_fd_.get(), &expirations, sizeof expirations);
-    r->turn();
-  });
-  // The loop blocks only if nothing is queued or marked in the table after
-  // it said it sleeps (WakeFlag holds the fences that make this hold); else
-  // it signals itself so that poll returns at once.
-  const int prepare_rc = uv_prepare_start(&prepare_, [](uv_prepare_t* h) {
-    Runtime* r = self(handle(h));
-    if (!r->wake_flag_.prepare_to_sleep(
-            [r] { return !r->queue_.empty() || r->table_.has_dirty(); })) {
-      r->signal_self();
-    }
-  });
-  const int check_rc =
-      uv_check_start(&check_, [](uv_check_t* h) { self(handle(h))->wake_flag_.woke(); });
-  if (signal_rc != 0 || poll_rc != 0 || timer_rc != 0 || prepare_rc != 0 || check_rc != 0) {
-    return FT_ERUNTIME;
+    if (loop_.watch(mfd, [this] { turn(); }) != 0) return FT_ERUNTIME;
   }
   return FT_OK;
 }
@@ -435,6 +373,7 @@ void Runtime::run(std::promise<int>* ready) {
   if (!private_table_) g_shares_fd_table.store(true, std::memory_order_release);
   const int rc = open_all();
   if (rc != FT_OK) {
+    loop_.unwatch_all();  // a start that failed half way: nothing to run
     loop_close_rc_ = close_all();
     tid_.store(0, std::memory_order_release);
     ready->set_value(rc);
@@ -442,7 +381,14 @@ void Runtime::run(std::promise<int>* ready) {
   }
   ready->set_value(FT_OK);
   turn();  // a first hello once the host is known
-  (void)uv_run(loop_.get(), UV_RUN_DEFAULT);
+  // The loop blocks only if nothing is queued or marked in the table after
+  // it said it sleeps (WakeFlag holds the fences that make this hold); else
+  // it polls, and takes a turn if nothing else woke it.
+  loop_.run(
+      [this] {
+        return wake_flag_.prepare_to_sleep([this] { return !queue_.empty() || table_.has_dirty(); });
+      },
+      [this] { wake_flag_.woke(); }, [this] { turn(); });
   loop_close_rc_ = close_all();
   // A late wake-up must not reach another thread that gets this tid: with
   // no handler installed, the signal's default action ends the process.
@@ -803,15 +749,7 @@ void Runtime::publish() {
   published_.connected.store(s.connected ? 1 : 0, std::memory_order_relaxed);
 }
 
-void Runtime::close_handles() {
-  for (uv_handle_t* h : {handle(&signal_poll_), handle(&zmq_poll_), handle(&timer_poll_),
-                         handle(&prepare_), handle(&check_)}) {
-    if (uv_is_closing(h) == 0) uv_close(h, nullptr);
-  }
-  if (monitor_poll_.data != nullptr && uv_is_closing(handle(&monitor_poll_)) == 0) {
-    uv_close(handle(&monitor_poll_), nullptr);
-  }
-}
+void Runtime::close_handles() { loop_.unwatch_all(); }
 
 void Runtime::arm_timer() {
   std::uint64_t next = session_.next_timer_us();

@@ -1,4 +1,4 @@
-// The client's runtime thread: a libuv loop that owns the ZeroMQ DEALER
+// The client's runtime thread: an epoll loop (event_loop.h) that owns the ZeroMQ DEALER
 // socket to the allocator and the Session, takes application events from a
 // lock-free queue, and applies rates through the SocketTable.
 //
@@ -36,7 +36,6 @@
 #pragma once
 
 #include <sys/types.h>
-#include <uv.h>
 
 #include <atomic>
 #include <cstdint>
@@ -51,6 +50,7 @@
 
 #include "flowtune/common/curve.h"
 #include "flowtune/flowtune.h"
+#include "event_loop.h"
 #include "pacing.h"
 #include "session.h"
 #include "wakeup.h"
@@ -132,24 +132,6 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-// A libuv loop that is closed on destruction: handles still open are
-// closed, their close callbacks run, and uv_loop_close's result is kept.
-class UvLoop {
- public:
-  UvLoop() = default;
-  UvLoop(const UvLoop&) = delete;
-  UvLoop& operator=(const UvLoop&) = delete;
-  ~UvLoop() { (void)close(); }
-  int init();
-  uv_loop_t* get() { return &loop_; }
-  // 0, or uv_loop_close's error (UV_EBUSY: something still open).
-  int close();
-
- private:
-  uv_loop_t loop_{};
-  bool open_ = false;
-};
-
 // True once some runtime of this process stayed in the shared fd table (the
 // fallback, or a TSan build): then the preload shim keeps the descriptors
 // that the library's threads create out of the application's closefrom /
@@ -167,8 +149,9 @@ class Runtime {
   // stays open.
   int start();
   // Ends every reported flowlet (best effort), stops and joins the thread,
-  // closes everything. Returns uv_loop_close()'s result (0: the loop closed
-  // with no handle left), which tests assert; later calls return 0.
+  // closes everything. Returns EventLoop::close()'s result (0: the loop
+  // stopped watching before it closed), which tests assert; later calls
+  // return 0.
   int stop();
   // Any thread: wakes the runtime if it sleeps (something was recorded in
   // the SocketTable rather than queued).
@@ -197,7 +180,7 @@ class Runtime {
   // Opens the ZeroMQ socket, timer, signalfd and loop (runtime thread).
   int open_all();
   // Closes everything open_all opened (runtime thread: those numbers are
-  // only meaningful in its table). Returns uv_loop_close()'s result.
+  // only meaningful in its table). Returns EventLoop::close()'s result.
   int close_all();
   void signal_self() const;
   // One turn; see the top of this file.
@@ -243,13 +226,7 @@ class Runtime {
   UniqueFd timer_fd_;
   UniqueFd signal_fd_;
   UniqueFd pidfd_;
-  UvLoop loop_;
-  uv_poll_t signal_poll_{};
-  uv_poll_t zmq_poll_{};
-  uv_poll_t timer_poll_{};
-  uv_poll_t monitor_poll_{};
-  uv_prepare_t prepare_{};
-  uv_check_t check_{};
+  EventLoop loop_;
   std::thread thread_;
   std::atomic<pid_t> tid_{0};
   bool private_table_ = false;

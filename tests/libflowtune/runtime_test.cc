@@ -1,6 +1,6 @@
 // The runtime's pieces that can be checked without an allocator: the
 // sleep/wake handshake under stress, the lifecycle (every handle closed,
-// uv_loop_close() == 0 on every path), and the queue's overflow path.
+// EventLoop::close() == 0 on every path), and the queue's overflow path.
 // Built into pacing_test so the TSan run of libflowtune covers it.
 #include <fcntl.h>
 #include <poll.h>
@@ -103,6 +103,41 @@ RuntimeConfig config(std::size_t queue = 1 << 14) {
   c.log_level = 0;
   c.queue_capacity = queue;
   return c;
+}
+
+// The loop runs a ready descriptor's handler, polls instead of blocking
+// when told work is there (and then takes the pending turn), and returns
+// once unwatched; closing a loop that still watches reports it.
+TEST(EventLoop, RunsHandlersPollsWhenToldAndStopsWhenUnwatched) {
+  EventLoop loop;
+  ASSERT_EQ(loop.init(), 0);
+  const int ev = ::eventfd(0, EFD_NONBLOCK);
+  ASSERT_GE(ev, 0);
+  int hits = 0, pending = 0, woke = 0, asked = 0;
+  const std::uint64_t one = 1;
+  ASSERT_EQ(loop.watch(ev, [&] {
+    std::uint64_t v;
+    ASSERT_EQ(::read(ev, &v, sizeof v), static_cast<ssize_t>(sizeof v));
+    if (++hits < 2) {
+      ASSERT_EQ(::write(ev, &one, sizeof one), static_cast<ssize_t>(sizeof one));
+    } else {
+      loop.unwatch_all();
+    }
+  }), 0);
+  loop.run([&] { return asked++ > 0; }, [&] { ++woke; },
+           [&] {
+             ++pending;  // the first wait polled and found nothing: our turn
+             ASSERT_EQ(::write(ev, &one, sizeof one), static_cast<ssize_t>(sizeof one));
+           });
+  EXPECT_EQ(pending, 1);
+  EXPECT_EQ(hits, 2);
+  EXPECT_EQ(woke, 3);
+  EXPECT_EQ(loop.close(), 0);
+  EventLoop busy;
+  ASSERT_EQ(busy.init(), 0);
+  ASSERT_EQ(busy.watch(ev, [] {}), 0);
+  EXPECT_EQ(busy.close(), -EBUSY);
+  ::close(ev);
 }
 
 TEST(Runtime, StopClosesTheLoopWithNoHandleLeft) {
