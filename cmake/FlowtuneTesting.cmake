@@ -7,7 +7,10 @@ function(ft_add_test name)
   target_link_libraries(${name} PRIVATE ${FT_LIBS} GTest::gtest GTest::gtest_main flowtune_defaults)
   set(env "")
   if(FT_SANITIZE STREQUAL "thread")
-    set(env ENVIRONMENT "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/tsan.supp halt_on_error=1")
+    # die_after_fork=0: the fork tests start clients (threads) in children
+    # of multithreaded parents, which the library supports.
+    set(env ENVIRONMENT
+      "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/tsan.supp halt_on_error=1 die_after_fork=0")
   endif()
   gtest_discover_tests(${name} PROPERTIES LABELS "${FT_LABEL}" ${env} DISCOVERY_TIMEOUT 60)
 endfunction()

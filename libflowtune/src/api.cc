@@ -21,6 +21,7 @@
 #include <string>
 
 #include "flowtune/flowtune.h"
+#include "fork_guard.h"
 #include "runtime.h"
 
 namespace {
@@ -29,10 +30,6 @@ using flowtune::client::Event;
 using flowtune::client::FlowletPolicy;
 using flowtune::client::SocketRef;
 
-// Bumped in every child after fork(): a client opened before the fork is
-// not the child's (its runtime thread does not exist there).
-std::atomic<std::uint64_t> g_fork_generation{0};
-std::once_flag g_atfork_once;
 
 std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
@@ -145,7 +142,7 @@ struct ft_client {
   std::uint64_t fork_generation = 0;
 
   bool forked() const {
-    return g_fork_generation.load(std::memory_order_relaxed) != fork_generation;
+    return flowtune::client::fork_generation() != fork_generation;
   }
   int push(const Event& e, bool urgent = true) {
     return runtime->push(e, urgent) ? FT_OK : FT_ENOMEM;
@@ -215,9 +212,6 @@ void ft_config_init(ft_config* cfg) {
 int ft_client_open(const ft_config* cfg, ft_client** out) {
   if (cfg == nullptr || out == nullptr || cfg->struct_size != sizeof(ft_config)) return FT_EINVAL;
   if (cfg->heartbeat_ms == 0 || cfg->log_level < 0) return FT_EINVAL;
-  std::call_once(g_atfork_once, [] {
-    pthread_atfork(nullptr, nullptr, [] { g_fork_generation.fetch_add(1); });
-  });
   try {
     flowtune::client::SessionConfig s;
     s.endpoint_id = cfg->endpoint_id != nullptr ? cfg->endpoint_id : default_endpoint_id();
@@ -240,7 +234,7 @@ int ft_client_open(const ft_config* cfg, ft_client** out) {
       if (n >= 2 && n <= (1ul << 20) && (n & (n - 1)) == 0) r.queue_capacity = n;
     }
     auto c = std::make_unique<ft_client>();
-    c->fork_generation = g_fork_generation.load();
+    c->fork_generation = flowtune::client::fork_generation();
     s.tenants = c->tenants;
     c->runtime = std::make_unique<flowtune::client::Runtime>(std::move(r), std::move(s), c->table);
     if (const int rc = c->runtime->start(); rc != FT_OK) return rc;
@@ -306,6 +300,9 @@ int ft_socket_unregister(ft_client* c, int fd) {
 
 int ft_flowlet_begin(ft_client* c, int fd, uint64_t bytes, const ft_flowlet_opts* opts) {
   if (c == nullptr || bytes == 0) return FT_EINVAL;
+  // Before the options: their tenant table's lock may have been held by a
+  // thread of the parent at the fork.
+  if (c->forked()) return FT_EFORKED;
   Event e;
   e.kind = Event::kBegin;
   if (opts != nullptr) {

@@ -21,6 +21,7 @@
 #include "flowtune/common/curve.h"
 #include "flowtune/common/endpoint.h"
 #include "flowtune/wire/codec.h"
+#include "fork_guard.h"
 
 namespace flowtune::client {
 
@@ -67,7 +68,12 @@ bool EventQueue::empty() const {
 
 // ---- owners ----
 
-void ZmqContextCloser::operator()(void* ctx) const { (void)zmq_ctx_term(ctx); }
+// libzmq and libsodium take process-wide locks while a context is made and
+// ended: forks wait for both (fork_guard.h).
+void ZmqContextCloser::operator()(void* ctx) const {
+  ForkShield shield;
+  (void)zmq_ctx_term(ctx);
+}
 void ZmqSocketCloser::operator()(void* sock) const { (void)zmq_close(sock); }
 
 UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
@@ -164,23 +170,26 @@ namespace {
 // thread with a private table, so the probe opens nothing the application
 // can see. EBADF for a fd that cannot exist means the call is allowed.
 bool pidfd_getfd_works() {
-  static const bool works = [] {
-    bool ok = false;
-    try {
-      std::thread probe([&ok] {
-        if (::unshare(CLONE_FILES) != 0) return;
-        const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
-        if (pidfd < 0) return;
-        ok = ::syscall(SYS_pidfd_getfd, pidfd, 0x7ffffff0, 0) < 0 && errno == EBADF;
-        (void)::syscall(SYS_close, pidfd);
-      });
-      probe.join();
-    } catch (...) {
-      ok = false;
-    }
-    return ok;
-  }();
-  return works;
+  // Not a function-local static: its initialization guard, held by a thread
+  // of the parent at a fork, would stop the child's first client forever.
+  // Two threads may both probe the first time; they find the same answer.
+  static std::atomic<int> known{0};  // 0: not probed, 1: works, 2: refused
+  if (const int k = known.load(std::memory_order_acquire); k != 0) return k == 1;
+  bool ok = false;
+  try {
+    std::thread probe([&ok] {
+      if (::unshare(CLONE_FILES) != 0) return;
+      const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
+      if (pidfd < 0) return;
+      ok = ::syscall(SYS_pidfd_getfd, pidfd, 0x7ffffff0, 0) < 0 && errno == EBADF;
+      (void)::syscall(SYS_close, pidfd);
+    });
+    probe.join();
+  } catch (...) {
+    ok = false;
+  }
+  known.store(ok ? 1 : 2, std::memory_order_release);
+  return ok;
 }
 
 }  // namespace
@@ -240,7 +249,10 @@ int Runtime::start() {
 }
 
 int Runtime::open_all() {
-  zmq_ctx_.reset(zmq_ctx_new());
+  {
+    ForkShield shield;
+    zmq_ctx_.reset(zmq_ctx_new());
+  }
   if (!zmq_ctx_) return FT_ERUNTIME;
   zmq_sock_.reset(zmq_socket(zmq_ctx_.get(), ZMQ_DEALER));
   if (!zmq_sock_) return FT_ERUNTIME;
@@ -364,11 +376,13 @@ int Runtime::close_all() {
 
 void Runtime::run(std::promise<int>* ready) {
   tid_.store(static_cast<pid_t>(::syscall(SYS_gettid)), std::memory_order_release);
-  // Blocked here only: the wake-up stays pending for the signalfd.
-  sigset_t wake_set;
-  sigemptyset(&wake_set);
-  sigaddset(&wake_set, wake_signal());
-  (void)pthread_sigmask(SIG_BLOCK, &wake_set, nullptr);
+  // Every signal is blocked here (and in ZeroMQ's threads, which inherit the
+  // mask): the wake-up stays pending for the signalfd, and the program's
+  // own signals go to its own threads, never to a handler running on ours
+  // (which could, say, fork while this thread holds a lock).
+  sigset_t all;
+  sigfillset(&all);
+  (void)pthread_sigmask(SIG_BLOCK, &all, nullptr);
   private_table_ = enter_private_table();
   if (!private_table_) g_shares_fd_table.store(true, std::memory_order_release);
   const int rc = open_all();

@@ -14,12 +14,14 @@
 #include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "../allocator/daemon/daemon_harness.h"
@@ -621,6 +623,97 @@ TEST_F(ClientTest, AForkedChildDoesNotShareTheClient) {
   EXPECT_EQ(ft_flowlet_begin(c, t.send_fd, 100, nullptr), FT_OK);  // the parent's still works
   ft_socket_unregister(c, t.send_fd);
   ft_client_close(c);
+}
+
+// What the application's descriptors name: each number and its /proc link.
+std::map<int, std::string> app_fds(const std::vector<int>& fds) {
+  std::map<int, std::string> t;
+  for (int fd : fds) {
+    char path[64], target[256] = {};
+    std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    const ssize_t n = ::readlink(path, target, sizeof target - 1);
+    t[fd] = n > 0 ? std::string(target, static_cast<std::size_t>(n)) : "closed";
+  }
+  return t;
+}
+
+// Forks; the child checks that `fds` name what they named in the parent
+// just before, then opens a client of its own and uses it (not under
+// TSan, see below). True if the child did all that and exited within 10 s.
+bool child_keeps_fds_and_runs(const std::vector<int>& fds, const std::string& allocator) {
+  const auto before = app_fds(fds);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (app_fds(fds) != before) ::_exit(2);
+#if defined(__SANITIZE_THREAD__)
+    // TSan cannot start threads in the child of a multithreaded process
+    // ("dup thread with used id"): the descriptors are what it can check.
+    ::_exit(0);
+#endif
+    ft_config cfg;
+    ft_config_init(&cfg);
+    cfg.allocator = allocator.c_str();
+    ft_client* mine = nullptr;
+    if (ft_client_open(&cfg, &mine) != FT_OK) ::_exit(3);
+    Transfer t;
+    const bool ok = ft_socket_register(mine, t.send_fd) == FT_OK &&
+                    ft_flowlet_begin(mine, t.send_fd, 100000, nullptr) == FT_OK;
+    ft_client_close(mine);
+    ::_exit(ok ? 0 : 4);
+  }
+  for (int waited = 0; waited < 10000; waited += 5) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    ::usleep(5000);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  return false;
+}
+
+// libuv, which the runtime used to run on, re-created its signal pipe in
+// every forked child; the pipe's numbers were the runtime's private table's,
+// so the child lost two of the application's descriptors (13 and 14 here)
+// to a new pipe. Forty files cover every number the runtime uses.
+TEST_F(ClientTest, AForkedChildsDescriptorsAreExactlyItsParentsAtEveryPoint) {
+  std::vector<int> fds = {0, 1, 2};
+  for (int i = 0; i < 40; ++i) fds.push_back(::open("/dev/null", O_RDONLY));
+  EXPECT_TRUE(child_keeps_fds_and_runs(fds, listen_)) << "before any client, allocator down";
+  start_allocator();
+  EXPECT_TRUE(child_keeps_fds_and_runs(fds, listen_)) << "before any client";
+  ft_client* c = open();
+  Transfer t;
+  fds.push_back(t.send_fd);
+  ASSERT_EQ(ft_socket_register(c, t.send_fd), FT_OK);
+  ASSERT_EQ(ft_flowlet_begin(c, t.send_fd, 1 << 20, nullptr), FT_OK);
+  EXPECT_TRUE(child_keeps_fds_and_runs(fds, listen_)) << "while a flowlet is in progress";
+  daemon_.stop();
+  EXPECT_TRUE(child_keeps_fds_and_runs(fds, listen_)) << "while the allocator is down";
+  ft_socket_unregister(c, t.send_fd);
+  ft_client_close(c);
+  for (std::size_t i = 3; i < 43; ++i) ::close(fds[i]);
+}
+
+// Clients open and close on other threads while the main thread forks:
+// a child forked while a runtime was making its ZeroMQ context (libzmq's
+// and libsodium's process-wide locks held) would hang at its own client.
+TEST_F(ClientTest, ChildrenForkedWhileClientsOpenNeverBlock) {
+  start_allocator();
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> openers;
+  for (int i = 0; i < 2; ++i) {
+    openers.emplace_back([&] {
+      while (!stop.load()) {
+        ft_client* c = open();
+        if (c != nullptr) ft_client_close(c);
+      }
+    });
+  }
+  int good = 0;
+  for (int i = 0; i < 20; ++i) good += child_keeps_fds_and_runs({0, 1, 2}, listen_) ? 1 : 0;
+  stop.store(true);
+  for (auto& t : openers) t.join();
+  EXPECT_EQ(good, 20);
 }
 
 TEST_F(ClientTest, ManyApplicationThreadsShareOneClient) {
