@@ -16,8 +16,8 @@ for preset in "${presets[@]}"; do
     # engine's persistent worker team: Debian's oneTBB is not instrumented,
     # so the TBB driver's tests would report false races here.
     echo "tsan: libflowtune and the persistent engine team only (oneTBB is not TSan-instrumented)"
-    "$top/scripts/build.sh" tsan session_test client_test pacing_test flowtune-allocator \
-      alloc_parallel_test
+    "$top/scripts/build.sh" tsan session_test client_test pacing_test shim_stress_test \
+      flowtune-allocator alloc_parallel_test
     ctest --test-dir "$top/build/tsan" --output-on-failure -j "$(nproc)" --timeout 600 -L libflowtune
     ctest --test-dir "$top/build/tsan" --output-on-failure --timeout 600 --no-tests=error \
       -R '[Pp]ersistent|/team'

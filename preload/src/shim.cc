@@ -195,9 +195,25 @@ struct Inside {
 
 std::atomic<ft_client*> g_client{nullptr};
 std::atomic<bool> g_disabled{false};
+// Held while a client opens. A fork while another thread holds it leaves
+// the child's copy locked with no thread to unlock it: the child makes it
+// anew (after_fork_in_child), as it does every lock of the shim.
 pthread_mutex_t g_open_lock = PTHREAD_MUTEX_INITIALIZER;
-std::uint32_t g_allocator_ip = 0;  // the allocator's tcp:// address, excluded
-std::uint16_t g_allocator_port = 0;
+// This process's pid: set at load and in every child fork() makes. A child
+// of vfork(), posix_spawn or a raw clone() runs no fork handler, shares or
+// copies this memory and still sees the parent's pid here: the shim leaves
+// the parent's state alone there (see this_process()).
+pid_t g_pid = 0;
+
+// False in a child that no fork handler told of (vfork, posix_spawn, raw
+// clone): it must not open a client, nor change what the parent's memory
+// says of descriptors, which under vfork it shares. One getpid() syscall:
+// called only where a registration or a managed socket's close happens.
+inline bool this_process() { return getpid() == g_pid; }
+// The allocator's tcp:// address, excluded: set when the client opens,
+// read by every thread that classifies a fd.
+std::atomic<std::uint32_t> g_allocator_ip{0};
+std::atomic<std::uint16_t> g_allocator_port{0};
 
 void parse_allocator(const char* ep) {
   // tcp://A.B.C.D:PORT; anything else (ipc://) needs no exclusion.
@@ -207,8 +223,9 @@ void parse_allocator(const char* ep) {
   if (colon == std::string::npos) return;
   in_addr a{};
   if (inet_pton(AF_INET, s.substr(0, colon).c_str(), &a) != 1) return;
-  g_allocator_ip = ntohl(a.s_addr);
-  g_allocator_port = static_cast<std::uint16_t>(std::atoi(s.c_str() + colon + 1));
+  g_allocator_ip.store(ntohl(a.s_addr), std::memory_order_relaxed);
+  g_allocator_port.store(static_cast<std::uint16_t>(std::atoi(s.c_str() + colon + 1)),
+                         std::memory_order_relaxed);
 }
 
 pid_t g_client_pid = 0;
@@ -273,6 +290,7 @@ void snapshot_config() {
 ft_client* client() {
   ft_client* c = g_client.load(std::memory_order_acquire);
   if (c != nullptr || g_disabled.load(std::memory_order_relaxed)) return c;
+  if (!this_process()) return nullptr;
   pthread_mutex_lock(&g_open_lock);
   c = g_client.load(std::memory_order_relaxed);
   if (c == nullptr && !g_disabled.load(std::memory_order_relaxed)) {
@@ -312,9 +330,11 @@ bool manageable(int fd) {
   socklen_t pl = sizeof peer;
   if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) return false;
   if (peer.ss_family != AF_INET && peer.ss_family != AF_INET6) return false;
-  if (peer.ss_family == AF_INET && g_allocator_port != 0) {
+  const std::uint16_t port = g_allocator_port.load(std::memory_order_relaxed);
+  if (peer.ss_family == AF_INET && port != 0) {
     const auto& a = reinterpret_cast<const sockaddr_in&>(peer);
-    if (ntohl(a.sin_addr.s_addr) == g_allocator_ip && ntohs(a.sin_port) == g_allocator_port) {
+    if (ntohl(a.sin_addr.s_addr) == g_allocator_ip.load(std::memory_order_relaxed) &&
+        ntohs(a.sin_port) == port) {
       return false;
     }
   }
@@ -492,6 +512,10 @@ std::size_t iov_bytes(const iovec* iov, std::size_t n) {
 // classes with it (they register anew at their next write).
 inline void forget(int fd) {
   if (fd < 0 || fd >= kMaxFd) return;
+  const std::uint8_t seen = g_class[fd].load(std::memory_order_relaxed);
+  if (seen == kUnknown) return;
+  // A vfork child closing its copy must not unregister the parent's socket.
+  if ((seen == kManaged || seen == kAlias) && !this_process()) return;
   const std::uint8_t cls = g_class[fd].exchange(kUnknown, std::memory_order_relaxed);
   if (cls != kManaged && cls != kAlias) return;
   Inside guard;
@@ -515,22 +539,40 @@ inline void forget(int fd) {
   if (ft_client* c = g_client.load(std::memory_order_acquire)) ft_socket_unregister(c, fd);
 }
 
+// Every lock the shim holds is made anew here, and what it guarded is
+// dropped: the thread that held it at the fork does not exist in the child.
+// g_open_lock: a thread opening the client (the process's first managed
+// write) while another forked left the child's copy locked, and the child
+// hung at its first write. g_sockets_lock: a thread registering or closing
+// a socket. The library's own state needs no handler here: a client opened
+// before the fork answers FT_EFORKED in the child (api.cc), and the shim
+// never calls it again. Nothing here opens or closes a descriptor: the
+// child's table is exactly the parent's.
 void after_fork_in_child() {
+  g_pid = getpid();
+  pthread_mutex_init(&g_open_lock, nullptr);
   // The parent's client has no runtime thread here; its memory is left
-  // alone. Everything managed becomes unknown, to be registered anew.
+  // alone. Everything registered becomes unknown, to be classified anew.
   g_client.store(nullptr);
   g_disabled.store(false);
-  for (auto& c : g_class) {
-    const std::uint8_t cls = c.load(std::memory_order_relaxed);
-    if (cls == kManaged || cls == kAlias) c.store(kUnknown, std::memory_order_relaxed);
+  const int max_seen = g_max_fd.load(std::memory_order_relaxed);
+  for (int fd = 0; fd <= max_seen && fd < kMaxFd; ++fd) {
+    const std::uint8_t cls = g_class[fd].load(std::memory_order_relaxed);
+    if (cls == kManaged || cls == kAlias) g_class[fd].store(kUnknown, std::memory_order_relaxed);
   }
-  // Another thread may have held the lock or been inside a map at the fork.
   pthread_mutex_init(&g_sockets_lock, nullptr);
   g_by_cookie = nullptr;
   g_cookie_of = nullptr;
+  // Where the runtime shared the table, the library's descriptors are
+  // copies here that no thread uses: the child's own, to close as it likes.
+  const int max_ours = g_max_ours.exchange(-1, std::memory_order_relaxed);
+  for (int fd = 0; fd <= max_ours && fd < kMaxFd; ++fd) {
+    g_ours[fd].store(false, std::memory_order_relaxed);
+  }
 }
 
 __attribute__((constructor)) void init() {
+  g_pid = getpid();
   resolve();
   snapshot_config();
   pthread_atfork(nullptr, nullptr, after_fork_in_child);

@@ -612,5 +612,148 @@ TEST(FlowtuneRun, UsageAndErrors) {
 #endif
 }
 
+
+// Fork at every point of the client's life (tests/preload/fork_probe.cc),
+// with the allocator up and down: children keep exactly their parent's
+// descriptors, never block, and their bytes arrive. Before the fixes a
+// child found two of its fds replaced by a pipe (libuv's fork handler ran
+// against the private table's numbers), and a child forked during the
+// first TCP write hung on the shim's open lock.
+class ShimFork : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+#ifdef FT_SANITIZED
+    GTEST_SKIP() << "sanitizer build: see ShimTest";
+#endif
+  }
+  void probe(const std::string& allocator) {
+    Receiver rx;
+    const Output o = run("timeout 120 " + std::string(FT_RUN_BINARY) + " --allocator " +
+                         allocator + " --log 1 -- " + FT_FORK_PROBE_BINARY + " " +
+                         std::to_string(rx.port) + " " + GetParam() + " 2>&1");
+    ASSERT_EQ(o.status, 0) << o.out;
+    int children = 0, storm = 0;
+    unsigned long long bytes = 0;
+    ASSERT_GE(std::sscanf(o.out.c_str(), "%d %llu %d", &children, &bytes, &storm), 2) << o.out;
+    const auto results = rx.wait(static_cast<std::size_t>(children + storm));
+    ASSERT_EQ(results.size(), static_cast<std::size_t>(children + storm)) << o.out;
+    int whole = 0;
+    for (const auto& r : results) whole += r.first == bytes ? 1 : 0;
+    EXPECT_GE(whole, children) << "a child's bytes did not all arrive";
+  }
+};
+
+TEST_P(ShimFork, ChildrenKeepTheirDescriptorsAndNeverBlock) {
+  const std::string ep = unique_endpoint();
+  DaemonProcess daemon;
+  daemon.start(ep, {"--host-gbps", "1"});
+  probe(ep);
+  if (GetParam() == "exec") {
+    // The exec'd child said hello on its own: two endpoints were heard.
+    EXPECT_GE(daemon.status()["counters"]["hellos"].get<int>(), 2) << daemon.status().dump();
+  }
+}
+
+TEST_P(ShimFork, WithTheAllocatorDownChildrenKeepTheirDescriptorsAndNeverBlock) {
+  probe(unique_endpoint());  // nobody listens there
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, ShimFork,
+                         ::testing::Values("fds-before", "fds-connected", "fds-first", "storm",
+                                           "exec"));
+
+// A vfork() child shares the parent's memory and runs no fork handler: its
+// close and dup2 over the parent's registered socket must not unregister
+// it. One connection is then one flowlet, ended once (two before the fix:
+// the child's close ended it and the parent's next write began another).
+TEST(ShimVfork, AVforkChildsCloseLeavesTheParentsFlowletAlone) {
+#ifdef FT_SANITIZED
+  GTEST_SKIP() << "sanitizer build: see ShimTest";
+#endif
+  const std::string ep = unique_endpoint();
+  DaemonProcess daemon;
+  daemon.start(ep, {"--host-gbps", "1"});
+  Receiver rx;
+  const Output o = run("timeout 60 " + std::string(FT_RUN_BINARY) + " --allocator " + ep + " -- " +
+                       FT_FORK_PROBE_BINARY + " " + std::to_string(rx.port) + " vfork 2>&1");
+  ASSERT_EQ(o.status, 0) << o.out;
+  ASSERT_EQ(rx.wait(1).size(), 1u);
+  EXPECT_EQ(rx.wait(1)[0].first, 16u << 20);
+  ASSERT_TRUE(flows_drain(daemon, 3000)) << daemon.status().dump();
+  EXPECT_EQ(daemon.status()["counters"]["ends"].get<int>(), 1) << daemon.status().dump();
+}
+
+// Python's process pools and forking servers, the everyday forking
+// programs: after one TCP write, ProcessPoolExecutor broke in every round
+// (BrokenProcessPool) and ForkingTCPServer's children hung.
+// Runs `cmd` for at most 120 s, its output in a file rather than a pipe: a
+// forked child that hangs (as they did before the fixes) keeps a pipe open
+// and would stall the test past any timeout; this way it only fails it.
+// What is still running in the command's process group then is killed.
+Output run_bounded(const std::string& cmd) {
+  const std::string out = ::testing::TempDir() + "ft_bounded.out";
+  const Output o = run("setsid -w sh -c 'echo $$ > " + out + ".pgid; exec timeout 120 " + cmd +
+                       "' > " + out + " 2>&1; status=$?; kill -KILL -$(cat " + out +
+                       ".pgid) 2>/dev/null; cat " + out + "; exit $status");
+  return o;
+}
+
+std::string write_script(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST_F(ShimPython, ProcessPoolExecutorWorksAfterATcpWrite) {
+  Receiver rx;
+  const std::string script = write_script("ft_pool.py", R"(import socket, sys
+import concurrent.futures as cf
+s = socket.socket(); s.bind(('127.0.0.1', 0)); s.connect(('127.0.0.2', int(sys.argv[1])))
+s.sendall(b'p' * 200000)
+def square(x): return x * x
+for _ in range(4):
+    with cf.ProcessPoolExecutor(max_workers=2) as ex:
+        assert sum(ex.map(square, range(20))) == 2470
+s.close()
+print('ok')
+)");
+  const Output o = run_bounded(std::string(FT_RUN_BINARY) + " --allocator " + ep + " -- python3 " +
+                              script + " " + std::to_string(rx.port));
+  ASSERT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("ok"), std::string::npos) << o.out;
+  ASSERT_EQ(rx.wait(1).size(), 1u);
+  EXPECT_EQ(rx.wait(1)[0].first, 200000u);
+}
+
+TEST_F(ShimPython, ForkingTcpServerServesEveryRequest) {
+  const std::string script = write_script("ft_forking.py", R"(import socket, socketserver, threading
+class Echo(socketserver.StreamRequestHandler):
+    def handle(self):
+        n = int(self.rfile.readline())
+        self.wfile.write(b'e' * n)
+srv = socketserver.ForkingTCPServer(('127.0.0.2', 0), Echo)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+def fetch(n, out):
+    c = socket.create_connection(srv.server_address, timeout=20, source_address=('127.0.0.1', 0))
+    c.sendall(b'%d\n' % n)
+    got = b''
+    while len(got) < n:
+        b = c.recv(1 << 16)
+        if not b: break
+        got += b
+    out.append(len(got) == n and got == b'e' * n)
+results = []
+threads = [threading.Thread(target=fetch, args=(100 if i % 2 else 300000, results)) for i in range(24)]
+for t in threads: t.start()
+for t in threads: t.join(30)
+srv.shutdown()
+print('served', sum(results), 'of', len(threads))
+)");
+  const Output o = run_bounded(std::string(FT_RUN_BINARY) + " --allocator " + ep + " -- python3 " +
+                              script);
+  ASSERT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("served 24 of 24"), std::string::npos) << o.out;
+}
+
 }  // namespace
 }  // namespace flowtune::shim
