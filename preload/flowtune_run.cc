@@ -38,6 +38,12 @@ options:
                              socket's local address)
   --min-flowlet-bytes N      flowlets smaller than N bytes are not scheduled
                              (FLOWTUNE_MIN_FLOWLET_BYTES; default 65536)
+  --mice-mbps N              the mice rate, Mbit/s (FLOWTUNE_MICE_MBPS; 1 to
+                             1000000, default 100): writes on a socket with
+                             no flowlet in progress are mice, never
+                             scheduled, until the socket has been handed
+                             min-flowlet-bytes faster than this
+                             (docs/preload.md)
   --log LEVEL                0 quiet .. 4 debug (FLOWTUNE_LOG; default 2)
   --curve-server KEY         the allocator's public key (Z85, or its .pub
                              file): speak CURVE (FLOWTUNE_CURVE_SERVER;
@@ -201,6 +207,14 @@ int main(int argc, char** argv) {
         usage_error("--min-flowlet-bytes expects bytes (0 to 2^64 - 1), got '" + std::string(v) + "'");
       }
       setenv("FLOWTUNE_MIN_FLOWLET_BYTES", v, 1);
+    } else if (a == "--mice-mbps") {
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(v, &end, 10);
+      if (end == v || *end != '\0' || v[0] < '0' || v[0] > '9' || n == 0 || n > 1'000'000) {
+        usage_error("--mice-mbps expects whole Mbit/s from 1 to 1000000, got '" + std::string(v) +
+                    "'");
+      }
+      setenv("FLOWTUNE_MICE_MBPS", v, 1);
     } else if (a == "--log") {
       if (std::strlen(v) != 1 || v[0] < '0' || v[0] > '4') usage_error("--log expects 0-4");
       setenv("FLOWTUNE_LOG", v, 1);

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "flowtune/flowtune.h"
+#include "mice_gate.h"
 #include "socket_policy.h"
 
 namespace flowtune::client {
@@ -154,11 +155,42 @@ void resolve() {
 
 // ---- fd classes ----
 
-enum : std::uint8_t { kUnknown = 0, kIgnored = 1, kManaged = 2, kAlias = 3 };
+// kMouse: a socket the shim would manage, not registered with the library
+// (and so no client opened for it) while its writes stay mice (the gate
+// below); its first write past the gate registers it.
+enum : std::uint8_t { kUnknown = 0, kIgnored = 1, kManaged = 2, kAlias = 3, kMouse = 4 };
 constexpr int kMaxFd = 1 << 20;  // as libflowtune's table
 std::atomic<std::uint8_t> g_class[kMaxFd];
 // For a kAlias fd: the managed fd of the same socket.
 std::atomic<int> g_owner[kMaxFd];
+
+// ---- the mice gate (mice_gate.h) ----
+//
+// A mouse costs a clock read (vDSO) and two relaxed loads and stores here:
+// no event, no wake-up, no syscall. The buckets are shared racily by
+// threads writing one fd: a lost update misjudges one write, never bytes.
+std::atomic<std::uint64_t> g_mouse_level[kMaxFd];  // bytes
+std::atomic<std::uint64_t> g_mouse_ns[kMaxFd];     // CLOCK_MONOTONIC
+std::uint64_t g_min_flowlet_bytes = 65536;
+std::uint64_t g_mice_bytes_per_sec = 100'000'000 / 8;  // FLOWTUNE_MICE_MBPS
+
+inline std::uint64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// 0: a mouse. Otherwise the bytes the flowlet that begins now declares.
+inline std::uint64_t mouse_gate(int fd, std::size_t len) {
+  flowtune::preload::MiceBucket b{g_mouse_level[fd].load(std::memory_order_relaxed),
+                                  g_mouse_ns[fd].load(std::memory_order_relaxed)};
+  const std::uint64_t gated =
+      flowtune::preload::mice_gate_add(b, mono_ns(), len, g_min_flowlet_bytes, g_mice_bytes_per_sec);
+  g_mouse_level[fd].store(b.level, std::memory_order_relaxed);
+  g_mouse_ns[fd].store(b.at_ns, std::memory_order_relaxed);
+  return gated;
+}
 
 // The highest fd ever classified: bounds close_range's scan.
 std::atomic<int> g_max_fd{-1};
@@ -273,10 +305,30 @@ void snapshot_policy(int log_level) {
   if (!p->empty()) g_policy = new flowtune::preload::PolicyConfig(std::move(*p));
 }
 
+// FLOWTUNE_MICE_MBPS: whole megabits a second, 1 to 10^6 (1 Tbit/s).
+void snapshot_mice_rate(int log_level) {
+  const char* v = std::getenv("FLOWTUNE_MICE_MBPS");
+  if (v == nullptr || *v == '\0') return;
+  char* end = nullptr;
+  const unsigned long long mbps = std::strtoull(v, &end, 10);
+  if (*v < '0' || *v > '9' || *end != '\0' || mbps == 0 || mbps > 1'000'000) {
+    if (log_level >= 1) {
+      std::fprintf(stderr,
+                   "flowtune-preload: FLOWTUNE_MICE_MBPS=%s is not a whole number of Mbit/s "
+                   "from 1 to 1000000; using 100\n",
+                   v);
+    }
+    return;
+  }
+  g_mice_bytes_per_sec = mbps * 1'000'000 / 8;
+}
+
 void snapshot_config() {
   ft_config cfg;
   ft_config_init(&cfg);
   snapshot_policy(cfg.log_level);
+  snapshot_mice_rate(cfg.log_level);
+  g_min_flowlet_bytes = cfg.min_flowlet_bytes;
   if (!copy_env(cfg.allocator, g_startup_allocator, sizeof g_startup_allocator) ||
       !copy_env(cfg.host, g_startup_host, sizeof g_startup_host)) {
     return;  // too long to keep: read the environment when the client opens
@@ -418,30 +470,84 @@ std::uint8_t register_socket(ft_client* c, int fd) {
   return kManaged;
 }
 
-std::uint8_t classify(int fd) {
-  std::uint8_t cls = kIgnored;
-  if (manageable(fd)) {
-    if (ft_client* c = client()) cls = register_socket(c, fd);
+// The registered fd of fd's socket, if another fd of it registered.
+int registered_fd_of(int fd) {
+  std::uint64_t cookie = 0;
+  socklen_t len = sizeof cookie;
+  if (getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) != 0) return -1;
+  SocketsLock lock;
+  const auto it = g_by_cookie->find(cookie);
+  if (it == g_by_cookie->end() ||
+      g_class[it->second.owner].load(std::memory_order_relaxed) != kManaged) {
+    return -1;
   }
-  g_class[fd].store(cls, std::memory_order_relaxed);
+  it->second.aliases.push_back(fd);
+  g_owner[fd].store(it->second.owner, std::memory_order_relaxed);
+  return it->second.owner;
+}
+
+void note_seen(int fd) {
   int seen = g_max_fd.load(std::memory_order_relaxed);
   while (fd > seen && !g_max_fd.compare_exchange_weak(seen, fd)) {
   }
+}
+
+// A fd's first write: a socket the shim would manage is a mouse (no client
+// is opened for it yet), or an alias of its socket's registered fd.
+std::uint8_t classify(int fd) {
+  std::uint8_t cls = kIgnored;
+  if (manageable(fd)) cls = registered_fd_of(fd) >= 0 ? kAlias : kMouse;
+  if (cls == kMouse) {
+    g_mouse_level[fd].store(0, std::memory_order_relaxed);
+    g_mouse_ns[fd].store(0, std::memory_order_relaxed);
+  }
+  g_class[fd].store(cls, std::memory_order_relaxed);
+  note_seen(fd);
+  return cls;
+}
+
+// A kMouse fd whose write passed the gate: registered now (or made an alias
+// of a fd that registered meanwhile); kIgnored without a client.
+std::uint8_t promote(int fd) {
+  std::uint8_t cls = kIgnored;
+  if (ft_client* c = client()) cls = register_socket(c, fd);
+  g_class[fd].store(cls, std::memory_order_relaxed);
   return cls;
 }
 
 // Around a real call that may move `len` bytes into fd. Before it: if the
-// socket has no flowlet in progress, one begins now with the call's size,
-// so the allocator hears of it while the bytes go out (a blocking write of
-// megabytes would otherwise be over before it was reported). After it: the
-// bytes are counted; on the coalesced path (a flowlet in progress) that is
-// the only work, one event. The end follows from the socket's queue.
+// socket has no flowlet in progress, the write goes through the mice gate;
+// past it a flowlet begins now with the gate's bytes, so the allocator
+// hears of it while the bytes go out (a blocking write of megabytes would
+// otherwise be over before it was reported). After it: the bytes are
+// counted; on the coalesced path (a flowlet in progress) that is the only
+// work, one event. The end follows from the socket's queue.
 struct Pending {
-  ft_client* client = nullptr;  // null: fd not managed
+  ft_client* client = nullptr;  // null: not managed, or a mouse of a kMouse fd
   int fd = -1;                  // the registered fd of the socket
-  bool began = false;
-  bool marked = false;  // ft_socket_writing(1) done: undo after the call
+  std::uint64_t began = 0;      // bytes of the flowlet begun before the call
+  bool mouse = false;           // a mouse on a registered socket: count nothing
+  bool marked = false;          // ft_socket_writing(1) done: undo after the call
 };
+
+// The registered socket's side of before(): marks the call in progress (a
+// blocking write reports its bytes only when it returns; meanwhile the
+// library must not end the flowlet) and begins a flowlet if none is in
+// progress and the gate lets the write through (`gated`: its bytes).
+inline void before_managed(Pending& p, std::size_t len, std::uint64_t gated) {
+  p.client = g_client.load(std::memory_order_acquire);
+  if (p.client == nullptr) return;
+  const int active = ft_socket_writing(p.client, p.fd, 1);
+  p.marked = active >= 0;
+  if (active != 0) return;
+  if (gated == 0) gated = mouse_gate(p.fd, len);
+  if (gated == 0) {
+    p.mouse = true;
+    return;
+  }
+  Inside guard;  // a beginning may wake the runtime (a syscall)
+  if (ft_flowlet_begin(p.client, p.fd, gated, nullptr) == FT_OK) p.began = gated;
+}
 
 inline Pending before(int fd, std::size_t len) {
   Pending p;
@@ -452,38 +558,35 @@ inline Pending before(int fd, std::size_t len) {
     Inside guard;  // classifying makes syscalls: keep the caller's errno
     cls = classify(fd);
   }
+  std::uint64_t gated = 0;
+  if (cls == kMouse) {
+    gated = mouse_gate(fd, len);
+    if (gated == 0) return p;  // the common case of small-request servers
+    Inside guard;
+    cls = promote(fd);
+  }
   p.fd = fd;
   if (cls == kAlias) {
     p.fd = g_owner[fd].load(std::memory_order_relaxed);
     cls = g_class[p.fd].load(std::memory_order_relaxed);
   }
   if (cls != kManaged) return p;
-  p.client = g_client.load(std::memory_order_acquire);
-  if (p.client == nullptr) return p;
-  // Marks the call in progress (a blocking write reports its bytes only when
-  // it returns; meanwhile the library must not end the flowlet) and says
-  // whether a flowlet is. The fast path (one in progress) makes no syscall
-  // and so leaves errno alone; a beginning may wake the runtime (a write).
-  const int active = ft_socket_writing(p.client, p.fd, 1);
-  p.marked = active >= 0;
-  if (active == 0) {
-    Inside guard;
-    p.began = ft_flowlet_begin(p.client, p.fd, len, nullptr) == FT_OK;
-  }
+  before_managed(p, len, gated);
   return p;
 }
 
-inline void after(const Pending& p, std::size_t len, ssize_t n) {
+inline void after(const Pending& p, ssize_t n) {
   if (p.client == nullptr) return;
   const int fd = p.fd;
   // Neither call below makes a syscall unless the runtime ended the flowlet
   // between before() and here, which wakes it: guard errno only then.
-  if (p.began) {
-    // All `len` count as handed over even after a partial write: whether the
-    // flowlet is over is decided by the socket's queue, not by these counts,
-    // and the application's retry of the rest extends the flowlet.
-    ft_flowlet_sent(p.client, fd, len);
-  } else if (n > 0) {
+  if (p.began != 0) {
+    // All the flowlet's bytes count as handed over even after a partial
+    // write: whether the flowlet is over is decided by the socket's queue,
+    // not by these counts, and the application's retry of the rest extends
+    // the flowlet.
+    ft_flowlet_sent(p.client, fd, p.began);
+  } else if (n > 0 && !p.mouse) {
     const int saved = errno;
     ft_flowlet_wrote(p.client, fd, static_cast<std::uint64_t>(n));
     errno = saved;
@@ -497,7 +600,7 @@ inline auto around(int fd, std::size_t len, Call call) {
   resolve();
   const Pending p = before(fd, len);
   const auto n = call();
-  after(p, len, static_cast<ssize_t>(n));
+  after(p, static_cast<ssize_t>(n));
   return n;
 }
 
@@ -606,7 +709,7 @@ FT_SHIM_EXPORT int sendmmsg(int fd, mmsghdr* msgs, unsigned vlen, int flags) {
   const int n = real.sendmmsg(fd, msgs, vlen, flags);
   ssize_t bytes = 0;
   for (int i = 0; i < n; ++i) bytes += msgs[i].msg_len;
-  after(p, len, n > 0 ? bytes : -1);
+  after(p, n > 0 ? bytes : -1);
   return n;
 }
 

@@ -591,6 +591,11 @@ TEST(FlowtuneRun, UsageAndErrors) {
   }
   // CURVE keys that cannot be used stop it too: the shim could only run
   // the command unpaced.
+  for (const char* bad : {"0", "1000001", "-5", "1e3", "fast"}) {
+    o = run(std::string(FT_RUN_BINARY) + " --mice-mbps " + bad + " -- true 2>&1");
+    EXPECT_EQ(o.status, 2) << bad;
+    EXPECT_NE(o.out.find("--mice-mbps expects whole Mbit/s"), std::string::npos) << o.out;
+  }
   o = run(std::string(FT_RUN_BINARY) + " --curve-key /nonexistent.key -- true 2>&1");
   EXPECT_EQ(o.status, 2);
   EXPECT_NE(o.out.find("not the allocator's public key"), std::string::npos) << o.out;
@@ -753,6 +758,43 @@ print('served', sum(results), 'of', len(threads))
                               script);
   ASSERT_EQ(o.status, 0) << o.out;
   EXPECT_NE(o.out.find("served 24 of 24"), std::string::npos) << o.out;
+}
+
+// A program whose writes are all mice (a request/response loop of small
+// messages) never opens a client: the allocator hears nothing from it,
+// while a bulk sender written 1 KB at a time fills the mice gate and is
+// scheduled.
+TEST_F(ShimPython, MiceNeverReachTheAllocatorAndSmallWritesInBulkDo) {
+  const std::string script = write_script("ft_mice.py", R"(import socket, sys, threading
+srv = socket.socket(); srv.bind(('127.0.0.2', 0)); srv.listen(4)
+def serve():
+    a, _ = srv.accept()
+    while True:
+        req = a.recv(64)
+        if not req: break
+        a.sendall(b'r' * 64)
+    a.close()
+threading.Thread(target=serve, daemon=True).start()
+c = socket.socket(); c.bind(('127.0.0.1', 0)); c.connect(srv.getsockname())
+for _ in range(2000):
+    c.sendall(b'q' * 64)
+    assert len(c.recv(64)) > 0
+if sys.argv[1] == 'bulk':
+    for _ in range(4096):
+        c.sendall(b'b' * 1024)
+c.close()
+print('done')
+)");
+  const std::string cmd = "timeout 120 " + std::string(FT_RUN_BINARY) + " --allocator " + ep +
+                          " -- python3 " + script;
+  Output o = run(cmd + " mice 2>&1");
+  ASSERT_EQ(o.status, 0) << o.out;
+  auto s = daemon.status();
+  EXPECT_EQ(s["counters"]["hellos"].get<int>(), 0) << s.dump();
+  EXPECT_EQ(s["counters"]["events"].get<int>(), 0) << s.dump();
+  o = run(cmd + " bulk 2>&1");
+  ASSERT_EQ(o.status, 0) << o.out;
+  expect_each_flowlet_held_and_released(daemon, 1);
 }
 
 }  // namespace
