@@ -8,7 +8,11 @@
 //   first client, since the thread that held it does not exist there.
 // The wait is bounded by those calls (a context's creation takes
 // microseconds; its end waits at most the 200 ms linger of a client whose
-// allocator answered).
+// allocator answered), and shields wait for a pending fork, so a fork is
+// never starved. CURVE's key derivation takes libzmq's random state too
+// and is shielded as well. A prepare handler registered after ours (so
+// run before it) that holds a lock a context's end needs would deadlock a
+// fork against it; we know of none in the libraries the runtime uses.
 #pragma once
 
 #include <cstdint>

@@ -301,7 +301,12 @@ int Runtime::open_all() {
   // allocator, so its sockets stay unpaced rather than unauthenticated.
   curve::ClientKeys keys;
   bool curve_on = false;
-  if (const std::string why = curve::client_keys({}, {}, &keys, &curve_on); !why.empty()) {
+  std::string keys_error;
+  {
+    ForkShield shield;  // zmq_curve_public: libzmq's process-wide random state
+    keys_error = curve::client_keys({}, {}, &keys, &curve_on);
+  }
+  if (const std::string& why = keys_error; !why.empty()) {
     log(1, "CURVE: " + why + "; not connecting to the allocator");
     return FT_ECONNECT;
   }
@@ -699,7 +704,12 @@ void Runtime::follow_server_key(std::uint64_t now) {
   if (!curve_ || curve_->server_file.empty() || now < next_key_check_us_) return;
   next_key_check_us_ = now + 100'000;
   std::string why;
-  if (!curve::follow_server_key(&*curve_, &why)) {
+  bool followed = false;
+  {
+    ForkShield shield;  // as in open_all
+    followed = curve::follow_server_key(&*curve_, &why);
+  }
+  if (!followed) {
     if (!why.empty() && why != key_error_logged_) log(1, "CURVE: " + why + "; the key in use stays");
     key_error_logged_ = why;
     return;

@@ -7,13 +7,16 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/eventfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "fork_guard.h"
 #include "runtime.h"
 #include "wakeup.h"
 
@@ -138,6 +141,35 @@ TEST(EventLoop, RunsHandlersPollsWhenToldAndStopsWhenUnwatched) {
   ASSERT_EQ(busy.watch(ev, [] {}), 0);
   EXPECT_EQ(busy.close(), -EBUSY);
   ::close(ev);
+}
+
+// A fork waits while another thread holds a ForkShield (as a runtime does
+// while it makes or ends its ZeroMQ context), so neither the parent after
+// fork() returns nor the child can see the shielded work half done.
+// Without the wait, fork() returns while the shield is still held.
+TEST(ForkShield, AForkWaitsUntilNoShieldIsHeld) {
+  std::atomic<bool> inside{false}, released{false};
+  std::thread holder([&] {
+    ForkShield shield;
+    inside.store(true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    released.store(true);
+  });
+  while (!inside.load()) std::this_thread::yield();
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(released.load() ? 0 : 1);
+  EXPECT_TRUE(released.load()) << "fork() returned while a shield was held";
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child saw the shield held";
+  holder.join();
+  // And the child's generation moved on, the parent's did not.
+  const std::uint64_t mine = fork_generation();
+  const pid_t again = ::fork();
+  if (again == 0) ::_exit(fork_generation() == mine + 1 ? 0 : 1);
+  ASSERT_EQ(::waitpid(again, &status, 0), again);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(fork_generation(), mine);
 }
 
 TEST(Runtime, StopClosesTheLoopWithNoHandleLeft) {
