@@ -1,16 +1,21 @@
 // libflowtune-preload.so: Flowtune for unmodified binaries. It wraps the
 // libc calls that push bytes into TCP sockets; each wrapper calls the real
 // function first, then (errno saved and restored) tells libflowtune how many
-// bytes the kernel took on a managed socket. Flowlets follow from that: the
-// first write after the socket's queue drained starts one, more writes
-// extend it, and the library ends it as the queue drains (advance end).
+// bytes the kernel took on a managed socket. Flowlets follow from that: a
+// write past the mice gate (mice_gate.h) on a socket with no flowlet in
+// progress begins one, more writes extend it, and the library ends it as
+// the queue drains (advance end). Writes the gate holds back are mice:
+// never scheduled, and they cost the gate's arithmetic alone.
 //
 // What a wrapper costs on a fd it does not manage: one table lookup. A fd is
 // classified once (TCP over IPv4, connected, not the allocator's own
 // connection) and the class cached until the application closes or dup2s
-// over it; fds that name one socket share its registration (SO_COOKIE). The client is opened lazily, at the first managed write, so a
-// program that never uses TCP never connects to the allocator. After fork()
-// the child forgets the parent's client and opens its own on first use.
+// over it; fds that name one socket form one group (SO_COOKIE) with one
+// bucket and one registration. A socket is registered, and the client
+// opened, only when a write first passes the gate, so a program that never
+// uses TCP, or sends only mice, never connects to the allocator. After
+// fork() the child forgets the parent's client and groups and opens its own
+// client when it needs one (docs/preload.md, "Processes").
 // Nothing here changes what the application sees: return values, errno,
 // partial writes, blocking behaviour and signals are those of the real call.
 #include <dlfcn.h>
@@ -394,13 +399,18 @@ bool manageable(int fd) {
 }
 
 // A socket reached through several fds (dup, dup2, F_DUPFD, SCM_RIGHTS) is
-// one registration, made by the fd that wrote first; the others are its
-// aliases, so the socket has one flowlet and one pacing rate. SO_COOKIE
-// names the socket itself. Maps are made lazily (no static constructors to
-// order) and dropped, not freed, in a forked child.
+// one group, keyed by SO_COOKIE (which names the socket itself): its fds
+// share one mice bucket, the owner's, and once the socket is registered
+// (by whichever fd first wrote past the gate, which becomes the owner) one
+// registration, so the socket has one flowlet and one pacing rate. Every
+// member's g_owner names the owner; the owner's class is kMouse or
+// kManaged, the others' kMouse or kAlias. Classes of grouped fds change
+// only under g_sockets_lock. Maps are made lazily (no static constructors
+// to order) and dropped, not freed, in a forked child.
 struct SocketFds {
   int owner;
-  std::vector<int> aliases;
+  bool registered = false;
+  std::vector<int> others;
 };
 pthread_mutex_t g_sockets_lock = PTHREAD_MUTEX_INITIALIZER;
 std::unordered_map<std::uint64_t, SocketFds>* g_by_cookie = nullptr;
@@ -416,6 +426,14 @@ struct SocketsLock {
   }
   ~SocketsLock() { pthread_mutex_unlock(&g_sockets_lock); }
 };
+
+// fd's group, or null (no cookie, or none recorded). Under SocketsLock.
+SocketFds* group_of(int fd) {
+  const auto c = g_cookie_of->find(fd);
+  if (c == g_cookie_of->end()) return nullptr;
+  const auto it = g_by_cookie->find(c->second);
+  return it == g_by_cookie->end() ? nullptr : &it->second;
+}
 
 int register_with_policy(ft_client* c, int fd) {
   if (g_policy == nullptr) return ft_socket_register(c, fd);
@@ -445,45 +463,33 @@ int register_with_policy(ft_client* c, int fd) {
   return ft_socket_register_opts(c, fd, &opts);
 }
 
-// Registers fd, or makes it an alias of the fd that already did; holds the
-// lock across registration so two fds of one socket cannot both register.
+// Registers fd's socket with fd as its owner, unless a concurrent close
+// forgot fd or another of its fds registered it first (then fd's class, as
+// set by that thread, stands). Under SocketsLock: two fds of one socket
+// cannot both register, and a close cannot slip between the registration
+// and the classes it sets.
 std::uint8_t register_socket(ft_client* c, int fd) {
-  std::uint64_t cookie = 0;
-  socklen_t len = sizeof cookie;
-  const bool have_cookie = getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) == 0;
   SocketsLock lock;
-  if (have_cookie) {
-    auto it = g_by_cookie->find(cookie);
-    if (it != g_by_cookie->end() &&
-        g_class[it->second.owner].load(std::memory_order_relaxed) == kManaged) {
-      it->second.aliases.push_back(fd);
-      g_owner[fd].store(it->second.owner, std::memory_order_relaxed);
-      return kAlias;
-    }
-  }
+  const std::uint8_t now = g_class[fd].load(std::memory_order_relaxed);
+  if (now != kMouse) return now;
+  SocketFds* g = group_of(fd);
   const int rc = register_with_policy(c, fd);
-  if (rc != FT_OK && rc != FT_EEXIST) return kIgnored;
-  if (have_cookie) {
-    (*g_by_cookie)[cookie] = SocketFds{fd, {}};
-    (*g_cookie_of)[fd] = cookie;
+  if (rc != FT_OK && rc != FT_EEXIST) return kMouse;  // stays a mouse: never scheduled
+  g_owner[fd].store(fd, std::memory_order_relaxed);
+  g_class[fd].store(kManaged, std::memory_order_relaxed);
+  if (g == nullptr) return kManaged;
+  // The old owner (if another fd) and every other member become aliases.
+  if (g->owner != fd) {
+    g->others.erase(std::remove(g->others.begin(), g->others.end(), fd), g->others.end());
+    g->others.push_back(g->owner);
+    g->owner = fd;
+  }
+  g->registered = true;
+  for (const int m : g->others) {
+    g_owner[m].store(fd, std::memory_order_relaxed);
+    g_class[m].store(kAlias, std::memory_order_relaxed);
   }
   return kManaged;
-}
-
-// The registered fd of fd's socket, if another fd of it registered.
-int registered_fd_of(int fd) {
-  std::uint64_t cookie = 0;
-  socklen_t len = sizeof cookie;
-  if (getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) != 0) return -1;
-  SocketsLock lock;
-  const auto it = g_by_cookie->find(cookie);
-  if (it == g_by_cookie->end() ||
-      g_class[it->second.owner].load(std::memory_order_relaxed) != kManaged) {
-    return -1;
-  }
-  it->second.aliases.push_back(fd);
-  g_owner[fd].store(it->second.owner, std::memory_order_relaxed);
-  return it->second.owner;
 }
 
 void note_seen(int fd) {
@@ -492,27 +498,46 @@ void note_seen(int fd) {
   }
 }
 
-// A fd's first write: a socket the shim would manage is a mouse (no client
-// is opened for it yet), or an alias of its socket's registered fd.
+// A fd's first write: a socket the shim would manage joins its socket's
+// group (an alias if the socket is registered, else a mouse sharing the
+// owner's bucket) or starts one as its owner, a mouse with an empty bucket.
+// No client is opened here. Not in a child that no fork handler told of:
+// its writes there go unmanaged, and the parent's memory unchanged.
 std::uint8_t classify(int fd) {
-  std::uint8_t cls = kIgnored;
-  if (manageable(fd)) cls = registered_fd_of(fd) >= 0 ? kAlias : kMouse;
-  if (cls == kMouse) {
-    g_mouse_level[fd].store(0, std::memory_order_relaxed);
-    g_mouse_ns[fd].store(0, std::memory_order_relaxed);
+  if (!this_process()) return kIgnored;
+  if (!manageable(fd)) {
+    g_class[fd].store(kIgnored, std::memory_order_relaxed);
+    note_seen(fd);
+    return kIgnored;
+  }
+  std::uint64_t cookie = 0;
+  socklen_t len = sizeof cookie;
+  const bool have_cookie = getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &len) == 0;
+  g_mouse_level[fd].store(0, std::memory_order_relaxed);
+  g_mouse_ns[fd].store(0, std::memory_order_relaxed);
+  SocketsLock lock;
+  std::uint8_t cls = kMouse;
+  g_owner[fd].store(fd, std::memory_order_relaxed);
+  if (have_cookie) {
+    (*g_cookie_of)[fd] = cookie;
+    auto [it, fresh] = g_by_cookie->try_emplace(cookie, SocketFds{fd});
+    if (!fresh) {
+      it->second.others.push_back(fd);
+      g_owner[fd].store(it->second.owner, std::memory_order_relaxed);
+      if (it->second.registered) cls = kAlias;
+    }
   }
   g_class[fd].store(cls, std::memory_order_relaxed);
   note_seen(fd);
   return cls;
 }
 
-// A kMouse fd whose write passed the gate: registered now (or made an alias
-// of a fd that registered meanwhile); kIgnored without a client.
+// A kMouse fd whose write passed the gate: its socket is registered now,
+// with fd as its owner (or fd turned out an alias meanwhile).
 std::uint8_t promote(int fd) {
-  std::uint8_t cls = kIgnored;
-  if (ft_client* c = client()) cls = register_socket(c, fd);
-  g_class[fd].store(cls, std::memory_order_relaxed);
-  return cls;
+  if (!this_process()) return kMouse;
+  ft_client* c = client();  // outside SocketsLock: it takes the open lock
+  return c == nullptr ? kMouse : register_socket(c, fd);
 }
 
 // Around a real call that may move `len` bytes into fd. Before it: if the
@@ -560,7 +585,8 @@ inline Pending before(int fd, std::size_t len) {
   }
   std::uint64_t gated = 0;
   if (cls == kMouse) {
-    gated = mouse_gate(fd, len);
+    // The socket's bucket is its owner's, whichever of its fds writes.
+    gated = mouse_gate(g_owner[fd].load(std::memory_order_relaxed), len);
     if (gated == 0) return p;  // the common case of small-request servers
     Inside guard;
     cls = promote(fd);
@@ -578,8 +604,10 @@ inline Pending before(int fd, std::size_t len) {
 inline void after(const Pending& p, ssize_t n) {
   if (p.client == nullptr) return;
   const int fd = p.fd;
-  // Neither call below makes a syscall unless the runtime ended the flowlet
-  // between before() and here, which wakes it: guard errno only then.
+  // The calls below make a syscall only when they wake the runtime (an
+  // event past a full queue, a flowlet the runtime ended meanwhile), but
+  // the caller's errno is the real call's whatever they do.
+  const int saved = errno;
   if (p.began != 0) {
     // All the flowlet's bytes count as handed over even after a partial
     // write: whether the flowlet is over is decided by the socket's queue,
@@ -587,11 +615,10 @@ inline void after(const Pending& p, ssize_t n) {
     // the flowlet.
     ft_flowlet_sent(p.client, fd, p.began);
   } else if (n > 0 && !p.mouse) {
-    const int saved = errno;
     ft_flowlet_wrote(p.client, fd, static_cast<std::uint64_t>(n));
-    errno = saved;
   }
   if (p.marked) ft_socket_writing(p.client, fd, 0);
+  errno = saved;
 }
 
 // One wrapper's body: the real call between before() and after().
@@ -610,35 +637,56 @@ std::size_t iov_bytes(const iovec* iov, std::size_t n) {
   return total;
 }
 
+// fd leaves its socket's group (under SocketsLock). When the registered
+// owner leaves, the group goes: the other members (its aliases) classify
+// anew at their next write. An unregistered owner hands the group, and
+// the bucket's role, to another member.
+void leave_group(int fd) {
+  const auto c = g_cookie_of->find(fd);
+  if (c == g_cookie_of->end()) return;
+  const auto it = g_by_cookie->find(c->second);
+  g_cookie_of->erase(c);
+  if (it == g_by_cookie->end()) return;
+  SocketFds& g = it->second;
+  if (g.owner != fd) {
+    g.others.erase(std::remove(g.others.begin(), g.others.end(), fd), g.others.end());
+    return;
+  }
+  if (g.registered || g.others.empty()) {
+    for (const int m : g.others) {
+      g_class[m].store(kUnknown, std::memory_order_relaxed);
+      g_cookie_of->erase(m);
+    }
+    g_by_cookie->erase(it);
+    return;
+  }
+  g.owner = g.others.back();
+  g.others.pop_back();
+  g_owner[g.owner].store(g.owner, std::memory_order_relaxed);
+  for (const int m : g.others) g_owner[m].store(g.owner, std::memory_order_relaxed);
+}
+
 // Before fd stops naming its socket (close, dup2 over it).
-// An alias just leaves its socket; the registered fd takes its aliases'
-// classes with it (they register anew at their next write).
 inline void forget(int fd) {
   if (fd < 0 || fd >= kMaxFd) return;
   const std::uint8_t seen = g_class[fd].load(std::memory_order_relaxed);
   if (seen == kUnknown) return;
-  // A vfork child closing its copy must not unregister the parent's socket.
-  if ((seen == kManaged || seen == kAlias) && !this_process()) return;
-  const std::uint8_t cls = g_class[fd].exchange(kUnknown, std::memory_order_relaxed);
-  if (cls != kManaged && cls != kAlias) return;
+  if (seen == kIgnored) {
+    std::uint8_t expected = kIgnored;
+    g_class[fd].compare_exchange_strong(expected, kUnknown, std::memory_order_relaxed);
+    return;
+  }
+  // A vfork child closing its copy must not change the parent's groups.
+  if (!this_process()) return;
   Inside guard;
+  bool unregister = false;
   {
     SocketsLock lock;
-    const int owner = cls == kAlias ? g_owner[fd].load(std::memory_order_relaxed) : fd;
-    auto c = g_cookie_of->find(owner);
-    if (c != g_cookie_of->end()) {
-      auto it = g_by_cookie->find(c->second);
-      auto& aliases = it->second.aliases;
-      if (cls == kAlias) {
-        aliases.erase(std::remove(aliases.begin(), aliases.end(), fd), aliases.end());
-      } else {
-        for (int a : aliases) g_class[a].store(kUnknown, std::memory_order_relaxed);
-        g_by_cookie->erase(it);
-        g_cookie_of->erase(c);
-      }
-    }
+    const std::uint8_t cls = g_class[fd].exchange(kUnknown, std::memory_order_relaxed);
+    if (cls == kMouse || cls == kManaged || cls == kAlias) leave_group(fd);
+    unregister = cls == kManaged;  // the registered owner
   }
-  if (cls != kManaged) return;
+  if (!unregister) return;
   if (ft_client* c = g_client.load(std::memory_order_acquire)) ft_socket_unregister(c, fd);
 }
 
@@ -655,13 +703,14 @@ void after_fork_in_child() {
   g_pid = getpid();
   pthread_mutex_init(&g_open_lock, nullptr);
   // The parent's client has no runtime thread here; its memory is left
-  // alone. Everything registered becomes unknown, to be classified anew.
+  // alone. Every socket's class becomes unknown (its group is dropped with
+  // the maps below), to be classified anew.
   g_client.store(nullptr);
   g_disabled.store(false);
   const int max_seen = g_max_fd.load(std::memory_order_relaxed);
   for (int fd = 0; fd <= max_seen && fd < kMaxFd; ++fd) {
     const std::uint8_t cls = g_class[fd].load(std::memory_order_relaxed);
-    if (cls == kManaged || cls == kAlias) g_class[fd].store(kUnknown, std::memory_order_relaxed);
+    if (cls != kIgnored) g_class[fd].store(kUnknown, std::memory_order_relaxed);
   }
   pthread_mutex_init(&g_sockets_lock, nullptr);
   g_by_cookie = nullptr;

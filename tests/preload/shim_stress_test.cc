@@ -67,6 +67,7 @@ class Sink {
           char buf[65536];
           for (ssize_t r; (r = ::read(c, buf, sizeof buf)) > 0;) n += static_cast<std::size_t>(r);
           ::close(c);
+          bytes_.fetch_add(n);
           if (n == kChildBytes) whole_.fetch_add(1);
         });
       }
@@ -92,6 +93,8 @@ class Sink {
     return fd;
   }
   int whole() const { return whole_.load(); }
+  // Bytes of every connection that has ended.
+  std::size_t bytes() const { return bytes_.load(); }
 
  private:
   int fd_ = -1;
@@ -100,6 +103,7 @@ class Sink {
   std::mutex mu_;
   std::vector<std::thread> readers_;
   std::atomic<int> whole_{0};
+  std::atomic<std::size_t> bytes_{0};
 };
 
 bool write_all(int fd, const char* p, std::size_t n) {
@@ -206,14 +210,62 @@ void stress(const std::string& allocator) {
   EXPECT_GE(sink.whole(), kChildren) << "a child's bytes did not all arrive";
 }
 
+// One socket, many fds: a writer crosses the mice gate through one fd
+// (registering the socket) while other threads dup it, write mice and bulk
+// through their dups, close them, and dup2 over them, all at once. The
+// socket's group and registration must stay one: every byte arrives, no
+// sanitizer report, and once the last fd closes the allocator holds no
+// flow of it (a registration left behind would keep one).
+TEST(ShimDupStress, DupsComeAndGoWhileAnotherFdCrossesTheGate) {
+  DaemonProcess daemon;
+  const std::string ep = unique_endpoint();
+  daemon.start(ep, {"--host-gbps", "10"});
+  ::setenv("FLOWTUNE_ALLOCATOR", ep.c_str(), 1);
+  ::signal(SIGPIPE, SIG_IGN);
+  std::atomic<std::size_t> sent{0};
+  {
+    Sink sink;
+    const int fd = sink.connect_to();
+    ASSERT_GE(fd, 0);
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        const std::vector<char> buf(96 * 1024, 'd');
+        for (int i = 0; !stop.load(); ++i) {
+          const int dup = t == 0 ? fd : ::dup(fd);
+          const std::size_t n = (i + t) % 4 == 0 ? buf.size() : 200;
+          if (write_all(dup, buf.data(), n)) sent.fetch_add(n);
+          if (t != 0) {
+            if (i % 3 == 0) (void)::dup2(2, dup);  // a dup2 over the alias
+            ::close(dup);
+          }
+        }
+      });
+    }
+    ::usleep(1'500'000);
+    stop.store(true);
+    for (auto& th : threads) th.join();
+    ::close(fd);
+    for (int i = 0; i < 1000 && sink.bytes() < sent.load(); ++i) ::usleep(10000);
+    EXPECT_EQ(sink.bytes(), sent.load());
+  }
+  for (int i = 0; i < 600 && daemon.status()["flows"].get<int>() != 0; ++i) ::usleep(10000);
+  EXPECT_EQ(daemon.status()["flows"].get<int>(), 0) << daemon.status().dump();
+  EXPECT_GE(daemon.status()["counters"]["hellos"].get<int>(), 1) << "never registered";
+}
+
 TEST(ShimForkStress, ForksWhileEveryShimPathRunsNeverBlockAChild) {
   DaemonProcess daemon;
   const std::string ep = unique_endpoint();
   daemon.start(ep, {"--host-gbps", "10"});
   stress(ep);
-  // The wrappers did interpose: this process (and its children) said hello.
-  EXPECT_GE(daemon.status()["counters"]["hellos"].get<int>(), kChildBytes > 65536 ? 2 : 1)
-      << daemon.status().dump();
+  // The wrappers did interpose: the children said hello, each with a client
+  // of its own (this process's client may be another test's, in a run of
+  // the whole binary; under TSan the children send mice and open none).
+  if (kChildBytes > 65536) {
+    EXPECT_GE(daemon.status()["counters"]["hellos"].get<int>(), 1) << daemon.status().dump();
+  }
 }
 
 TEST(ShimForkStress, WithTheAllocatorDownForksNeverBlockAChild) {
