@@ -4,10 +4,14 @@
 // prints the mean wall time per send() call as JSON.
 //   coalesced  back to back: after the first, every send extends a flowlet
 //   starts     a 2 ms pause before each send, so the queue drains and each
-//              send starts a new flowlet (the shim's slow path)
+//              send starts a new flowlet (the shim's slow path) if it is at
+//              least min_flowlet_bytes, or is a mouse if smaller
+//   mice       20 us apart (busy-waited), as a small-request server's
+//              replies come: below the shim's mice rate, so none of them
+//              is ever scheduled
 // SEND_LOOP_PACING_BYTES_PER_SEC=N caps the socket with SO_MAX_PACING_RATE
 // itself: the kernel's pacing cost without the shim, for comparison.
-// Usage: send_loop coalesced|starts SIZE COUNT
+// Usage: send_loop coalesced|starts|mice SIZE COUNT
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -23,7 +27,7 @@
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: send_loop coalesced|starts SIZE COUNT\n");
+    std::fprintf(stderr, "usage: send_loop coalesced|starts|mice SIZE COUNT\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -57,6 +61,11 @@ int main(int argc, char** argv) {
   double total_ns = 0;
   for (long i = 0; i < count; ++i) {
     if (mode == "starts") std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (mode == "mice") {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    }
     const auto t0 = std::chrono::steady_clock::now();
     std::size_t off = 0;
     while (off < size) {

@@ -60,23 +60,34 @@ def main():
     if shutil.which("trickle"):
         configs["trickle"] = ["trickle", "-s", "-u", "100000000", "-d", "100000000"]
     scale = 10 if quick else 1
-    cases = [("coalesced", 1024, 200000 // scale), ("coalesced", 65536, 20000 // scale),
-             ("starts", 1024, 500 // scale)]
-    samples = {(c, m, s): [] for c in configs for (m, s, _) in cases}
+    # (case, send_loop mode, bytes, sends, environment):
+    # mice: 64-byte sends 20 us apart, below the mice rate: never scheduled;
+    # mice-b2b: 64-byte sends back to back with the mice rate set to 1 Tbit/s,
+    #   so each is a mouse: the gate's whole cost against the bare syscall;
+    # starts/64: one mouse after each 2 ms pause; starts/65536: each send
+    #   after a pause begins a flowlet (the shim's slow path).
+    mice_all = {"FLOWTUNE_MICE_MBPS": "1000000"}
+    cases = [("coalesced", "coalesced", 1024, 200000 // scale, {}),
+             ("coalesced", "coalesced", 65536, 20000 // scale, {}),
+             ("mice", "mice", 64, 20000 // scale, {}),
+             ("mice-b2b", "coalesced", 64, 200000 // scale, mice_all),
+             ("starts", "starts", 64, 500 // scale, {}),
+             ("starts", "starts", 65536, 500 // scale, {})]
+    samples = {(c, label, size): [] for c in configs for (label, _, size, _, _) in cases}
     try:
         for _ in range(rounds):
-            for mode, size, count in cases:
+            for label, mode, size, count, env in cases:
                 for name, prefix in configs.items():
                     try:
                         out = subprocess.run(prefix + [loop, mode, str(size), str(count)],
                                              capture_output=True, text=True, check=True,
-                                             timeout=120).stdout
+                                             timeout=120, env={**os.environ, **env}).stdout
                     except subprocess.TimeoutExpired:
                         # trickle has been seen to spin in its own delay
                         # computation; a hung run is reported, not waited on.
-                        print(f"shim_bench: {name} {mode} {size} timed out", file=sys.stderr)
+                        print(f"shim_bench: {name} {label} {size} timed out", file=sys.stderr)
                         continue
-                    samples[(name, mode, size)].append(json.loads(out)["ns_per_send"])
+                    samples[(name, label, size)].append(json.loads(out)["ns_per_send"])
     finally:
         daemon.terminate()
         daemon.wait()
@@ -85,7 +96,7 @@ def main():
     def median(key):
         return statistics.median(samples[key]) if samples[key] else float("nan")
 
-    for mode, size, count in cases:
+    for mode, _, size, count, _ in cases:
         base = median(("plain", mode, size))
         for name in configs:
             med = median((name, mode, size))

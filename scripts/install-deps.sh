@@ -25,6 +25,9 @@ packages=(
   iperf3 curl trickle openjdk-17-jdk-headless
   # nginx: static files by sendfile(), the rest by writev() (the shim's tests).
   nginx-light
+  # A small-request server and its load generator: what the shim costs
+  # mice (bench/redis_bench.py).
+  redis-server redis-tools
   # The end-to-end testbed (bench/testbed, bench/e2e): namespaces and tc,
   # ping for RTT under load.
   iproute2 iputils-ping
