@@ -72,12 +72,12 @@ for p in "${ports[@]}"; do iperf3 -s -1 -B 127.0.0.2 -p "$p" > /dev/null 2>&1 & 
 sleep 0.3
 clients=()
 for p in "${ports[@]}"; do
-  "$run" --allocator "$ep" -- iperf3 -c 127.0.0.2 -p "$p" -B 127.0.0.1 -t 4 > "$dir/iperf$p.log" 2>&1 &
+  "$run" --allocator "$ep" -- iperf3 -c 127.0.0.2 -p "$p" -B 127.0.0.1 -t 8 > "$dir/iperf$p.log" 2>&1 &
   clients+=($!)
 done
 fair=$(python3 -c 'print(200e6 * 0.99 / 3)')
 ok=0
-for _ in $(seq 30); do
+for _ in $(seq 70); do
   sleep 0.1
   rates=$("$ctl" --allocator "$ep" --json flows 2>/dev/null |
           python3 -c 'import json,sys; print(" ".join(str(f["rate_bps"]) for f in json.load(sys.stdin)["flows"]))' || true)
