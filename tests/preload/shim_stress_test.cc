@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include "../allocator/daemon/daemon_harness.h"
+#include "loopback.h"
 
 namespace flowtune::shim {
 namespace {
@@ -48,15 +49,7 @@ constexpr std::size_t kChildBytes = 65536 + 7;
 class Sink {
  public:
   Sink() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(0x7f000002);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    ::listen(fd_, 128);
+    fd_ = testing::listen_on_127_0_0_2(128, &port_);
     acceptor_ = std::thread([this] {
       for (;;) {
         const int c = ::accept(fd_, nullptr, nullptr);

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "../allocator/daemon/daemon_harness.h"
+#include "loopback.h"
 
 namespace flowtune::shim {
 namespace {
@@ -30,15 +31,7 @@ constexpr std::uint64_t kBytes = 16 << 20;
 class Receiver {
  public:
   Receiver() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(0x7f000002);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
-    ::listen(fd_, 16);
+    fd_ = testing::listen_on_127_0_0_2(16, &port);
     acceptor_ = std::thread([this] {
       for (;;) {
         const int c = ::accept(fd_, nullptr, nullptr);
@@ -215,21 +208,29 @@ TEST_P(ShimSharedTableTest, LibcCloseAllSparesTheLibrarysDescriptors) {
 INSTANTIATE_TEST_SUITE_P(Fallback, ShimSharedTableTest,
                          ::testing::Values("closefrom", "close_range_libc"));
 
-TEST(ShimDup, OneSocketThroughTwoFdsIsOneFlowlet) {
-#ifdef FT_SANITIZED
-  GTEST_SKIP() << "sanitizer build: see ShimTest";
-#endif
+// Runs `program PORT ARGS` under flowtune-run against a live allocator and
+// expects one connection of `bytes`, held by the allocator as one flowlet
+// and ended once.
+void expect_one_connection_one_flowlet(const std::string& program, const std::string& args,
+                                       std::uint64_t bytes) {
   const std::string ep = unique_endpoint();
   DaemonProcess daemon;
   daemon.start(ep, {"--host-gbps", "1"});
   Receiver rx;
-  const Output o = run(std::string(FT_RUN_BINARY) + " --allocator " + ep + " -- " +
-                       FT_SENDER_BINARY + " " + std::to_string(rx.port) + " dup " +
-                       std::to_string(kBytes));
+  const Output o = run("timeout 60 " + std::string(FT_RUN_BINARY) + " --allocator " + ep +
+                       " -- " + program + " " + std::to_string(rx.port) + " " + args + " 2>&1");
   ASSERT_EQ(o.status, 0) << o.out;
   ASSERT_EQ(rx.wait(1).size(), 1u);
+  EXPECT_EQ(rx.wait(1)[0].first, bytes);
   ASSERT_TRUE(flows_drain(daemon, 3000)) << daemon.status().dump();
   EXPECT_EQ(daemon.status()["counters"]["ends"].get<int>(), 1) << daemon.status().dump();
+}
+
+TEST(ShimDup, OneSocketThroughTwoFdsIsOneFlowlet) {
+#ifdef FT_SANITIZED
+  GTEST_SKIP() << "sanitizer build: see ShimTest";
+#endif
+  expect_one_connection_one_flowlet(FT_SENDER_BINARY, "dup " + std::to_string(kBytes), kBytes);
 }
 
 // Python programs under flowtune-run against a live allocator.
@@ -675,17 +676,7 @@ TEST(ShimVfork, AVforkChildsCloseLeavesTheParentsFlowletAlone) {
 #ifdef FT_SANITIZED
   GTEST_SKIP() << "sanitizer build: see ShimTest";
 #endif
-  const std::string ep = unique_endpoint();
-  DaemonProcess daemon;
-  daemon.start(ep, {"--host-gbps", "1"});
-  Receiver rx;
-  const Output o = run("timeout 60 " + std::string(FT_RUN_BINARY) + " --allocator " + ep + " -- " +
-                       FT_FORK_PROBE_BINARY + " " + std::to_string(rx.port) + " vfork 2>&1");
-  ASSERT_EQ(o.status, 0) << o.out;
-  ASSERT_EQ(rx.wait(1).size(), 1u);
-  EXPECT_EQ(rx.wait(1)[0].first, 16u << 20);
-  ASSERT_TRUE(flows_drain(daemon, 3000)) << daemon.status().dump();
-  EXPECT_EQ(daemon.status()["counters"]["ends"].get<int>(), 1) << daemon.status().dump();
+  expect_one_connection_one_flowlet(FT_FORK_PROBE_BINARY, "vfork", 16u << 20);
 }
 
 // Python's process pools and forking servers, the everyday forking
