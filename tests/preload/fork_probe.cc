@@ -29,6 +29,7 @@
 #include <signal.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -139,6 +140,7 @@ void fork_and_compare(const char* when) {
   if (pid < 0) fail("fork failed");
   if (pid == 0) {
     const std::string d = diff(before, fd_table());
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a probe that died
     if (!d.empty()) {
       std::fprintf(stderr, "fork_probe: %s: child's fds differ:%s\n", when, d.c_str());
       ::_exit(2);
@@ -242,7 +244,10 @@ int run_storm() {
   for (int i = 0; i < 40; ++i) {
     const pid_t pid = ::fork();
     if (pid < 0) fail("fork failed");
-    if (pid == 0) ::_exit(send_once() ? 0 : 3);
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::_exit(send_once() ? 0 : 3);
+    }
     int status = 0;
     if (!reap(pid, 10000, &status)) {
       ++hung;
@@ -287,6 +292,7 @@ int run_exec(const char* self) {
   if (!send_all(fd, kChildBytes)) fail("parent's send failed");
   const pid_t pid = ::fork();
   if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     const std::string port = std::to_string(g_port);
     ::execl(self, self, port.c_str(), "exec-child", nullptr);
     ::_exit(127);
