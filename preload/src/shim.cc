@@ -498,6 +498,8 @@ void note_seen(int fd) {
   }
 }
 
+void leave_group(int fd);  // below, with forget()
+
 // A fd's first write: a socket the shim would manage joins its socket's
 // group (an alias if the socket is registered, else a mouse sharing the
 // owner's bucket) or starts one as its owner, a mouse with an empty bucket.
@@ -516,6 +518,7 @@ std::uint8_t classify(int fd) {
   g_mouse_level[fd].store(0, std::memory_order_relaxed);
   g_mouse_ns[fd].store(0, std::memory_order_relaxed);
   SocketsLock lock;
+  leave_group(fd);  // a membership a close the shim did not see left behind
   std::uint8_t cls = kMouse;
   g_owner[fd].store(fd, std::memory_order_relaxed);
   if (have_cookie) {
