@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <memory>
 #include <chrono>
 #include <thread>
 
@@ -148,21 +149,29 @@ TEST(EventLoop, RunsHandlersPollsWhenToldAndStopsWhenUnwatched) {
 // fork() returns nor the child can see the shielded work half done.
 // Without the wait, fork() returns while the shield is still held.
 TEST(ForkShield, AForkWaitsUntilNoShieldIsHeld) {
-  std::atomic<bool> inside{false}, released{false};
-  std::thread holder([&] {
-    ForkShield shield;
-    inside.store(true);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    released.store(true);
-  });
-  while (!inside.load()) std::this_thread::yield();
+  // The holder is detached, with its state on the heap: a joinable thread
+  // not yet joined at the fork is a leak to TSan in the child.
+  struct State {
+    std::atomic<bool> inside{false}, released{false}, done{false};
+  };
+  const auto st = std::make_shared<State>();
+  std::thread([st] {
+    {
+      ForkShield shield;
+      st->inside.store(true);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      st->released.store(true);
+    }
+    st->done.store(true);
+  }).detach();
+  while (!st->inside.load()) std::this_thread::yield();
   const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(released.load() ? 0 : 1);
-  EXPECT_TRUE(released.load()) << "fork() returned while a shield was held";
+  if (pid == 0) ::_exit(st->released.load() ? 0 : 1);
+  EXPECT_TRUE(st->released.load()) << "fork() returned while a shield was held";
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child saw the shield held";
-  holder.join();
+  while (!st->done.load()) std::this_thread::yield();
   // And the child's generation moved on, the parent's did not.
   const std::uint64_t mine = fork_generation();
   const pid_t again = ::fork();
