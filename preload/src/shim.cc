@@ -523,7 +523,7 @@ std::uint8_t classify(int fd) {
   g_owner[fd].store(fd, std::memory_order_relaxed);
   if (have_cookie) {
     (*g_cookie_of)[fd] = cookie;
-    auto [it, fresh] = g_by_cookie->try_emplace(cookie, SocketFds{fd});
+    auto [it, fresh] = g_by_cookie->try_emplace(cookie, SocketFds{fd, false, {}});
     if (!fresh) {
       it->second.others.push_back(fd);
       g_owner[fd].store(it->second.owner, std::memory_order_relaxed);
