@@ -540,7 +540,8 @@ std::uint8_t classify(int fd) {
 std::uint8_t promote(int fd) {
   if (!this_process()) return kMouse;
   ft_client* c = client();  // outside SocketsLock: it takes the open lock
-  return c == nullptr ? kMouse : register_socket(c, fd);
+  if (c == nullptr) return kMouse;
+  return register_socket(c, fd);
 }
 
 // Around a real call that may move `len` bytes into fd. Before it: if the
