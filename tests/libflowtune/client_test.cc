@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "../allocator/daemon/daemon_harness.h"
+#include "../sanitizers.h"
 #include "flowtune/flowtune.h"
 #include "flowtune/flowtune.hpp"
 
@@ -626,17 +627,6 @@ TEST_F(ClientTest, AForkedChildDoesNotShareTheClient) {
   ft_client_close(c);
 }
 
-// Sanitizer runtimes that cannot serve a forked child of a multithreaded
-// process: TSan (no new threads there) and the ASan of GCC 12 and clang 14
-// (no allocator lock around fork: the child can hang in malloc).
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define FT_CHILD_CANNOT_ALLOCATE 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define FT_CHILD_CANNOT_ALLOCATE 1
-#endif
-#endif
-
 // What the application's descriptors name: each number and its /proc link.
 std::map<int, std::string> app_fds(const std::vector<int>& fds) {
   std::map<int, std::string> t;
@@ -658,7 +648,7 @@ bool child_keeps_fds_and_runs(const std::vector<int>& fds, const std::string& al
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a test that died
     if (app_fds(fds) != before) ::_exit(2);
-#if defined(FT_CHILD_CANNOT_ALLOCATE)
+#if defined(FT_TEST_ASAN) || defined(FT_TEST_TSAN)  // tests/sanitizers.h
     // TSan cannot start threads in the child of a multithreaded process
     // ("dup thread with used id"), and ASan's allocator may be held by a
     // thread that does not exist here: the descriptors are what such a
@@ -713,7 +703,7 @@ TEST_F(ClientTest, AForkedChildsDescriptorsAreExactlyItsParentsAtEveryPoint) {
 // a child forked while a runtime was making its ZeroMQ context (libzmq's
 // and libsodium's process-wide locks held) would hang at its own client.
 TEST_F(ClientTest, ChildrenForkedWhileClientsOpenNeverBlock) {
-#if defined(FT_CHILD_CANNOT_ALLOCATE)
+#if defined(FT_TEST_ASAN) || defined(FT_TEST_TSAN)  // tests/sanitizers.h
   GTEST_SKIP() << "under this sanitizer a forked child of a multithreaded process cannot open "
                   "a client (TSan: no new threads; ASan: no allocator lock around fork): run in "
                   "the release preset";

@@ -29,18 +29,8 @@
 #include <gtest/gtest.h>
 
 #include "../allocator/daemon/daemon_harness.h"
+#include "../sanitizers.h"
 #include "loopback.h"
-
-// GCC 12's and clang 14's AddressSanitizer take no allocator lock around
-// fork(): a child forked while other threads allocate can hang in its first
-// malloc, in any program. The fork stress runs in release and TSan there.
-#if defined(__SANITIZE_ADDRESS__)
-#define FT_ASAN_FORK_UNSAFE 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FT_ASAN_FORK_UNSAFE 1
-#endif
-#endif
 
 namespace flowtune::shim {
 namespace {
@@ -53,7 +43,7 @@ using daemon::testing::unique_endpoint;
 // TSan a mouse: TSan cannot start threads in the child of a multithreaded
 // process ("dup thread with used id"), so there the children check that
 // the shim's paths never block them, and TSan checks the parent's.
-#if defined(__SANITIZE_THREAD__)
+#if defined(FT_TEST_TSAN)
 constexpr std::size_t kChildBytes = 64;
 #else
 constexpr std::size_t kChildBytes = 65536 + 7;
@@ -199,7 +189,7 @@ void every_path(const Sink& sink, int file_fd, int round) {
     ::close(pair[0]);
     ::close(pair[1]);
   }
-#if defined(__SANITIZE_THREAD__)
+#if defined(FT_TEST_TSAN)
   ::close(fd);  // TSan does not see close_range close a fd, and reports its reuse
 #else
   (void)::close_range(static_cast<unsigned>(fd), static_cast<unsigned>(fd), 0);
@@ -231,7 +221,7 @@ bool fork_one_sender(const Sink& sink) {
 }
 
 void stress(const std::string& allocator) {
-#ifdef FT_ASAN_FORK_UNSAFE
+#ifdef FT_TEST_ASAN  // tests/sanitizers.h
   GTEST_SKIP() << "AddressSanitizer's allocator is not fork-safe here (a child forked while "
                   "threads allocate can hang in malloc): run in the release and tsan presets";
 #endif
