@@ -14,7 +14,9 @@ rounds so the VM's drift hits all alike, and reports medians:
                      pacing cost, so shim+allocator / plain+pacing is what
                      the shim adds on top of pacing
   trickle            trickle -s with limits far above the loop's rate
-Prints one JSON object.
+Each row gives the wall time per send() and the sending thread's CPU time
+per send() (which a busy machine does not inflate: waiting for a CPU is not
+counted), each with its ratio to plain. Prints one JSON object.
 
 --instructions (needs valgrind) counts instead of timing: the user-space
 instructions per send() of every thread, the runtime's included, plain and
@@ -129,6 +131,7 @@ def main():
              ("starts", "starts", 64, 500 // scale, {}),
              ("starts", "starts", 65536, 500 // scale, {})]
     samples = {(c, label, size): [] for c in configs for (label, _, size, _, _) in cases}
+    cpu = {(c, label, size): [] for c in configs for (label, _, size, _, _) in cases}
     try:
         for _ in range(rounds):
             for label, mode, size, count, env in cases:
@@ -142,21 +145,26 @@ def main():
                         # computation; a hung run is reported, not waited on.
                         print(f"shim_bench: {name} {label} {size} timed out", file=sys.stderr)
                         continue
-                    samples[(name, label, size)].append(json.loads(out)["ns_per_send"])
+                    result = json.loads(out)
+                    samples[(name, label, size)].append(result["ns_per_send"])
+                    cpu[(name, label, size)].append(result["cpu_ns_per_send"])
     finally:
         daemon.terminate()
         daemon.wait()
         shutil.rmtree(tmp, ignore_errors=True)
     rows = []
-    def median(key):
-        return statistics.median(samples[key]) if samples[key] else float("nan")
+    def median(key, of=samples):
+        return statistics.median(of[key]) if of[key] else float("nan")
 
     for mode, _, size, count, _ in cases:
         base = median(("plain", mode, size))
         for name in configs:
             med = median((name, mode, size))
             row = {"config": name, "mode": mode, "bytes": size, "sends": count,
-                   "ns_per_send": round(med, 1), "vs_plain": round(med / base, 3)}
+                   "ns_per_send": round(med, 1), "vs_plain": round(med / base, 3),
+                   "cpu_ns_per_send": round(median((name, mode, size), cpu), 1),
+                   "cpu_added_ns": round(median((name, mode, size), cpu)
+                                         - median(("plain", mode, size), cpu), 1)}
             if "trickle" in configs:
                 row["vs_trickle"] = round(med / median(("trickle", mode, size)), 3)
             if name == "shim+allocator":
