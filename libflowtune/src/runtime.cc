@@ -405,7 +405,8 @@ void Runtime::run(std::promise<int>* ready) {
   // it polls, and takes a turn if nothing else woke it.
   loop_.run(
       [this] {
-        return wake_flag_.prepare_to_sleep([this] { return !queue_.empty() || table_.has_dirty(); });
+        return wake_flag_.prepare_to_sleep([this] { return !queue_.empty() || table_.has_dirty(); },
+                                           napping_ ? WakeFlag::Sleep::kNap : WakeFlag::Sleep::kDeep);
       },
       [this] { wake_flag_.woke(); }, [this] { turn(); });
   loop_close_rc_ = close_all();
@@ -429,7 +430,9 @@ bool Runtime::push(const Event& e, bool urgent) {
 }
 
 void Runtime::wake() {
-  if (wake_flag_.should_wake()) signal_self();
+  if (!wake_flag_.should_wake()) return;
+  wakeups_sent_.fetch_add(1, std::memory_order_relaxed);
+  signal_self();
 }
 
 int Runtime::stop() {
@@ -579,7 +582,12 @@ void Runtime::drain(std::uint64_t now) {
   const std::uint64_t horizon = queue_.claimed();
   for (std::size_t i = first_new; i < swept_.size(); ++i) swept_[i].horizon = horizon;
   Event e;
-  while (queue_.pop(&e)) dispatch(e, now);
+  bool took = swept_.size() > first_new;
+  while (queue_.pop(&e)) {
+    dispatch(e, now);
+    took = true;
+  }
+  if (took) linger_until_us_ = now + kLingerUs;
   apply_swept(now);
 }
 
@@ -777,14 +785,17 @@ void Runtime::close_handles() { loop_.unwatch_all(); }
 
 void Runtime::arm_timer() {
   std::uint64_t next = session_.next_timer_us();
-  // Non-urgent events do not wake the loop: look at the queue every
-  // kPollUs while a flowlet is in progress.
+  // Events do not wake a napping loop: look at the queue every kPollUs
+  // while a flowlet is in progress or the last event is recent.
   // A swept batch waiting for a producer to finish writing its cell: soon.
-  if (session_.active_flowlets() > 0 || !swept_.empty()) next = std::min(next, now_us() + kPollUs);
+  const std::uint64_t now = now_us();
+  if (session_.active_flowlets() > 0 || !swept_.empty() || now < linger_until_us_) {
+    next = std::min(next, now + kPollUs);
+  }
   if (endpoints_.size() > 1 && failover_wanted(now_us())) next = std::min(next, next_move_us_);
+  napping_ = next <= now + kPollUs;
   itimerspec spec{};
   if (next != UINT64_MAX) {
-    const std::uint64_t now = now_us();
     const std::uint64_t in_us = next > now ? next - now : 1;
     spec.it_value.tv_sec = static_cast<time_t>(in_us / 1'000'000);
     spec.it_value.tv_nsec = static_cast<long>((in_us % 1'000'000) * 1000);

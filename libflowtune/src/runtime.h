@@ -164,12 +164,17 @@ class Runtime {
   static int wake_signal();
 
   // Any thread. False when the queue is full (the event is dropped).
-  // urgent: wake the runtime now if it sleeps (a flowlet begins); other
-  // events (bytes handed over) wait for its next look, at most kPollUs away
-  // while a flowlet is in progress, which saves the caller a wake-up
-  // syscall per write.
+  // urgent: wake the runtime now if it sleeps deeply (a flowlet begins);
+  // other events (bytes handed over) wait for its next look. While a
+  // flowlet is in progress, and for kLingerUs after the last event, the
+  // runtime naps: it looks every kPollUs by itself, so no event, urgent or
+  // not, costs the caller a wake-up syscall. Only the first event after a
+  // quiet spell wakes it.
   bool push(const Event& e, bool urgent = true);
   static constexpr std::uint64_t kPollUs = 1000;
+  static constexpr std::uint64_t kLingerUs = 100'000;
+  // Wake-up signals sent so far (any thread; for tests and benchmarks).
+  std::uint64_t wakeups_sent() const { return wakeups_sent_.load(std::memory_order_relaxed); }
   ft_stats stats() const;
 
  private:
@@ -232,6 +237,12 @@ class Runtime {
   bool private_table_ = false;
   int loop_close_rc_ = 0;  // set by the runtime thread as it exits
   WakeFlag wake_flag_;
+  // Set by arm_timer: the timer fires within kPollUs, so the loop naps.
+  bool napping_ = false;
+  std::atomic<std::uint64_t> wakeups_sent_{0};
+  // Until then the runtime keeps looking every kPollUs (the last event
+  // it took plus kLingerUs).
+  std::uint64_t linger_until_us_ = 0;
   std::atomic<bool> stopping_{false};
   // The registration the Session holds for each fd (fd -> generation), to
   // compare with the table when a slot is dirty.

@@ -20,33 +20,46 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 
 namespace flowtune::client {
 
 class WakeFlag {
  public:
+  // How the consumer sleeps. A nap ends by itself soon (the consumer's own
+  // timer fires within its latency budget), so producers need not wake it:
+  // their events wait for that look, and the producer saves a syscall. A
+  // deep sleep lasts until a producer wakes it.
+  enum class Sleep : std::uint8_t { kNap = 1, kDeep = 2 };
+
   // Consumer, before blocking. has_work() looks at whatever producers
   // publish (the queue). Returns true if the consumer may block: then any
-  // producer that publishes after this returns sees sleeping and wakes it.
-  // Returns false if work is already there (the consumer must not block).
+  // producer that publishes after this returns sees how it sleeps, and
+  // wakes it if the sleep is deep. Returns false if work is already there
+  // (the consumer must not block).
   template <class HasWork>
-  bool prepare_to_sleep(HasWork has_work) {
-    (void)sleeping_.exchange(true, std::memory_order_acq_rel);
+  bool prepare_to_sleep(HasWork has_work, Sleep how = Sleep::kDeep) {
+    (void)state_.exchange(static_cast<std::uint8_t>(how), std::memory_order_acq_rel);
     if (!has_work()) return true;
-    (void)sleeping_.exchange(false, std::memory_order_acq_rel);
+    (void)state_.exchange(kAwake, std::memory_order_acq_rel);
     return false;
   }
   // Consumer, after it woke (for whatever reason). An RMW too: every write
   // of the flag must be one, or a plain store would break the chain of
   // RMWs through which a producer's publish reaches the next sleep check.
-  void woke() { (void)sleeping_.exchange(false, std::memory_order_acq_rel); }
+  void woke() { (void)state_.exchange(kAwake, std::memory_order_acq_rel); }
 
   // Producer, after publishing: true if it must send the wake-up (exactly
-  // one of the producers that see the consumer asleep gets true).
-  bool should_wake() { return sleeping_.exchange(false, std::memory_order_acq_rel); }
+  // one of the producers that see the consumer in a deep sleep gets true;
+  // a napping consumer looks by itself).
+  bool should_wake() {
+    return state_.exchange(kAwake, std::memory_order_acq_rel) ==
+           static_cast<std::uint8_t>(Sleep::kDeep);
+  }
 
  private:
-  std::atomic<bool> sleeping_{false};
+  static constexpr std::uint8_t kAwake = 0;
+  std::atomic<std::uint8_t> state_{kAwake};
 };
 
 }  // namespace flowtune::client

@@ -100,6 +100,22 @@ TEST(WakeFlag, NoWakeUpIsLostUnderStress) {
   EXPECT_EQ(lost, 0);
 }
 
+// A napping consumer is never woken (it looks by itself); a deep sleeper
+// is woken by exactly one producer; work already there forbids either.
+TEST(WakeFlag, OnlyADeepSleepIsWoken) {
+  WakeFlag flag;
+  EXPECT_FALSE(flag.should_wake()) << "awake";
+  ASSERT_TRUE(flag.prepare_to_sleep([] { return false; }, WakeFlag::Sleep::kNap));
+  EXPECT_FALSE(flag.should_wake()) << "napping";
+  flag.woke();
+  ASSERT_TRUE(flag.prepare_to_sleep([] { return false; }, WakeFlag::Sleep::kDeep));
+  EXPECT_TRUE(flag.should_wake());
+  EXPECT_FALSE(flag.should_wake()) << "a second producer";
+  flag.woke();
+  EXPECT_FALSE(flag.prepare_to_sleep([] { return true; }, WakeFlag::Sleep::kDeep));
+  EXPECT_FALSE(flag.should_wake()) << "work was there: it never slept";
+}
+
 RuntimeConfig config(std::size_t queue = 1 << 14) {
   RuntimeConfig c;
   // Nobody listens here: ZeroMQ connects in the background, never blocks.
@@ -190,6 +206,41 @@ TEST(Runtime, StopClosesTheLoopWithNoHandleLeft) {
   EXPECT_TRUE(rt.push(e));
   EXPECT_EQ(rt.stop(), 0);
   EXPECT_EQ(rt.stop(), 0);  // idempotent
+}
+
+// Events close together cost the caller no wake-up: after the first, the
+// runtime naps (looks every kPollUs by itself) for kLingerUs, so urgent
+// pushes 500 us apart find it napping. After a quiet spell longer than
+// that it sleeps deeply again (a process that stops sending pays nothing),
+// and the next push wakes it. Before naps, every one of these pushes sent
+// a signal.
+TEST(Runtime, EventsCloseTogetherSendOneWakeUp) {
+  SocketTable table;
+  Runtime rt(config(), SessionConfig{}, table);
+  ASSERT_EQ(rt.start(), FT_OK);
+  const auto quiet = [] {
+    std::this_thread::sleep_for(std::chrono::microseconds(Runtime::kLingerUs) +
+                                std::chrono::milliseconds(100));
+  };
+  Event e;
+  e.kind = Event::kSent;  // of no registered socket: dispatched, ignored
+  quiet();
+  const std::uint64_t first = rt.wakeups_sent();
+  constexpr int kPushes = 40;
+  for (int i = 0; i < kPushes; ++i) {
+    ASSERT_TRUE(rt.push(e));
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  const std::uint64_t burst = rt.wakeups_sent() - first;
+  EXPECT_GE(burst, 1u) << "the first push after a quiet spell wakes a deep sleep";
+  // A runtime thread descheduled past kLingerUs on a loaded machine may
+  // sleep deeply once or twice more; one wake-up per push is what naps end.
+  EXPECT_LE(burst, 4u) << "of " << kPushes << " pushes";
+  quiet();
+  const std::uint64_t before = rt.wakeups_sent();
+  ASSERT_TRUE(rt.push(e));
+  EXPECT_EQ(rt.wakeups_sent(), before + 1) << "after a quiet spell the runtime sleeps deeply";
+  EXPECT_EQ(rt.stop(), 0);
 }
 
 // Descriptors open in the calling thread's table.
