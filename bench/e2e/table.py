@@ -39,6 +39,12 @@ EXPERIMENTS = [
                                         ("fct_over_deadline_p50", "FCT / deadline p50", "%.2f"),
                                         ("fct_over_deadline_p90", "p90", "%.2f"),
                                         ("bulk_goodput_fraction", "bulk goodput", "%.2f")]),
+    ("coflow-trace", None, [("cct_mean_s", "CCT mean (s)", "%.3f"),
+                            ("cct_p95_s", "p95 (s)", "%.3f"),
+                            ("cpu_s_per_gb", "host CPU-s per GB", "%.2f"),
+                            ("rate_updates_per_flowlet", "rate updates / flowlet", "%.1f"),
+                            ("shaper_changes_per_flowlet", "shaper changes / flowlet", "%.1f"),
+                            ("failed_blocks", "failed blocks", "%d")]),
     ("queues", None, [("drop_fraction", "dropped", "%.4f"),
                       ("queue_p50_bytes", "queue p50 (B)", "%d"),
                       ("queue_p99_bytes", "queue p99 (B)", "%d"),
@@ -49,7 +55,23 @@ EXPERIMENTS = [
 
 # Counts, not figures of merit: no ratio.
 NO_RATIO = {"incomplete_runs", "never_converged", "rate_latency_p50_us", "rate_latency_p99_us",
-            "bulk_goodput_fraction", "bulk_recovery_ms"}
+            "bulk_goodput_fraction", "bulk_recovery_ms", "rate_updates_per_flowlet",
+            "shaper_changes_per_flowlet", "failed_blocks"}
+
+
+def components(summary):
+    """Host CPU-seconds by component, a row per scheme (coflow-trace)."""
+    names = []
+    for v in summary.values():
+        names += [k for k in v.get("cpu_s_by_component", {}) if k not in names]
+    if not names:
+        return ""
+    out = ["| scheme | " + " | ".join(n.replace("_", " ") for n in names) + " |",
+           "|---|" + "---:|" * len(names)]
+    for s, v in summary.items():
+        c = v.get("cpu_s_by_component", {})
+        out.append("| %s | %s |" % (s, " | ".join("%.2f" % c[n] if n in c else "-" for n in names)))
+    return "\n".join(out)
 
 
 def cell(key, v, fmt, ft):
@@ -169,6 +191,9 @@ def main():
                 print(table(summ, cols) + "\n")
         elif name != "queues":
             print(table(res["summary"], cols) + "\n")
+        if name == "coflow-trace" and components(res["summary"]):
+            print("host CPU-seconds by component, all rounds:\n")
+            print(components(res["summary"]) + "\n")
     return 0
 
 
