@@ -62,6 +62,11 @@ options:
   --min-rate RATE        never shape an allocation below this (default 0)
   --idle-rate RATE       the rate while no flow of the host is rated
                          (default: the link rate)
+  --cut-hysteresis F     a lower allocation is applied only once it is F
+                         below the rate in force (default 0)
+  --raise-slack F        a raise sets the rate F above the allocation, so
+                         the raises after it up to that need no change
+                         (default 0)
   --burst BYTES          the smallest tbf bucket, and an idle host's
                          (default 3028: two full frames)
   --burst-us US          an allocated host's bucket: US microseconds at its
@@ -169,6 +174,8 @@ Options parse(int argc, char** argv) {
     else if (args.is("--floor")) o.config.floor_bps = parse_rate(args);
     else if (args.is("--min-rate")) o.config.min_bps = parse_rate(args);
     else if (args.is("--idle-rate")) o.config.idle_bps = parse_rate(args);
+    else if (args.is("--cut-hysteresis")) o.config.lower_hysteresis = args.number(0, 0.99);
+    else if (args.is("--raise-slack")) o.config.raise_slack = args.number(0, 1);
     else if (args.is("--burst")) o.config.burst_bytes = static_cast<std::uint32_t>(args.count(64u << 20));
     else if (args.is("--burst-us")) o.config.burst_us = args.count(1'000'000);
     else if (args.is("--burst-gap-share")) o.config.burst_gap_share = args.number();

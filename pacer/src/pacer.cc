@@ -26,6 +26,7 @@ void validate(const PacerConfig& c) {
   need(c.idle_bps >= 0 && c.idle_bps <= c.link_bps, "idle rate must be within [0, link rate]");
   need(c.min_bps >= 0 && c.min_bps <= c.link_bps, "minimum rate must be within [0, link rate]");
   need(c.lower_hysteresis >= 0 && c.lower_hysteresis < 1, "hysteresis must be within [0, 1)");
+  need(c.raise_slack >= 0 && c.raise_slack <= 1, "raise slack must be within [0, 1]");
   need(c.burst_bytes >= 1600 && c.burst_bytes <= (64u << 20),
        "burst must hold a full frame (1600 bytes at least) and at most 64 MiB");
   need(c.burst_us <= 1'000'000, "burst time must be at most 1 s");
@@ -98,6 +99,11 @@ std::optional<Shape> HostPacer::on_message(const wire::AllocatorMessage& m,
   if (host_rate_ > 0 && was_rated && want < current_.bps &&
       want >= current_.bps * (1 - c_.lower_hysteresis)) {
     return std::nullopt;
+  }
+  // A raise goes above the allocation by the slack, so that the raises
+  // after it, up to that much, need no change (a cut above is a change).
+  if (host_rate_ > 0 && was_rated && want > current_.bps) {
+    return set(std::min(want * (1 + c_.raise_slack), c_.link_bps), true, now_us);
   }
   return set(want, host_rate_ > 0, now_us);
 }

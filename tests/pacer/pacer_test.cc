@@ -80,6 +80,33 @@ TEST(HostPacer, RaisesApplyAtOnceAndSmallCutsWait) {
   EXPECT_GT(up->bps, p.shaping_bps(11'250'000));
 }
 
+// With a raise slack, a raise goes that far above the allocation and the
+// raises within it, and cuts within the hysteresis, change nothing: a run
+// of small moves costs one change instead of one each.
+TEST(HostPacer, ARaiseSlackAbsorbsTheSmallRaisesAfterIt) {
+  PacerConfig c = config();
+  c.lower_hysteresis = 0.05;
+  c.raise_slack = 0.05;
+  HostPacer p(c);
+  ASSERT_TRUE(p.on_message(told(12'500'000), 0).has_value());
+  const auto up = p.on_message(told(13'000'000), 10);
+  ASSERT_TRUE(up.has_value());
+  EXPECT_DOUBLE_EQ(up->bps, p.shaping_bps(13'000'000) * 1.05);
+  int changes = 0;
+  for (std::uint64_t r : {13'200'000u, 13'400'000u, 13'000'000u, 13'600'000u, 13'100'000u}) {
+    changes += p.on_message(told(r), 20).has_value() ? 1 : 0;
+  }
+  EXPECT_EQ(changes, 0);
+  // Past the slack: a change again, never above the link.
+  EXPECT_TRUE(p.on_message(told(14'000'000), 30).has_value());
+  EXPECT_DOUBLE_EQ(p.on_message(told(200'000'000), 40)->bps, 1e9);
+  // Without the slack every raise is a change.
+  HostPacer q(config());
+  ASSERT_TRUE(q.on_message(told(12'500'000), 0).has_value());
+  EXPECT_TRUE(q.on_message(told(12'600'000), 10).has_value());
+  EXPECT_TRUE(q.on_message(told(12'700'000), 20).has_value());
+}
+
 TEST(HostPacer, ASilentAllocatorReturnsTheHostToTheLinkRateAfterALease) {
   HostPacer p(config());
   ASSERT_TRUE(p.on_message(told(1'000'000), 0).has_value());

@@ -53,6 +53,10 @@ struct PacerConfig {
   // (5% on top of 97.3% of the wire), and coflow rounds dropped packets
   // again (up to 695 a round).
   double lower_hysteresis = 0;
+  // A raise sets the tbf this fraction above what the allocation needs, so
+  // the small raises that follow (flows joining, prices settling) fit
+  // under it without another change. 0 (default): exactly the allocation.
+  double raise_slack = 0;
   // The rate while the host has no rated flow (new flowlets start before
   // their rates arrive): the link by default.
   double idle_bps = 0;  // 0 = link_bps
