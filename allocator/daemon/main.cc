@@ -82,6 +82,9 @@ engine:
   --early-rates on|off       answer a flowlet's start with its rate at the current
                              prices before the turn's iteration, which corrects
                              it only if it moved past the threshold (default on)
+  --update-interval-us US    send moved rates at most this often; the iterations
+                             between coalesce, and the one that settles always
+                             sends (default 0: after every iteration)
   --headroom H               fraction of every link kept for unscheduled mice and
                              external traffic (default 0)
   --max-settle-iterations N  iterations after a change before giving up on
@@ -265,6 +268,7 @@ Options parse(int argc, char** argv) {
       o.alloc.engine.normalizer = args.choice<Normalizer>(
           {{"fnorm", Normalizer::kFNorm}, {"unorm", Normalizer::kUNorm}, {"none", Normalizer::kNone}});
     } else if (args.is("--threshold")) o.alloc.threshold = args.number();
+    else if (args.is("--update-interval-us")) o.alloc.update_interval_us = args.count(1'000'000);
     else if (args.is("--early-rates")) o.alloc.early_rates = args.choice<bool>({{"on", true}, {"off", false}});
     else if (args.is("--headroom")) o.alloc.headroom = args.number();
     else if (args.is("--default-class")) o.alloc.default_class = static_cast<std::uint8_t>(args.count(7));

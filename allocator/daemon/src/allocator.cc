@@ -25,6 +25,8 @@ void validate(const AllocatorConfig& c) {
           "endpoint timeout must be longer than the lease (a silent endpoint's rates must "
           "lapse before its capacity is given away)");
   require(c.max_settle_iterations >= 1, "max settle iterations must be at least 1");
+  require(c.update_interval_us < c.lease_refresh_us,
+          "update interval must be shorter than the lease refresh");
   require(c.timer_slice >= 1, "timer slice must be at least 1");
   require(c.max_flows_per_endpoint >= 1 && c.max_flows_per_endpoint <= wire::kMaxResyncFlows,
           "max flows per endpoint must be 1-" + std::to_string(wire::kMaxResyncFlows) +
@@ -406,7 +408,12 @@ void Allocator::iterate(std::uint64_t now_us) {
   fresh_.clear();  // rated by this iteration, if the server did not tell them first
   ++settle_iterations_;
 
-  queue_moved_rates();
+  if (config_.update_interval_us == 0 || now_us_ >= next_update_us_ || !busy()) {
+    queue_moved_rates();
+    next_update_us_ = now_us_ + config_.update_interval_us;
+  } else {
+    ++counters_.rate_passes_deferred;
+  }
   for (const auto& [id, rate] : told_early_) {
     // A flowlet that ended since is not corrected (its sent_ is 0, or gone
     // with a compaction); an id taken again in between counts as one.

@@ -58,6 +58,7 @@ json counters_json(const Counters& c) {
           {"send_failures", c.send_failures},
           {"rate_updates", c.rate_updates},
           {"rate_updates_suppressed", c.rate_updates_suppressed},
+          {"rate_passes_deferred", c.rate_passes_deferred},
           {"early_rates", c.early_rates},
           {"early_rates_corrected", c.early_rates_corrected},
           {"lease_refreshes", c.lease_refreshes},

@@ -277,6 +277,52 @@ TEST_F(AllocatorTest, AfterABurstCompactionShrinksTheTablesAndServiceGoesOn) {
   EXPECT_EQ(alloc_->num_flows(), 1u);
 }
 
+// Rate items a run of starts and ends costs, settling after each event
+// (settle() steps 10 us per iteration), and the rates last told.
+struct Churn {
+  std::size_t items = 0;
+  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> rates;
+};
+
+// With an update interval, the iterations between two passes coalesce: a
+// flow is told where its rate went rather than each step there, so the
+// same churn costs fewer rate items, and the settled rates (the pass that
+// ends a settle always goes out) are the same as without it.
+TEST_F(AllocatorTest, AnUpdateIntervalCoalescesIterationsAndSettlesTheSame) {
+  const auto churn = [&](std::uint64_t interval_us) {
+    AllocatorConfig c = config();
+    c.update_interval_us = interval_us;
+    make(c);
+    hello("a", "ep-a", "h0");
+    hello("b", "ep-b", "h2");
+    Churn out;
+    const auto count = [&](const std::vector<Outgoing>& o) {
+      for (const auto& m : o) out.items += m.message.rates.size();
+      for (const auto& [k, v] : last_rates(o)) out.rates[k] = v;
+    };
+    for (std::uint32_t k = 0; k < 6; ++k) {
+      send("a", {start_of(k, 0, 1 + k % 3, 1.0f + static_cast<float>(k))});
+      send("b", {start_of(100 + k, 2, 1 + k % 3)});
+      count(settle());
+    }
+    for (std::uint32_t k = 0; k < 3; ++k) {
+      send("a", {wire::FlowletEnd{k}});
+      count(settle());
+    }
+    EXPECT_EQ(alloc_->counters().rate_passes_deferred > 0, interval_us > 0);
+    return out;
+  };
+  const Churn every = churn(0);
+  const Churn coalesced = churn(100'000);
+  EXPECT_LT(coalesced.items, every.items);
+  ASSERT_EQ(coalesced.rates.size(), every.rates.size());
+  for (const auto& [k, v] : every.rates) {
+    if (v == 0) continue;  // an ended flow
+    EXPECT_NEAR(static_cast<double>(coalesced.rates.at(k)), static_cast<double>(v), static_cast<double>(v) * 0.011)
+        << k.first << " " << k.second;
+  }
+}
+
 TEST_F(AllocatorTest, SmallMovesAreSuppressedAndTheSlackCannotOverAllocate) {
   AllocatorConfig c = config();
   c.threshold = 0.05;

@@ -68,6 +68,11 @@ struct AllocatorConfig {
   // and the iteration that follows corrects it only if it moved past the
   // threshold.
   bool early_rates = true;
+  // Moved rates go out at most this often (µs): the iterations between
+  // coalesce, so a flow is told where its rate went, not each step of the
+  // way there. The iteration that ends a settle (converged, or the flow
+  // set idle) always tells. 0: after every iteration.
+  std::uint64_t update_interval_us = 0;
   // A further fraction of every link kept for unscheduled mice and external
   // traffic (paper §6).
   double headroom = rules::kHeadroom;
@@ -551,6 +556,8 @@ class Allocator {
   // Told early, with the rate told, until the next iteration has checked them.
   std::vector<std::pair<alloc::FlowId, std::uint64_t>> told_early_;
   std::uint64_t settle_iterations_ = 0;
+  // The first iteration (now_us_) whose moved rates go out (update_interval_us).
+  std::uint64_t next_update_us_ = 0;
   std::uint64_t next_timer_us_ = UINT64_MAX;
   // The tick's scan under way (on_timer): the next endpoint (0: none under
   // way), and when it began.

@@ -66,6 +66,8 @@ struct Counters {
   std::uint64_t send_failures = 0;  // peer gone or its queue full: message dropped
   std::uint64_t rate_updates = 0;
   std::uint64_t rate_updates_suppressed = 0;  // moved by less than the threshold
+  // Iterations whose moved rates waited for a later one (update_interval_us).
+  std::uint64_t rate_passes_deferred = 0;
   // Of rate_updates: starts told before the turn's iteration (early_rates),
   // and of those, how many the iteration then had to correct.
   std::uint64_t early_rates = 0;
