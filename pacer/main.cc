@@ -65,8 +65,8 @@ options:
   --cut-hysteresis F     a lower allocation is applied only once it is F
                          below the rate in force (default 0)
   --raise-slack F        a raise sets the rate F above the allocation, so
-                         the raises after it up to that need no change
-                         (default 0)
+                         the moves after it within that band need no
+                         change (default 0)
   --burst BYTES          the smallest tbf bucket, and an idle host's
                          (default 3028: two full frames)
   --burst-us US          an allocated host's bucket: US microseconds at its

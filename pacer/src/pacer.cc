@@ -96,8 +96,10 @@ std::optional<Shape> HostPacer::on_message(const wire::AllocatorMessage& m,
   // allocation); a small cut waits: every change costs a tc call and a
   // wake-up on a busy host, and a tbf a little above the allocation
   // loosens the bound only by that much.
-  if (host_rate_ > 0 && was_rated && want < current_.bps &&
-      want >= current_.bps * (1 - c_.lower_hysteresis)) {
+  // A tbf up to raise_slack above the allocation is as it would be set
+  // after a raise, so an allocation that far below it is no cut either.
+  const double keep = std::min(1 - c_.lower_hysteresis, 1 / (1 + c_.raise_slack));
+  if (host_rate_ > 0 && was_rated && want < current_.bps && want >= current_.bps * keep) {
     return std::nullopt;
   }
   // A raise goes above the allocation by the slack, so that the raises

@@ -100,6 +100,16 @@ TEST(HostPacer, ARaiseSlackAbsorbsTheSmallRaisesAfterIt) {
   // Past the slack: a change again, never above the link.
   EXPECT_TRUE(p.on_message(told(14'000'000), 30).has_value());
   EXPECT_DOUBLE_EQ(p.on_message(told(200'000'000), 40)->bps, 1e9);
+  // The slack alone (no cut hysteresis) keeps the same band.
+  PacerConfig alone = config();
+  alone.raise_slack = 0.05;
+  HostPacer a(alone);
+  ASSERT_TRUE(a.on_message(told(12'500'000), 0).has_value());
+  ASSERT_TRUE(a.on_message(told(13'000'000), 10).has_value());
+  EXPECT_FALSE(a.on_message(told(13'300'000), 20).has_value()) << "a raise within the slack";
+  EXPECT_FALSE(a.on_message(told(13'500'000), 30).has_value()) << "a raise within the slack";
+  EXPECT_FALSE(a.on_message(told(13'100'000), 35).has_value()) << "back down, still above";
+  EXPECT_TRUE(a.on_message(told(12'900'000), 40).has_value()) << "below the raise: a cut";
   // Without the slack every raise is a change.
   HostPacer q(config());
   ASSERT_TRUE(q.on_message(told(12'500'000), 0).has_value());
