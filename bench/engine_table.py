@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Turns engine_bench JSON (Google Benchmark --benchmark_format=json) into the
-markdown table in docs/engine.md: time per NED + F-NORM iteration, ns and
+markdown tables kept in docs/results/ (engine-iteration.md, engine-threads.md):
+time per NED + F-NORM iteration, ns and
 core-cycles per flow, and the speed-up over the naive baseline. Prefers the
 interleaved A/B benchmark (BM_EngineVsNaive) when the run has it, else pairs
 the sequential BM_Naive and BM_Ned_Iteration rows; and the multi-core
@@ -82,7 +83,7 @@ def threads_table(rows):
 def clos_table(rows):
     """The Clos layout against the general engine and the naive baseline,
     interleaved in the same run (BM_ClosVsEngine/<real>), and both under
-    churn (BM_ChurnStep/<engine>): the tables in docs/engine.md."""
+    churn (BM_ChurnStep/<engine>): the tables in docs/results/engine-clos.md."""
     cv = {k: r for k, r in rows.items() if k[0].startswith("BM_ClosVsEngine/")}
     if cv:
         print("\n| hosts | flows | real | naive µs | engine µs | Clos µs | engine cycles / flow "
@@ -111,7 +112,7 @@ def clos_table(rows):
 def floor_table(rows):
     """F-NORM folded into the next pass against its own (BM_ClosFoldVsSeparate/
     <real>), and the per-flow floor under any Clos layout beside the Clos
-    engine's iteration (BM_ClosFloor): the tables in docs/engine.md."""
+    engine's iteration (BM_ClosFloor): the tables in docs/results/engine-clos.md."""
     fold = {k: r for k, r in rows.items() if k[0].startswith("BM_ClosFoldVsSeparate/")}
     if fold:
         print("\n| hosts | flows | real | separate F-NORM cycles / flow | folded cycles / flow | folded vs separate |")

@@ -10,7 +10,7 @@
 //
 // As root, Open MPI wants --allow-run-as-root (or OMPI_ALLOW_RUN_AS_ROOT=1
 // and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1). Prints one JSON object on rank 0;
-// docs/scale.md fits its model to these figures.
+// docs/results/scale-mpi.md fits its model to these figures.
 #include <mpi.h>
 
 #include <algorithm>

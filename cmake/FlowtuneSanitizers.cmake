@@ -24,8 +24,8 @@ endif()
 # allocator/parallel): tracing helps libFuzzer match input bytes against
 # constants a parser compares them with, while the engine compares
 # computed prices, rates and indices, and tracing every one (its worker
-# team's waits included) halved engine_diff_fuzz's inputs per second
-# (404 -> 814 a second, the same coverage in 30 s; docs/reliability.md).
+# team's waits included) cost engine_diff_fuzz inputs per second for no
+# coverage (the runs: docs/results/reliability-fuzzing.md).
 set(FT_FUZZ_NUMERIC_OPTIONS "")
 if(FT_FUZZ)
   set(FT_FUZZ_NUMERIC_OPTIONS -fno-sanitize-coverage=trace-cmp)

@@ -1,8 +1,9 @@
 // A fixed team of threads that runs one job at a time, with a barrier the
 // job's phases synchronize on. The engine's iteration is three short
 // parallel steps; forking and joining a task pool for each costs more than a
-// step itself below ~12k flows on this machine (docs/engine.md), so the team
-// keeps its threads and hands phases over through two shared words.
+// step itself at small sizes on this machine (the runs, by size:
+// docs/results/engine-threads.md), so the team keeps its threads and hands
+// phases over through two shared words.
 //
 // Waiting spins on the word for a bounded time (a step's length), then
 // sleeps in the kernel (futex). A thread announces that it sleeps before it
