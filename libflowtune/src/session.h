@@ -141,6 +141,9 @@ class Session {
   static constexpr std::uint64_t kRetryUs = 50'000;
   // How soon to look again at a socket whose write call is in progress.
   static constexpr std::uint64_t kWritingRecheckUs = 5'000;
+  // A watched queue more than this many bursts from empty is looked at
+  // again halfway to its predicted drain, with no cap (see on_look).
+  static constexpr std::uint64_t kFarBursts = 4;
   // Backoff for repeated repairs (resync, hello, rate request): doubles from
   // the first to the last, each wait jittered over its upper half.
   static constexpr std::uint64_t kMinBackoffUs = 10'000;

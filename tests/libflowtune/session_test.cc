@@ -289,6 +289,38 @@ TEST_F(SessionTest, EndIsSentInAdvanceWhenTheQueueDrainsWithinARoundTrip) {
   EXPECT_EQ(s_->stats().ends_in_advance, 2u);
 }
 
+// A long queue is looked at halfway to its predicted drain, not every half
+// burst: a 10 MB queue at 10 MB/s (1 s) takes a dozen looks to its end,
+// where a look every half burst (3.3 ms) took about 300.
+TEST_F(SessionTest, ALongQueueIsLookedAtInLogarithmicallyManySteps) {
+  s_->on_begin(kSock, 10'000'000, {}, now_);
+  const std::uint64_t key = of<wire::Resync>(said())[0].flows[0].flow_key;
+  constexpr std::uint64_t kRate = 10'000'000;  // bytes/s
+  s_->on_message(rates({{key, kRate, 10'000'000}}), now_);
+  (void)s_->take_actions();
+  s_->on_sent(kSock, 10'000'000, now_);
+  ASSERT_EQ(s_->take_drain_queries().size(), 1u);
+  std::uint64_t unsent = 10'000'000;
+  s_->on_unsent(kSock, unsent, now_);
+  const std::uint64_t start = now_;
+  EXPECT_GT(s_->next_timer_us(), now_ + 400'000) << "the first look waits about halfway";
+  int looks = 1;
+  while (of<wire::FlowletEnd>(said()).empty() && looks < 1000) {
+    const std::uint64_t next = s_->next_timer_us();
+    ASSERT_GT(next, now_);
+    const std::uint64_t drained = (next - now_) * kRate / 1'000'000;
+    unsent = drained >= unsent ? 0 : unsent - drained;  // the queue at the cap's rate
+    now_ = next;
+    s_->on_timer(now_);
+    if (s_->take_drain_queries().empty()) continue;  // an end due without a look
+    s_->on_unsent(kSock, unsent, now_);
+    ++looks;
+  }
+  EXPECT_LE(looks, 20);
+  // And the end still comes within a burst's time of the drain.
+  EXPECT_NEAR(static_cast<double>(now_ - start), 1e6, 7'000);
+}
+
 TEST_F(SessionTest, PiecewiseWritesAreOneFlowletThatEndsWhenTheQueueDrains) {
   said();
   // Given: a sender that learns sizes only as it writes (the shim).
