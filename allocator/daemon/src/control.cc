@@ -84,6 +84,30 @@ json counters_json(const Counters& c) {
           {"timer_ns", histogram_json(c.timer_ns)}};
 }
 
+// Prometheus bucket edges of the "histograms" request: 2^k - 1 ns for k
+// from 10 (1 us) to 33 (8.6 s), exact edges of LatencyHistogram's buckets.
+constexpr int kFirstEdgePow2 = 10;
+constexpr int kLastEdgePow2 = 33;
+
+json buckets_json(const LatencyHistogram& h) {
+  json le = json::array(), below = json::array();
+  for (int k = kFirstEdgePow2; k <= kLastEdgePow2; ++k) {
+    le.push_back((std::uint64_t{1} << k) - 1);
+    below.push_back(h.count_below_pow2(k));
+  }
+  return {{"count", h.count()}, {"sum_ns", h.sum_ns()}, {"le_ns", le}, {"cumulative", below}};
+}
+
+// "histograms": the counters' latency histograms as cumulative buckets,
+// for the Prometheus exposition (metrics.h); status gives their quantiles.
+json histograms_json(const Counters& c) {
+  return {{"iteration_ns", buckets_json(c.iteration_ns)},
+          {"turn_ns", buckets_json(c.turn_ns)},
+          {"early_answer_ns", buckets_json(c.early_answer_ns)},
+          {"memory_check_ns", buckets_json(c.memory_check_ns)},
+          {"timer_ns", buckets_json(c.timer_ns)}};
+}
+
 // Tenants a status reply shows: there may be kMaxTenants (65,536), and
 // their names are peers' (256 bytes each); `tenants` pages the rest.
 constexpr std::size_t kStatusTenants = 32;
@@ -533,11 +557,13 @@ std::string control_reply(const Allocator& a, const ServerInfo& info, std::strin
   if (cmd == "status") {
     const FlowTotals& t = cache.totals(a, now_us);
     reply = status_json(a, info, t, cache.age_s(a, now_us), cache.passes());
+  } else if (cmd == "histograms") {
+    reply = histograms_json(a.counters());
   } else {
     // Printable only: the request came off the wire.
     std::string shown;
     for (char c : cmd.substr(0, 64)) shown += (c >= 0x20 && c < 0x7f) ? c : '?';
-    reply = {{"error", "unknown request \"" + shown + "\"; try status, endpoints, flows, links, tenants, reload"}};
+    reply = {{"error", "unknown request \"" + shown + "\"; try status, endpoints, flows, links, tenants, histograms, reload"}};
   }
   return reply.dump(-1, ' ', false, json::error_handler_t::replace);
 }

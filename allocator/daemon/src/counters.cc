@@ -71,6 +71,20 @@ void LatencyHistogram::record(std::uint64_t ns) {
   }
   ++buckets_[b];
   ++count_;
+  sum_ns_ += ns;
+}
+
+// Values below 2^k fill the buckets before the first one of width k + 1:
+// for k <= kSubBits those are buckets 0 .. 2^k - 1 (one value each), else
+// the first (k - kSubBits + 1) << kSubBits (record() puts width w from
+// bucket (w - kSubBits) << kSubBits on).
+std::uint64_t LatencyHistogram::count_below_pow2(int k) const {
+  if (k >= 64) return count_;
+  const std::size_t end = k <= kSubBits ? (std::size_t{1} << k)
+                                        : static_cast<std::size_t>(k - kSubBits + 1) << kSubBits;
+  std::uint64_t n = 0;
+  for (std::size_t b = 0; b < end && b < buckets_.size(); ++b) n += buckets_[b];
+  return n;
 }
 
 std::uint64_t LatencyHistogram::quantile_ns(double q) const {

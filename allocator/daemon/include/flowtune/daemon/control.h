@@ -1,6 +1,7 @@
 // Answers to flowtune-ctl: the allocator's state as JSON. Requests are one
 // word, optionally followed by a page's limit and start: "status",
-// "endpoints", "flows", "links", "tenants" [LIMIT [FROM]]. An unknown
+// "endpoints", "flows", "links", "tenants" [LIMIT [FROM]], "histograms"
+// (the latency histograms' buckets, for metrics.h). An unknown
 // request gets {"error": ...}. Requests that change state ("reload") are
 // the server's (server.h). Replies are built inside the allocator's loop,
 // so none costs more than a page or one pass over the flows, and that pass

@@ -41,13 +41,20 @@ class LatencyHistogram {
  public:
   void record(std::uint64_t ns);
   std::uint64_t count() const { return count_; }
+  // The sum of every recorded duration, ns (a Prometheus histogram's _sum).
+  std::uint64_t sum_ns() const { return sum_ns_; }
   // Upper edge of the bucket holding quantile q (0..1), ns; 0 when empty.
   std::uint64_t quantile_ns(double q) const;
+  // How many recorded durations were below 2^k ns, 0 <= k <= 64: exact,
+  // since every power of two starts a bucket (a Prometheus bucket's count
+  // with le = 2^k - 1 ns).
+  std::uint64_t count_below_pow2(int k) const;
 
  private:
   static constexpr int kSubBits = 3;
   std::array<std::uint64_t, 64 << kSubBits> buckets_{};
   std::uint64_t count_ = 0;
+  std::uint64_t sum_ns_ = 0;
 };
 
 struct Counters {
