@@ -10,6 +10,7 @@ function(ft_find_all out_ok)
   find_package(cppzmq CONFIG QUIET)
   find_package(tomlplusplus CONFIG QUIET)
   find_package(Threads QUIET)
+  find_package(prometheus-cpp CONFIG QUIET)
   find_package(MPI QUIET COMPONENTS C)
   # libzmq (the library itself, for libflowtune's link interface) comes
   # through pkg-config: imported target PkgConfig::zmq.
@@ -32,7 +33,7 @@ function(ft_find_all out_ok)
   endif()
   if(NOT TBB_FOUND OR NOT FT_CAPNP_INCLUDE OR NOT FT_CAPNPC_CXX OR NOT nlohmann_json_FOUND OR NOT Threads_FOUND
      OR NOT cppzmq_FOUND OR NOT tomlplusplus_FOUND OR NOT MPI_C_FOUND OR NOT FT_PROBE_ZMQ_FOUND
-     OR NOT FT_PROBE_URING_FOUND)
+     OR NOT FT_PROBE_URING_FOUND OR NOT prometheus-cpp_FOUND)
     set(ok FALSE)
   endif()
   set(${out_ok} ${ok} PARENT_SCOPE)
@@ -54,6 +55,8 @@ find_package(CapnProto CONFIG REQUIRED)
 find_package(nlohmann_json 3 CONFIG REQUIRED)
 find_package(cppzmq CONFIG REQUIRED)
 find_package(tomlplusplus CONFIG REQUIRED)
+# prometheus-cpp: the daemons' /metrics (its pull exposer, civetweb inside).
+find_package(prometheus-cpp CONFIG REQUIRED)
 # Open MPI: the engine across processes (allocator/mpi).
 find_package(MPI REQUIRED COMPONENTS C)
 find_package(PkgConfig REQUIRED)

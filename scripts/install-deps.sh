@@ -34,6 +34,9 @@ packages=(
   # The chaos suite (bench/chaos): nftables drops the control path, libfaketime
   # steps the allocator's clocks.
   nftables faketime
+  # Metrics: prometheus-cpp's pull exposer serves the daemons' /metrics; the
+  # Prometheus server and promtool check the exposition (tests/ops).
+  prometheus-cpp-dev prometheus
 )
 
 missing=()

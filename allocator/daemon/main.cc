@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -25,7 +26,9 @@
 #include "flowtune/common/ipv4.h"
 #include "flowtune/daemon/allocator.h"
 #include "flowtune/daemon/auth.h"
+#include "flowtune/daemon/metrics.h"
 #include "flowtune/daemon/server.h"
+#include "flowtune/metrics/exposer.h"
 
 namespace {
 
@@ -197,6 +200,14 @@ relays (docs/scale.md#relays):
                              carry many endpoints, so quotas by address do
                              not apply to them: none is trusted by default
 
+metrics (docs/operate.md):
+  --metrics ADDR:PORT        serve Prometheus metrics at http://ADDR:PORT/metrics,
+                             read from the replies flowtune-ctl reads (off by
+                             default). With CURVE, the allocator's own public
+                             key must be among its --curve-ctl keys
+  --metrics-max-links N      per-link metrics for at most the first N links
+                             that carry flows, 0..500 (default 64)
+
 operation:
   --busy-poll-us US          after traffic, keep polling without sleeping this
                              long: lower latency for bursts at the cost of CPU
@@ -235,6 +246,8 @@ struct Options {
   std::string mpi_exchange_flag;  // as given; empty: not given
   flowtune::alloc::Exchange mpi_exchange = flowtune::alloc::Exchange::kLinkOwners;
   double mpi_gather_threshold = 0;
+  std::string metrics;  // ADDR:PORT; empty: off
+  std::size_t metrics_max_links = 64;
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -321,6 +334,8 @@ Options parse(int argc, char** argv) {
     else if (args.is("--probe-ms")) o.probe_ms = args.count(60'000);
     else if (args.is("--takeover-ms")) o.takeover_ms = args.count(3'600'000);
     else if (args.is("--role-probes-per-sec")) o.role_probes_per_sec = args.count(100'000'000);
+    else if (args.is("--metrics")) o.metrics = args.value();
+    else if (args.is("--metrics-max-links")) o.metrics_max_links = args.count(500);
     else args.unknown();
   }
   if (o.auth.secret_file.empty() &&
@@ -346,6 +361,11 @@ Options parse(int argc, char** argv) {
     }
     if (o.witness == o.listen || o.witness == o.standby_of) {
       usage_error("--witness names an allocator of the pair: the witness runs apart (flowtune-witness)");
+    }
+  }
+  if (!o.metrics.empty()) {
+    if (const std::string why = flowtune::metrics::listen_error(o.metrics); !why.empty()) {
+      usage_error("--metrics: " + why);
     }
   }
   if (o.probe_ms == 0) usage_error("--probe-ms must be at least 1");
@@ -474,6 +494,39 @@ void raise_descriptor_limit(const Options& o, Log& log) {
   }
 }
 
+// --metrics: the exposer, whose collector asks this allocator over its own
+// listener (metrics.h). The exposer holds the collector weakly, so both
+// live here, the exposer (its threads) ending first.
+struct Metrics {
+  std::shared_ptr<AllocatorCollector> collector;
+  std::unique_ptr<prometheus::Exposer> exposer;
+};
+
+Metrics start_metrics(const Options& o, zmq::context_t& ctx, const Server& server,
+                                                   Log& log) {
+  if (o.metrics.empty()) return {};
+  std::optional<flowtune::curve::ClientKeys> keys;
+  if (o.auth.enabled()) {
+    keys.emplace();
+    if (const std::string why = flowtune::curve::read_key_file(o.auth.secret_file, true, &keys->own);
+        !why.empty()) {
+      throw ConfigError("--metrics: the allocator's own key (--curve-secret): " + why);
+    }
+    keys->server_public = keys->own.public_key;
+  }
+  Metrics m;
+  m.collector = std::make_shared<AllocatorCollector>(ctx, server.bound_endpoint(), o.metrics_max_links,
+                                                     1000, keys ? &*keys : nullptr);
+  try {
+    m.exposer = flowtune::metrics::expose("--metrics", o.metrics, m.collector);
+    log.write(LogLevel::kInfo, "metrics on http://" + o.metrics + "/metrics (port " +
+                                   std::to_string(flowtune::metrics::bound_port(*m.exposer)) + ")");
+    return m;
+  } catch (const std::runtime_error& e) {
+    throw ConfigError(e.what());
+  }
+}
+
 // --mpi: every rank builds the same Allocator (so the same engine); rank 0
 // serves and leads each iteration, the others follow it until it finishes.
 struct Mpi {
@@ -570,6 +623,7 @@ int run(const Options& o) {
     server.enable_standby(ctx, {o.standby_of, o.probe_ms * 1000, o.takeover_ms * 1000, new_epoch(), new_epoch,
                                 o.witness});
   }
+  const Metrics metrics = start_metrics(o, ctx, server, log);
   std::string auth = "; authentication: none";
   if (const AuthInfo& a = server.auth_info(); a.on) {
     auth = "; authentication: CURVE, " + std::to_string(a.endpoint_keys) + " endpoint keys, " +
