@@ -28,6 +28,7 @@
 #include "flowtune/daemon/auth.h"
 #include "flowtune/daemon/metrics.h"
 #include "flowtune/daemon/server.h"
+#include "flowtune/metrics/control_collector.h"
 #include "flowtune/metrics/exposer.h"
 
 namespace {
@@ -498,7 +499,7 @@ void raise_descriptor_limit(const Options& o, Log& log) {
 // listener (metrics.h). The exposer holds the collector weakly, so both
 // live here, the exposer (its threads) ending first.
 struct Metrics {
-  std::shared_ptr<AllocatorCollector> collector;
+  std::shared_ptr<flowtune::metrics::ControlCollector> collector;
   std::unique_ptr<prometheus::Exposer> exposer;
 };
 
@@ -515,8 +516,9 @@ Metrics start_metrics(const Options& o, zmq::context_t& ctx, const Server& serve
     keys->server_public = keys->own.public_key;
   }
   Metrics m;
-  m.collector = std::make_shared<AllocatorCollector>(ctx, server.bound_endpoint(), o.metrics_max_links,
-                                                     1000, keys ? &*keys : nullptr);
+  m.collector = std::make_shared<flowtune::metrics::ControlCollector>(
+      ctx, server.bound_endpoint(), allocator_metric_requests(o.metrics_max_links), allocator_up_spec(),
+      allocator_metric_rows(), 1000, keys ? &*keys : nullptr);
   try {
     m.exposer = flowtune::metrics::expose("--metrics", o.metrics, m.collector);
     log.write(LogLevel::kInfo, "metrics on http://" + o.metrics + "/metrics (port " +

@@ -1,5 +1,5 @@
 // The allocator's metric table: every metric once, with where its value is
-// read. docs/operate.md's table is checked against it
+// read (metrics/json_rows.h). docs/operate.md's table is checked against it
 // (tests/allocator/daemon/metrics_test.cc).
 #include "flowtune/daemon/metrics.h"
 
@@ -11,11 +11,12 @@ using metrics::Type;
 constexpr Type C = Type::kCounter;
 constexpr Type G = Type::kGauge;
 constexpr Type H = Type::kHistogram;
-constexpr MetricFrom S = MetricFrom::kStatus;
+constexpr std::size_t S = kStatusReply;
+constexpr std::size_t Hi = kHistogramsReply;
+constexpr std::size_t L = kLinksReply;
 
 // clang-format off
-const AllocatorMetric kTable[] = {
-  {{"flowtune_allocator_up", G, "1", "", "1 when the allocator answered this scrape's status request, else 0 (and nothing else is exposed)"}, S, ""},
+const metrics::Row kTable[] = {
   {{"flowtune_allocator_messages_received_total", C, "1", "", "Endpoint messages received"}, S, "/counters/messages_in"},
   {{"flowtune_allocator_received_bytes_total", C, "bytes", "", "Bytes of endpoint messages received"}, S, "/counters/bytes_in"},
   {{"flowtune_allocator_messages_sent_total", C, "1", "", "Messages sent to endpoints"}, S, "/counters/messages_out"},
@@ -67,20 +68,20 @@ const AllocatorMetric kTable[] = {
   {{"flowtune_allocator_tenants", G, "1", "", "Tenants the policy knows"}, S, "/policy/tenants_total"},
   {{"flowtune_allocator_heap_in_use_bytes", G, "bytes", "", "Heap in use at the loop's last memory check"}, S, "/heap/in_use_bytes"},
   {{"flowtune_allocator_heap_free_kept_bytes", G, "bytes", "", "Free heap kept by the allocator at the last check"}, S, "/heap/free_kept_bytes"},
-  {{"flowtune_allocator_active", G, "1", "", "1 while this allocator serves, 0 while it stands by (--standby-of)"}, MetricFrom::kRole, ""},
+  {{"flowtune_allocator_active", G, "1", "", "1 while this allocator serves, 0 while it stands by (--standby-of)"}, S, "/role", 1, nullptr, nullptr, "active"},
   {{"flowtune_allocator_standby_term", G, "1", "", "The standby pair's term (--standby-of only)"}, S, "/standby_pair/term"},
   {{"flowtune_allocator_standby_peer_heard_seconds", G, "seconds", "", "Seconds since the pair's peer last answered (--standby-of only)"}, S, "/standby_pair/peer_heard_s_ago"},
-  {{"flowtune_allocator_turn_seconds", H, "seconds", "", "Loop turns that received messages: first receive to last reply handed to ZeroMQ"}, MetricFrom::kHistograms, "/turn_ns", 1e-9},
-  {{"flowtune_allocator_iteration_seconds", H, "seconds", "", "Engine iterations; the sum is the engine's time"}, MetricFrom::kHistograms, "/iteration_ns", 1e-9},
-  {{"flowtune_allocator_early_answer_seconds", H, "seconds", "", "From a turn's start to its early rates handed to ZeroMQ"}, MetricFrom::kHistograms, "/early_answer_ns", 1e-9},
-  {{"flowtune_allocator_memory_check_seconds", H, "seconds", "", "The loop's memory checks (weighing and trimming the heap)"}, MetricFrom::kHistograms, "/memory_check_ns", 1e-9},
-  {{"flowtune_allocator_timer_seconds", H, "seconds", "", "Timer work: lease refresh and timeout scans, deadlines"}, MetricFrom::kHistograms, "/timer_ns", 1e-9},
-  {{"flowtune_allocator_busy_links", G, "1", "", "Links carrying flows; the per-link metrics show the first --metrics-max-links of them"}, MetricFrom::kLinksPage, "/total"},
-  {{"flowtune_allocator_link_capacity_bytes_per_second", G, "bytes/s", "link", "A busy link's capacity"}, MetricFrom::kLinks, "/capacity_bps", 0.125},
-  {{"flowtune_allocator_link_allocated_bytes_per_second", G, "bytes/s", "link", "Rates allocated on a busy link"}, MetricFrom::kLinks, "/allocated_bps", 0.125},
-  {{"flowtune_allocator_link_utilization_ratio", G, "ratio", "link", "Allocated over capacity on a busy link"}, MetricFrom::kLinks, "/utilization"},
-  {{"flowtune_allocator_link_price", G, "1", "link", "A busy link's NED price"}, MetricFrom::kLinks, "/price"},
-  {{"flowtune_allocator_link_flows", G, "1", "link", "Flows on a busy link"}, MetricFrom::kLinks, "/flows"},
+  {{"flowtune_allocator_turn_seconds", H, "seconds", "", "Loop turns that received messages: first receive to last reply handed to ZeroMQ"}, Hi, "/turn_ns", 1e-9},
+  {{"flowtune_allocator_iteration_seconds", H, "seconds", "", "Engine iterations; the sum is the engine's time"}, Hi, "/iteration_ns", 1e-9},
+  {{"flowtune_allocator_early_answer_seconds", H, "seconds", "", "From a turn's start to its early rates handed to ZeroMQ"}, Hi, "/early_answer_ns", 1e-9},
+  {{"flowtune_allocator_memory_check_seconds", H, "seconds", "", "The loop's memory checks (weighing and trimming the heap)"}, Hi, "/memory_check_ns", 1e-9},
+  {{"flowtune_allocator_timer_seconds", H, "seconds", "", "Timer work: lease refresh and timeout scans, deadlines"}, Hi, "/timer_ns", 1e-9},
+  {{"flowtune_allocator_busy_links", G, "1", "", "Links carrying flows; the per-link metrics show the first --metrics-max-links of them"}, L, "/total"},
+  {{"flowtune_allocator_link_capacity_bytes_per_second", G, "bytes/s", "link", "A busy link's capacity"}, L, "/links", 0.125, "capacity_bps", "name"},
+  {{"flowtune_allocator_link_allocated_bytes_per_second", G, "bytes/s", "link", "Rates allocated on a busy link"}, L, "/links", 0.125, "allocated_bps", "name"},
+  {{"flowtune_allocator_link_utilization_ratio", G, "ratio", "link", "Allocated over capacity on a busy link"}, L, "/links", 1, "utilization", "name"},
+  {{"flowtune_allocator_link_price", G, "1", "link", "A busy link's NED price"}, L, "/links", 1, "price", "name"},
+  {{"flowtune_allocator_link_flows", G, "1", "link", "Flows on a busy link"}, L, "/links", 1, "flows", "name"},
 };
 // clang-format on
 
@@ -90,14 +91,29 @@ const AllocatorMetric kTable[] = {
 const char* const kNotExported[] = {"events",      "iteration_ns",    "turn_ns",
                                     "early_answer_ns", "memory_check_ns", "timer_ns"};
 
+const metrics::Spec kUp = {"flowtune_allocator_up", G, "1", "",
+                           "1 when the allocator answered this scrape's status request, else 0 (and nothing else is exposed)"};
+
 }  // namespace
 
-std::span<const AllocatorMetric> allocator_metric_table() { return kTable; }
+const metrics::Spec& allocator_up_spec() { return kUp; }
+
+std::span<const metrics::Row> allocator_metric_rows() { return kTable; }
 
 std::vector<metrics::Spec> allocator_metric_specs() {
-  std::vector<metrics::Spec> out;
-  for (const AllocatorMetric& m : kTable) out.push_back(m.spec);
+  std::vector<metrics::Spec> out = {kUp};
+  for (const metrics::Spec& s : metrics::specs(kTable)) out.push_back(s);
   return out;
+}
+
+std::vector<std::string> allocator_metric_requests(std::size_t max_links) {
+  std::vector<std::string> r = {"status", "histograms"};
+  if (max_links > 0) r.push_back("links " + std::to_string(max_links));
+  return r;
+}
+
+std::vector<prometheus::MetricFamily> allocator_metrics(const AllocatorReplies& r) {
+  return metrics::families(kTable, {r.status, r.histograms, r.links});
 }
 
 std::span<const char* const> allocator_counters_not_exported() { return kNotExported; }
