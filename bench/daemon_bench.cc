@@ -61,6 +61,12 @@
 //   sending junk): its RSS idle (the baseline), at each phase's peak, and
 //   once the phase's endpoints are gone.
 //
+// metrics overhead (--metrics-overhead): the latency run at 100,000 flows
+//   (--quick: 10,000), 1,000 probes 10 ms apart (quick: 100), with the
+//   daemon's --metrics off, and on with a scrape of /metrics every second
+//   (bench/metrics_scraper.h), interleaved, twice (quick: once): the loop's
+//   turn p99 with scraping over the same without (goal: at most 1.1).
+//
 // Prints one JSON object (bench/daemon_table.py makes a table of it).
 // Machine caveat: generator and daemon share the machine's cores.
 #include <arpa/inet.h>
@@ -98,6 +104,7 @@
 #include "proc_stats.h"
 #include "flowtune/common/curve.h"
 #include "flowtune/wire/codec.h"
+#include "metrics_scraper.h"
 
 extern char** environ;
 
@@ -624,6 +631,40 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
            flood.replies() > 0 ? static_cast<double>(flood.bytes()) / static_cast<double>(flood.replies()) : 0.0}};
 }
 
+
+// ---- metrics overhead (--metrics-overhead) ----
+
+json metrics_overhead_runs(const std::string& listen, bool quick) {
+  const std::size_t active = quick ? 10000 : 100000;
+  const int n = quick ? 100 : 1000;
+  json runs = json::array();
+  std::vector<double> ratios;
+  for (int round = 0; round < (quick ? 1 : 2); ++round) {
+    double off_p99 = 0;
+    for (bool on : {false, true}) {
+      const int port = on ? flowtune::bench::MetricsScraper::free_port() : 0;
+      std::vector<std::string> args;
+      if (on) args = {"--metrics", "127.0.0.1:" + std::to_string(port)};
+      flowtune::bench::MetricsScraper scraper(port, 1.0);
+      json r = latency_run(listen, 1, active, n, 0.01, 0, 0, args);
+      scraper.stop();
+      r["metrics"] = on;
+      r["scrapes"] = scraper.scrapes();
+      r["scrape_bytes_mean"] = scraper.scrapes() > 0 ? static_cast<double>(scraper.bytes()) / static_cast<double>(scraper.scrapes()) : 0.0;
+      r["round"] = round;
+      const double p99 = r["daemon_turn_p99_us"].get<double>();
+      if (!on) off_p99 = p99;
+      if (on && off_p99 > 0) ratios.push_back(p99 / off_p99);
+      std::cerr << "metrics " << (on ? "on" : "off") << ": turn p99 " << p99 << " us, scrapes "
+                << scraper.scrapes() << "\n";
+      runs.push_back(r);
+    }
+  }
+  std::sort(ratios.begin(), ratios.end());
+  return {{"runs", runs},
+          {"turn_p99_ratio_by_round", ratios},
+          {"turn_p99_ratio_worst", ratios.empty() ? json(nullptr) : json(ratios.back())}};
+}
 
 // ---- early rates (--early-rates) ----
 
@@ -1228,6 +1269,7 @@ int main(int argc, char** argv) {
   bool latency_only = false;
   bool throughput_only = false;
   bool ctl_flood = false;
+  bool metrics_overhead = false;
   bool curve = false;
   bool flood = false;
   bool memory = false;
@@ -1242,6 +1284,7 @@ int main(int argc, char** argv) {
     else if (a == "--latency-only") latency_only = true;
     else if (a == "--throughput-only") throughput_only = true;
     else if (a == "--ctl-flood") ctl_flood = true;
+    else if (a == "--metrics-overhead") metrics_overhead = true;
     else if (a == "--curve") curve = true;
     else if (a == "--flood") flood = true;
     else if (a == "--memory") memory = true;
@@ -1259,7 +1302,7 @@ int main(int argc, char** argv) {
     else if (a == "--allocator-binary" && i + 1 < argc) g_allocator_binary = argv[++i];
     else if (a == "-h" || a == "--help") {
       std::cout << "usage: daemon_bench [--quick] [--ipc] [--latency-only | --throughput-only |\n"
-                   "                    --ctl-flood | --curve |\n"
+                   "                    --ctl-flood | --metrics-overhead | --curve |\n"
                    "                    --flood [--quotas-only] [--apart] [--flood-endpoints N] |\n"
                    "                    --memory |\n"
                    "                    --early-rates [--busy-poll-us US]]\n"
@@ -1296,6 +1339,11 @@ int main(int argc, char** argv) {
         }
       }
       g_flow_tenants = 0;
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
+    if (metrics_overhead) {
+      out["metrics_overhead"] = metrics_overhead_runs(listen, quick);
       std::cout << out.dump(2) << "\n";
       return 0;
     }
