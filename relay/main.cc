@@ -7,10 +7,15 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "flowtune/common/cli.h"
 #include "flowtune/common/signals.h"
+#include "flowtune/metrics/control_collector.h"
+#include "flowtune/metrics/exposer.h"
+#include "flowtune/relay/metrics.h"
 #include "flowtune/relay/relay.h"
 
 namespace {
@@ -63,6 +68,10 @@ relay. flowtune-ctl --allocator ENDPOINT status shows its counters.
   --probe-ms MS         with a standby pair: how often each is asked its
                         role (default 100); a takeover reaches the relay
                         within about 3 probes
+  --metrics ADDR:PORT   serve Prometheus metrics at http://ADDR:PORT/metrics,
+                        read from this relay's status (off by default;
+                        docs/operate.md). With --curve-secret and an
+                        allow-list, its own public key must be in --curve-ctl
   -h, --help            show this help
 
 signals: SIGINT/SIGTERM stop it; SIGHUP re-reads --curve-clients and
@@ -74,7 +83,7 @@ exit status: 0 after SIGINT/SIGTERM, 2 on a configuration error.
 
 int main(int argc, char** argv) {
   flowtune::relay::Config c;
-  std::string curve_server, curve_key, curve_secret;
+  std::string curve_server, curve_key, curve_secret, metrics_at;
   flowtune::cli::Args args("flowtune-relay", kUsage, argc, argv);
   while (args.next()) {
     if (args.is("--listen")) c.listen = args.value();
@@ -94,7 +103,13 @@ int main(int argc, char** argv) {
     else if (args.is("--max-batch")) c.max_batch = args.count(1024);
     else if (args.is("--batch-us")) c.batch_us = args.count(1'000'000);
     else if (args.is("--heartbeat-ms")) c.heartbeat_ms = static_cast<std::uint32_t>(args.count(3'600'000));
+    else if (args.is("--metrics")) metrics_at = args.value();
     else args.unknown();
+  }
+  if (!metrics_at.empty()) {
+    if (const std::string why = flowtune::metrics::listen_error(metrics_at); !why.empty()) {
+      args.fail("--metrics: " + why);
+    }
   }
   flowtune::curve::ClientKeys keys;
   bool curve = false;
@@ -125,6 +140,20 @@ int main(int argc, char** argv) {
     std::string ups;
     for (const auto& ep : c.upstream) ups += (ups.empty() ? "" : ",") + ep;
     std::cerr << "flowtune-relay: listening on " << relay.bound_endpoint() << "; upstream " << ups << std::endl;
+    flowtune::metrics::Exposition metrics;
+    if (!metrics_at.empty()) {
+      // Asks this relay's status as flowtune-ctl would, with the relay's
+      // own key when CURVE is on downstream.
+      std::optional<flowtune::curve::ClientKeys> own;
+      if (c.listen_key) own = flowtune::curve::ClientKeys{c.listen_key->public_key, *c.listen_key, {}};
+      metrics = flowtune::metrics::expose(
+          "--metrics", metrics_at,
+          std::make_shared<flowtune::metrics::ControlCollector>(
+              ctx, relay.bound_endpoint(), std::vector<std::string>{"status"}, flowtune::relay::relay_up_spec(),
+              flowtune::relay::relay_metric_rows(), 1000, own ? &*own : nullptr));
+      std::cerr << "flowtune-relay: metrics on http://" << metrics_at << "/metrics (port " << metrics.port() << ")"
+                << std::endl;
+    }
     if (relay.listed_keys() > 0 || !c.clients_dir.empty() || !c.ctl_dir.empty()) {
       std::cerr << "flowtune-relay: allow-list of " << relay.listed_keys() << " keys" << std::endl;
     }

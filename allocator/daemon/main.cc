@@ -496,15 +496,9 @@ void raise_descriptor_limit(const Options& o, Log& log) {
 }
 
 // --metrics: the exposer, whose collector asks this allocator over its own
-// listener (metrics.h). The exposer holds the collector weakly, so both
-// live here, the exposer (its threads) ending first.
-struct Metrics {
-  std::shared_ptr<flowtune::metrics::ControlCollector> collector;
-  std::unique_ptr<prometheus::Exposer> exposer;
-};
-
-Metrics start_metrics(const Options& o, zmq::context_t& ctx, const Server& server,
-                                                   Log& log) {
+// listener (metrics.h); empty when off.
+flowtune::metrics::Exposition start_metrics(const Options& o, zmq::context_t& ctx, const Server& server,
+                                            Log& log) {
   if (o.metrics.empty()) return {};
   std::optional<flowtune::curve::ClientKeys> keys;
   if (o.auth.enabled()) {
@@ -515,15 +509,13 @@ Metrics start_metrics(const Options& o, zmq::context_t& ctx, const Server& serve
     }
     keys->server_public = keys->own.public_key;
   }
-  Metrics m;
-  m.collector = std::make_shared<flowtune::metrics::ControlCollector>(
+  auto collector = std::make_shared<flowtune::metrics::ControlCollector>(
       ctx, server.bound_endpoint(), allocator_metric_requests(o.metrics_max_links), allocator_up_spec(),
       allocator_metric_rows(), 1000, keys ? &*keys : nullptr);
   try {
-    m.exposer = flowtune::metrics::expose("--metrics", o.metrics, m.collector);
-    log.write(LogLevel::kInfo, "metrics on http://" + o.metrics + "/metrics (port " +
-                                   std::to_string(flowtune::metrics::bound_port(*m.exposer)) + ")");
-    return m;
+    flowtune::metrics::Exposition e = flowtune::metrics::expose("--metrics", o.metrics, std::move(collector));
+    log.write(LogLevel::kInfo, "metrics on http://" + o.metrics + "/metrics (port " + std::to_string(e.port()) + ")");
+    return e;
   } catch (const std::runtime_error& e) {
     throw ConfigError(e.what());
   }
@@ -625,7 +617,7 @@ int run(const Options& o) {
     server.enable_standby(ctx, {o.standby_of, o.probe_ms * 1000, o.takeover_ms * 1000, new_epoch(), new_epoch,
                                 o.witness});
   }
-  const Metrics metrics = start_metrics(o, ctx, server, log);
+  const flowtune::metrics::Exposition metrics = start_metrics(o, ctx, server, log);
   std::string auth = "; authentication: none";
   if (const AuthInfo& a = server.auth_info(); a.on) {
     auth = "; authentication: CURVE, " + std::to_string(a.endpoint_keys) + " endpoint keys, " +

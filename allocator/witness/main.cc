@@ -7,10 +7,16 @@
 #include <cerrno>
 #include <cstring>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "flowtune/common/cli.h"
 #include "flowtune/common/signals.h"
+#include "flowtune/common/curve.h"
+#include "flowtune/metrics/control_collector.h"
+#include "flowtune/metrics/exposer.h"
+#include "flowtune/witness/metrics.h"
 #include "flowtune/witness/witness.h"
 
 namespace {
@@ -34,23 +40,57 @@ a third machine. flowtune-ctl --allocator ENDPOINT status shows its lease.
   --claims-per-sec N      claims answered a second, with a second's burst
                           (default 1000); past it they are told to retry,
                           which the pair reads as the witness's silence
+  --metrics ADDR:PORT     serve Prometheus metrics at http://ADDR:PORT/metrics,
+                          read from this witness's status (off by default;
+                          docs/operate.md). With CURVE, its own public key
+                          must be in --curve-clients
   -h, --help              show this help
 
 signals: SIGINT/SIGTERM stop it; SIGHUP re-reads --curve-clients.
 exit status: 0 after SIGINT/SIGTERM, 2 on a configuration error.
 )";
 
+// --metrics: the witness's status, asked as flowtune-ctl asks it (with
+// the witness's own key under CURVE); empty when off.
+flowtune::metrics::Exposition start_metrics(zmq::context_t& ctx, const flowtune::witness::Config& c,
+                                            const std::string& endpoint, const std::string& at) {
+  if (at.empty()) return {};
+  std::optional<flowtune::curve::ClientKeys> own;
+  if (!c.secret_file.empty()) {
+    own.emplace();
+    if (const std::string why = flowtune::curve::read_key_file(c.secret_file, true, &own->own); !why.empty()) {
+      throw std::runtime_error("--metrics: the witness's own key (--curve-secret): " + why);
+    }
+    own->server_public = own->own.public_key;
+  }
+  flowtune::metrics::Exposition e = flowtune::metrics::expose(
+      "--metrics", at,
+      std::make_shared<flowtune::metrics::ControlCollector>(ctx, endpoint, std::vector<std::string>{"status"},
+                                                            flowtune::witness::witness_up_spec(),
+                                                            flowtune::witness::witness_metric_rows(), 1000,
+                                                            own ? &*own : nullptr));
+  std::cerr << "flowtune-witness: metrics on http://" << at << "/metrics (port " << e.port() << ")" << std::endl;
+  return e;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   flowtune::witness::Config c;
+  std::string metrics_at;
   flowtune::cli::Args args("flowtune-witness", kUsage, argc, argv);
   while (args.next()) {
     if (args.is("--listen")) c.listen = args.value();
     else if (args.is("--curve-secret")) c.secret_file = args.value();
     else if (args.is("--curve-clients")) c.clients_dir = args.value();
     else if (args.is("--claims-per-sec")) c.claims_per_sec = args.number(1, 1e6);
+    else if (args.is("--metrics")) metrics_at = args.value();
     else args.unknown();
+  }
+  if (!metrics_at.empty()) {
+    if (const std::string why = flowtune::metrics::listen_error(metrics_at); !why.empty()) {
+      args.fail("--metrics: " + why);
+    }
   }
   const int sfd = flowtune::daemon_signal_fd();
   if (sfd < 0) {
@@ -61,6 +101,7 @@ int main(int argc, char** argv) {
     zmq::context_t ctx(1);
     flowtune::witness::Witness w(ctx, c);
     std::cerr << "flowtune-witness: listening on " << w.bound_endpoint() << std::endl;
+    const flowtune::metrics::Exposition metrics = start_metrics(ctx, c, w.bound_endpoint(), metrics_at);
     int sig;
     while ((sig = w.run(sfd)) == SIGHUP) {
       const std::string why = w.reload();

@@ -28,24 +28,26 @@ std::string listen_error(std::string_view addr_port) {
   return {};
 }
 
-std::unique_ptr<prometheus::Exposer> expose(const std::string& flag, const std::string& addr_port,
-                                            const std::shared_ptr<prometheus::Collectable>& source) {
+Exposition expose(const std::string& flag, const std::string& addr_port,
+                  std::shared_ptr<prometheus::Collectable> source) {
   if (const std::string why = listen_error(addr_port); !why.empty()) {
     throw std::runtime_error(flag + ": " + why);
   }
-  std::unique_ptr<prometheus::Exposer> e;
+  Exposition e;
+  e.source = std::move(source);
   try {
     // One worker thread: scrapes are rare and each asks the daemon once.
-    e = std::make_unique<prometheus::Exposer>(addr_port, 1);
+    e.exposer = std::make_unique<prometheus::Exposer>(addr_port, 1);
   } catch (const std::exception& ex) {
     throw std::runtime_error(flag + ": cannot listen on " + addr_port + ": " + ex.what());
   }
-  e->RegisterCollectable(source);
+  e.exposer->RegisterCollectable(e.source);
   return e;
 }
 
-int bound_port(const prometheus::Exposer& e) {
-  const std::vector<int> ports = e.GetListeningPorts();
+int Exposition::port() const {
+  if (!exposer) return 0;
+  const std::vector<int> ports = exposer->GetListeningPorts();
   return ports.empty() ? 0 : ports.front();
 }
 

@@ -16,13 +16,19 @@ namespace flowtune::metrics {
 // a port 1..65535, e.g. 127.0.0.1:9464; else why not.
 std::string listen_error(std::string_view addr_port);
 
+// The exposer and what it serves: the exposer holds its source weakly,
+// so both live here, and the exposer (its threads) ends first.
+struct Exposition {
+  std::shared_ptr<prometheus::Collectable> source;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  // The port actually bound (ADDR:0 takes a free one), or 0 when off.
+  int port() const;
+};
+
 // Listens on addr_port and serves `source` at /metrics. Throws
 // std::runtime_error naming `flag` and the address when it cannot (a bad
 // address, the port in use).
-std::unique_ptr<prometheus::Exposer> expose(const std::string& flag, const std::string& addr_port,
-                                            const std::shared_ptr<prometheus::Collectable>& source);
-
-// The port actually bound (for ADDR:0 in tests), or 0.
-int bound_port(const prometheus::Exposer& e);
+Exposition expose(const std::string& flag, const std::string& addr_port,
+                  std::shared_ptr<prometheus::Collectable> source);
 
 }  // namespace flowtune::metrics
