@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -26,6 +27,8 @@
 #include "flowtune/common/cli.h"
 #include "flowtune/common/curve.h"
 #include "flowtune/common/endpoint.h"
+#include "flowtune/metrics/exposer.h"
+#include "flowtune/pacer/metrics.h"
 #include "flowtune/pacer/pacer.h"
 #include "flowtune/wire/codec.h"
 #include "flowtune/wire/messages.h"
@@ -105,6 +108,10 @@ options:
                          the host's test (default 100mbit: a 64 KB packet
                          sits 5 ms in DEV's tbf, and the delay holds its
                          socket's congestion window back)
+  --metrics ADDR:PORT    serve Prometheus metrics at http://ADDR:PORT/metrics:
+                         the qdisc's statistics (as tc -s shows them: drops,
+                         overlimits, bytes) and the rate applied (off by
+                         default; docs/operate.md)
   --verbose              print every change on standard error
   -h, --help             show this help
 
@@ -154,6 +161,7 @@ struct Options {
   int while_pid = 0;
   bool verbose = false;
   pacer::PacketSizeRule packets;
+  std::string metrics;  // ADDR:PORT; empty: off
 };
 
 Options parse(int argc, char** argv) {
@@ -185,11 +193,15 @@ Options parse(int argc, char** argv) {
         {{"tbf", pacer::Qdisc::kTbf}, {"htb", pacer::Qdisc::kHtb}});
     else if (args.is("--while-pid")) o.while_pid = static_cast<int>(args.count(1 << 22));
     else if (args.is("--verbose")) o.verbose = true;
+    else if (args.is("--metrics")) o.metrics = args.value();
     else if (args.is("--small-tso-below")) o.packets.flow_below_bps = parse_rate(args);
     else if (args.is("--small-tso-host-below")) o.packets.host_below_bps = parse_rate(args);
     else args.unknown();
   }
   if (o.dev.empty()) args.usage_error("flowtune-pacer", "--dev is required");
+  if (const std::string why = o.metrics.empty() ? "" : metrics::listen_error(o.metrics); !why.empty()) {
+    args.usage_error("flowtune-pacer", "--metrics: " + why);
+  }
   if (o.host.empty()) args.usage_error("flowtune-pacer", "--host (or $FLOWTUNE_HOST) is required");
   if (const std::string why = endpoint_port_error(o.allocator); !why.empty()) {
     args.usage_error("flowtune-pacer", "allocator endpoint " + why);
@@ -438,6 +450,24 @@ int watch_pid(int pid) {
   return fd;
 }
 
+// What the loop applied, for --metrics (pacer/metrics.h).
+void publish(pacer::PacerState& m, const pacer::Shape& s, const pacer::HostPacer& state,
+             const pacer::Shaper& shaper) {
+  m.shaped_bps.store(s.bps, std::memory_order_relaxed);
+  m.burst_bytes.store(s.burst_bytes, std::memory_order_relaxed);
+  m.host_rate_bytes_per_sec.store(state.host_rate(), std::memory_order_relaxed);
+  m.changes.store(shaper.changes(), std::memory_order_relaxed);
+}
+
+// --metrics: the qdisc's statistics and what the loop applied; empty when off.
+metrics::Exposition start_metrics(const Options& o, const pacer::PacerState& m) {
+  if (o.metrics.empty()) return {};
+  metrics::Exposition e =
+      metrics::expose("--metrics", o.metrics, std::make_shared<pacer::PacerCollector>(o.dev, m));
+  std::fprintf(stderr, "flowtune-pacer: metrics on http://%s/metrics (port %d)\n", o.metrics.c_str(), e.port());
+  return e;
+}
+
 int run(const Options& o) {
   if (!lock_device(o.dev)) {
     std::fprintf(stderr, "flowtune-pacer: another pacer already shapes %s; leaving it in charge\n",
@@ -456,6 +486,9 @@ int run(const Options& o) {
   pacer::Shaper shaper(o.dev, o.qdisc, o.config.link_bps, o.config.burst_bytes, unshaped,
                        control_ip, control_port);
   Link link(o.allocator, o.curve ? &o.keys : nullptr);
+  pacer::PacerState shown;
+  publish(shown, unshaped, state, shaper);
+  const metrics::Exposition exposition = start_metrics(o, shown);
   std::mt19937_64 rng(std::random_device{}());
   const std::string id = "pacer-" + o.host + "-" + std::to_string(getpid()) + "-" +
                          std::to_string(rng() % 1000000);
@@ -472,7 +505,9 @@ int run(const Options& o) {
                    why, o.dev.c_str(), s->bps / 1e6, s->burst_bytes,
                    static_cast<double>(state.host_rate()) * 8e-6);
     }
-    return shaper.set(*s);
+    const bool ok = shaper.set(*s);
+    publish(shown, *s, state, shaper);
+    return ok;
   };
   while (g_stop == 0) {
     const std::uint64_t now = now_us();
@@ -503,6 +538,7 @@ int run(const Options& o) {
       continue;
     }
     heard_us = now_us();
+    shown.messages.fetch_add(1, std::memory_order_relaxed);
     if (epoch != 0 && m.epoch != epoch) registered = false;  // a new allocator: hello again
     epoch = m.epoch;
     bool refused = false;
@@ -525,6 +561,7 @@ int run(const Options& o) {
       backoff_us = 10'000;
       next_send_us = now_us() + kHeartbeatUs;
     }
+    shown.registered.store(registered, std::memory_order_relaxed);
     if (!registered) {
       if (!refused) next_send_us = 0;  // say hello at once
       continue;

@@ -7,6 +7,7 @@
 
 #include "flowtune/daemon/metrics.h"
 #include "flowtune/metrics/doc_table.h"
+#include "flowtune/pacer/metrics.h"
 #include "flowtune/relay/metrics.h"
 #include "flowtune/witness/metrics.h"
 
@@ -32,6 +33,8 @@ TEST(MetricsDoc, AllocatorTableAgreesWithTheManual) {
 }
 
 TEST(MetricsDoc, RelayTableAgreesWithTheManual) { expect_agree("relay", relay::relay_metric_specs()); }
+
+TEST(MetricsDoc, PacerTableAgreesWithTheManual) { expect_agree("pacer", pacer::pacer_metric_specs()); }
 
 TEST(MetricsDoc, WitnessTableAgreesWithTheManual) { expect_agree("witness", witness::witness_metric_specs()); }
 
