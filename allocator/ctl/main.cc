@@ -20,6 +20,8 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "health.h"
+
 #include "flowtune/common/cli.h"
 #include "flowtune/common/curve.h"
 #include "flowtune/common/endpoint.h"
@@ -44,6 +46,11 @@ commands:
   tenants     tenants: flows, rates, weight, guarantee and cap (status shows
               the first 32)
   all         every section above
+  health      exit 0 when the allocator is ready, 1 when not (or it does not
+              answer): live (it answers), its engine idle or iterating
+              (two replies --health-interval-ms apart), and in a standby
+              pair its role settled; one line says why. With --live: 0
+              when it answers at all. For probes and watchdogs
   reload      the allocator re-reads its --policy file and key lists (as
               SIGHUP; needs an admin key, or a loopback listener without CURVE)
   keygen NAME writes a new CURVE key pair: NAME.key (secret, mode 600) and
@@ -58,6 +65,10 @@ options:
                          (default 1000; asked a page of 500 at a time)
   --timeout-ms MS        wait this long for a reply (default 1000)
   --watch SECONDS        repeat every SECONDS until interrupted
+  --live                 health: liveness only (the allocator answers)
+  --health-interval-ms MS
+                         health: the gap between the two replies readiness
+                         compares (default 200)
   --curve-server KEY     the allocator's public key (Z85, or its .pub file):
                          speak CURVE (default $FLOWTUNE_CURVE_SERVER)
   --curve-key FILE       this tool's key pair, from keygen (default
@@ -68,8 +79,8 @@ keygen:
                          or addresses; * for any), written to NAME.pub
   -h, --help             show this help
 
-exit status: 0 ok, 1 no reply from the allocator, 2 bad usage, 3 keygen could
-not write its files.
+exit status: 0 ok, 1 no reply from the allocator (health: not live or not
+ready), 2 bad usage, 3 keygen could not write its files.
 )";
 
 struct Options {
@@ -79,6 +90,8 @@ struct Options {
   std::size_t limit = 1000;
   long timeout_ms = 1000;
   double watch_s = 0;
+  bool live_only = false;
+  long health_interval_ms = 200;
   std::string curve_server;
   std::string curve_key;
   flowtune::curve::ClientKeys keys;
@@ -106,6 +119,10 @@ Options parse(int argc, char** argv) {
       o.timeout_ms = static_cast<long>(std::min<std::uint64_t>(args.count(), 3'600'000));
     } else if (args.is("--watch")) {
       o.watch_s = args.number(1e-3, 86400);
+    } else if (args.is("--live")) {
+      o.live_only = true;
+    } else if (args.is("--health-interval-ms")) {
+      o.health_interval_ms = static_cast<long>(args.count(60'000));
     } else if (args.is("--curve-server")) {
       o.curve_server = args.value();
     } else if (args.is("--curve-key")) {
@@ -117,7 +134,7 @@ Options parse(int argc, char** argv) {
     } else if (!args.arg().empty() && args.arg()[0] != '-' && !have_command) {
       const std::string_view a = args.arg();
       if (a != "status" && a != "endpoints" && a != "flows" && a != "links" && a != "tenants" &&
-          a != "all" && a != "reload" && a != "keygen") {
+          a != "all" && a != "reload" && a != "keygen" && a != "health") {
         args.fail("unknown command: " + std::string(a));
       }
       o.command = a;
@@ -142,6 +159,9 @@ Options parse(int argc, char** argv) {
     return o;
   }
   if (!o.key_hosts.empty() || o.key_dir != ".") args.fail("--hosts and --out are keygen's");
+  if (o.command != "health" && (o.live_only || o.health_interval_ms != 200)) {
+    args.fail("--live and --health-interval-ms are health's");
+  }
   // From --allocator or $FLOWTUNE_ALLOCATOR alike.
   if (const std::string why = flowtune::endpoint_port_error(o.allocator); !why.empty()) {
     args.fail("allocator endpoint " + why);
@@ -573,6 +593,19 @@ json ask_pages(zmq::context_t& ctx, const Options& o, const std::string& what) {
   return all;
 }
 
+// health: ask() already exits 1, saying so, when no reply comes.
+int health(zmq::context_t& ctx, const Options& o) {
+  const json first = ask(ctx, o, "status");
+  if (o.live_only) {
+    std::cout << "live: " << o.allocator << " answers\n";
+    return 0;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(o.health_interval_ms));
+  const flowtune::ctl::Verdict v = flowtune::ctl::readiness(first, ask(ctx, o, "status"), o.health_interval_ms);
+  std::cout << v.reason << "\n";
+  return v.ok ? 0 : kExitUnreachable;
+}
+
 void show(zmq::context_t& ctx, const Options& o) {
   if (o.command == "reload") {
     const json r = ask(ctx, o, "reload");
@@ -609,6 +642,7 @@ int main(int argc, char** argv) {
   if (o.command == "keygen") return keygen(o);
   try {
     zmq::context_t ctx(1);
+    if (o.command == "health") return health(ctx, o);
     do {
       if (o.watch_s > 0 && !o.json) std::cout << "\033[H\033[2J";
       show(ctx, o);
