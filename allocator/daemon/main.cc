@@ -9,12 +9,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <random>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -26,6 +29,7 @@
 #include "flowtune/common/ipv4.h"
 #include "flowtune/daemon/allocator.h"
 #include "flowtune/daemon/auth.h"
+#include "flowtune/daemon/config_file.h"
 #include "flowtune/daemon/metrics.h"
 #include "flowtune/daemon/server.h"
 #include "flowtune/metrics/control_collector.h"
@@ -215,11 +219,16 @@ operation:
                              (default 0: sleep as soon as idle)
   --log-level LEVEL          error | warn | info | debug (default info)
   --log-interval-s S         a refusal cause is logged at most once per S (default 10)
+  --config FILE              read flags from a TOML file (docs/operate.md): each
+                             key a flag's name without the dashes; flags on
+                             the command line override it; re-read on SIGHUP
+                             (policy and count limits apply, other changes
+                             are named and need a restart)
   --check-config             validate the configuration, print it, and exit
   -h, --help                 show this help
 
-signals: SIGINT/SIGTERM stop it; SIGHUP re-reads --policy and the key lists
-(as flowtune-ctl reload does).
+signals: SIGINT/SIGTERM stop it; SIGHUP re-reads --config, --policy and the
+key lists (as flowtune-ctl reload does).
 exit status: 0 after SIGINT/SIGTERM or --check-config, 2 on a configuration error.
 )";
 
@@ -249,147 +258,227 @@ struct Options {
   double mpi_gather_threshold = 0;
   std::string metrics;  // ADDR:PORT; empty: off
   std::size_t metrics_max_links = 64;
+  std::string config_file;  // --config; empty: none
+  std::vector<std::string> cmdline;  // argv, for a reload's parse
+  std::map<std::string, std::string> from_file;  // flag -> value, the file's keys in force
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
   flowtune::cli::Args::usage_error("flowtune-allocator", msg);
 }
 
-Options parse(int argc, char** argv) {
+// Flags of the network, the engine and the policy; false when `args` is
+// at none of them.
+bool parse_engine_flag(flowtune::cli::Args& args, Options& o) {
   using flowtune::alloc::Normalizer;
-  Options o;
-  flowtune::cli::Args args("flowtune-allocator", kUsage, argc, argv);
-  while (args.next()) {
-    if (args.is("--check-config")) o.check_config = true;
-    else if (args.is("--mpi")) o.mpi = true;
-    else if (args.is("--mpi-exchange")) o.mpi_exchange_flag = args.value();
-    else if (args.is("--mpi-gather-threshold")) o.mpi_gather_threshold = args.number(0, 0.5);
-    else if (args.is("--listen")) o.listen = args.value();
-    else if (args.is("--topology")) o.topology_file = args.value();
-    else if (args.is("--host-gbps")) o.host_gbps = args.number(1e-6, 1e6);
-    else if (args.is("--hosts")) o.hosts = static_cast<std::uint32_t>(args.count(1u << 24));
-    else if (args.is("--spare-hosts")) o.spare_hosts = static_cast<std::uint32_t>(args.count(1u << 24));
-    else if (args.is("--unknown-hosts")) o.unknown_hosts = args.value();
-    else if (args.is("--threads")) o.alloc.threads = static_cast<unsigned>(args.count(256));
-    else if (args.is("--schedule")) {
-      o.alloc.schedule = args.choice<flowtune::alloc::Schedule>(
-          {{"persistent", flowtune::alloc::Schedule::kPersistent},
-           {"team", flowtune::alloc::Schedule::kTeam},
-           {"tbb", flowtune::alloc::Schedule::kTbb}});
-    }
-    else if (args.is("--gamma")) o.alloc.engine.gamma = args.number(0, 1);
-    else if (args.is("--norm")) {
-      o.alloc.engine.normalizer = args.choice<Normalizer>(
-          {{"fnorm", Normalizer::kFNorm}, {"unorm", Normalizer::kUNorm}, {"none", Normalizer::kNone}});
-    } else if (args.is("--threshold")) o.alloc.threshold = args.number();
-    else if (args.is("--update-interval-us")) o.alloc.update_interval_us = args.count(1'000'000);
-    else if (args.is("--early-rates")) o.alloc.early_rates = args.choice<bool>({{"on", true}, {"off", false}});
-    else if (args.is("--headroom")) o.alloc.headroom = args.number();
-    else if (args.is("--default-class")) o.alloc.default_class = static_cast<std::uint8_t>(args.count(7));
-    else if (args.is("--class-reserve")) o.alloc.engine.class_reserve = args.number();
-    else if (args.is("--top-class")) o.alloc.top_class = static_cast<std::uint8_t>(args.count(7));
-    else if (args.is("--policy")) o.policy_file = args.value();
-    else if (args.is("--max-reserved")) o.alloc.engine.max_reserved_share = args.number();
-    else if (args.is("--deadline-margin")) o.alloc.deadline_margin = args.number();
-    else if (args.is("--coflow-policy")) {
-      const std::string v = args.value();
-      if (!flowtune::alloc::parse_coflow_policy(v, o.alloc.coflow_policy)) {
-        args.usage_error("flowtune-allocator", "--coflow-policy must be none, stf, sebf or bssi, got '" + v + "'");
-      }
-    }
-    else if (args.is("--coflow-share")) o.alloc.coflow_share = args.number();
-    else if (args.is("--coflow-aging-s")) o.alloc.coflow_aging_s = args.number();
-    else if (args.is("--max-settle-iterations")) o.alloc.max_settle_iterations = args.count();
-    else if (args.is("--lease-ms")) o.alloc.lease_us = static_cast<std::uint32_t>(args.count(3'600'000) * 1000);
-    else if (args.is("--lease-refresh-ms")) o.alloc.lease_refresh_us = args.count(3'600'000) * 1000;
-    else if (args.is("--endpoint-timeout-ms")) o.alloc.endpoint_timeout_us = args.count(86'400'000) * 1000;
-    else if (args.is("--max-flows-per-endpoint")) o.alloc.max_flows_per_endpoint = static_cast<std::uint32_t>(args.count(1u << 30));
-    else if (args.is("--max-endpoints")) o.alloc.max_endpoints = static_cast<std::uint32_t>(args.count(1u << 24));
-    else if (args.is("--max-flows")) o.alloc.max_flows = static_cast<std::uint32_t>(args.count(1u << 30));
-    else if (args.is("--max-msg-rate")) o.alloc.max_messages_per_sec = args.number();
-    else if (args.is("--max-source-bytes-per-sec")) o.alloc.max_source_bytes_per_sec = args.number(0, 1e12);
-    else if (args.is("--max-source-burst-bytes")) o.alloc.source_burst_bytes = args.number(1, 1e12);
-    else if (args.is("--max-flows-per-source")) o.alloc.max_flows_per_source = static_cast<std::uint32_t>(args.count(1u << 30));
-    else if (args.is("--max-endpoints-per-source")) o.alloc.max_endpoints_per_source = static_cast<std::uint32_t>(args.count(1u << 24));
-    else if (args.is("--max-hosts-per-source")) o.alloc.max_hosts_per_source = static_cast<std::uint32_t>(args.count(1u << 24));
-    else if (args.is("--log-level")) {
-      o.log_level = args.choice<LogLevel>({{"error", LogLevel::kError},
-                                           {"warn", LogLevel::kWarn},
-                                           {"info", LogLevel::kInfo},
-                                           {"debug", LogLevel::kDebug}});
-    } else if (args.is("--log-interval-s")) o.log_interval_s = args.number(0, 86400);
-    else if (args.is("--busy-poll-us")) o.busy_poll_us = args.count(10'000'000);
-    else if (args.is("--curve-secret")) o.auth.secret_file = args.value();
-    else if (args.is("--curve-clients")) o.auth.clients_dir = args.value();
-    else if (args.is("--curve-ctl")) o.auth.ctl_dir = args.value();
-    else if (args.is("--curve-admin")) o.auth.admin_dir = args.value();
-    else if (args.is("--standby-of")) o.standby_of = args.value();
-    else if (args.is("--witness")) o.witness = args.value();
-    else if (args.is("--relay-from")) {
-      for (const std::string& item : flowtune::cli::split_commas(args.value())) {
-        const auto net = flowtune::parse_cidr(item);
-        if (!net) usage_error("--relay-from: '" + item + "' is not an IPv4 address or a.b.c.d/n");
-        o.relay_from.push_back(*net);
-      }
-    }
-    else if (args.is("--probe-ms")) o.probe_ms = args.count(60'000);
-    else if (args.is("--takeover-ms")) o.takeover_ms = args.count(3'600'000);
-    else if (args.is("--role-probes-per-sec")) o.role_probes_per_sec = args.count(100'000'000);
-    else if (args.is("--metrics")) o.metrics = args.value();
-    else if (args.is("--metrics-max-links")) o.metrics_max_links = args.count(500);
-    else args.unknown();
+  if (args.is("--check-config")) o.check_config = true;
+  else if (args.is("--mpi")) o.mpi = true;
+  else if (args.is("--mpi-exchange")) o.mpi_exchange_flag = args.value();
+  else if (args.is("--mpi-gather-threshold")) o.mpi_gather_threshold = args.number(0, 0.5);
+  else if (args.is("--listen")) o.listen = args.value();
+  else if (args.is("--topology")) o.topology_file = args.value();
+  else if (args.is("--host-gbps")) o.host_gbps = args.number(1e-6, 1e6);
+  else if (args.is("--hosts")) o.hosts = static_cast<std::uint32_t>(args.count(1u << 24));
+  else if (args.is("--spare-hosts")) o.spare_hosts = static_cast<std::uint32_t>(args.count(1u << 24));
+  else if (args.is("--unknown-hosts")) o.unknown_hosts = args.value();
+  else if (args.is("--threads")) o.alloc.threads = static_cast<unsigned>(args.count(256));
+  else if (args.is("--schedule")) {
+    o.alloc.schedule = args.choice<flowtune::alloc::Schedule>(
+        {{"persistent", flowtune::alloc::Schedule::kPersistent},
+         {"team", flowtune::alloc::Schedule::kTeam},
+         {"tbb", flowtune::alloc::Schedule::kTbb}});
   }
+  else if (args.is("--gamma")) o.alloc.engine.gamma = args.number(0, 1);
+  else if (args.is("--norm")) {
+    o.alloc.engine.normalizer = args.choice<Normalizer>(
+        {{"fnorm", Normalizer::kFNorm}, {"unorm", Normalizer::kUNorm}, {"none", Normalizer::kNone}});
+  } else if (args.is("--threshold")) o.alloc.threshold = args.number();
+  else if (args.is("--update-interval-us")) o.alloc.update_interval_us = args.count(1'000'000);
+  else if (args.is("--early-rates")) o.alloc.early_rates = args.choice<bool>({{"on", true}, {"off", false}});
+  else if (args.is("--headroom")) o.alloc.headroom = args.number();
+  else if (args.is("--default-class")) o.alloc.default_class = static_cast<std::uint8_t>(args.count(7));
+  else if (args.is("--class-reserve")) o.alloc.engine.class_reserve = args.number();
+  else if (args.is("--top-class")) o.alloc.top_class = static_cast<std::uint8_t>(args.count(7));
+  else if (args.is("--policy")) o.policy_file = args.value();
+  else if (args.is("--max-reserved")) o.alloc.engine.max_reserved_share = args.number();
+  else if (args.is("--deadline-margin")) o.alloc.deadline_margin = args.number();
+  else if (args.is("--coflow-policy")) {
+    const std::string v = args.value();
+    if (!flowtune::alloc::parse_coflow_policy(v, o.alloc.coflow_policy)) {
+      args.fail("--coflow-policy must be none, stf, sebf or bssi, got '" + v + "'");
+    }
+  }
+  else if (args.is("--coflow-share")) o.alloc.coflow_share = args.number();
+  else if (args.is("--coflow-aging-s")) o.alloc.coflow_aging_s = args.number();
+  else if (args.is("--max-settle-iterations")) o.alloc.max_settle_iterations = args.count();
+  else return false;
+  return true;
+}
+
+// Flags of limits, security, standby, relays, metrics and operation; false
+// when `args` is at none of them.
+bool parse_operation_flag(flowtune::cli::Args& args, Options& o) {
+  if (args.is("--lease-ms")) o.alloc.lease_us = static_cast<std::uint32_t>(args.count(3'600'000) * 1000);
+  else if (args.is("--lease-refresh-ms")) o.alloc.lease_refresh_us = args.count(3'600'000) * 1000;
+  else if (args.is("--endpoint-timeout-ms")) o.alloc.endpoint_timeout_us = args.count(86'400'000) * 1000;
+  else if (args.is("--max-flows-per-endpoint")) o.alloc.max_flows_per_endpoint = static_cast<std::uint32_t>(args.count(1u << 30));
+  else if (args.is("--max-endpoints")) o.alloc.max_endpoints = static_cast<std::uint32_t>(args.count(1u << 24));
+  else if (args.is("--max-flows")) o.alloc.max_flows = static_cast<std::uint32_t>(args.count(1u << 30));
+  else if (args.is("--max-msg-rate")) o.alloc.max_messages_per_sec = args.number();
+  else if (args.is("--max-source-bytes-per-sec")) o.alloc.max_source_bytes_per_sec = args.number(0, 1e12);
+  else if (args.is("--max-source-burst-bytes")) o.alloc.source_burst_bytes = args.number(1, 1e12);
+  else if (args.is("--max-flows-per-source")) o.alloc.max_flows_per_source = static_cast<std::uint32_t>(args.count(1u << 30));
+  else if (args.is("--max-endpoints-per-source")) o.alloc.max_endpoints_per_source = static_cast<std::uint32_t>(args.count(1u << 24));
+  else if (args.is("--max-hosts-per-source")) o.alloc.max_hosts_per_source = static_cast<std::uint32_t>(args.count(1u << 24));
+  else if (args.is("--log-level")) {
+    o.log_level = args.choice<LogLevel>({{"error", LogLevel::kError},
+                                         {"warn", LogLevel::kWarn},
+                                         {"info", LogLevel::kInfo},
+                                         {"debug", LogLevel::kDebug}});
+  } else if (args.is("--log-interval-s")) o.log_interval_s = args.number(0, 86400);
+  else if (args.is("--busy-poll-us")) o.busy_poll_us = args.count(10'000'000);
+  else if (args.is("--curve-secret")) o.auth.secret_file = args.value();
+  else if (args.is("--curve-clients")) o.auth.clients_dir = args.value();
+  else if (args.is("--curve-ctl")) o.auth.ctl_dir = args.value();
+  else if (args.is("--curve-admin")) o.auth.admin_dir = args.value();
+  else if (args.is("--standby-of")) o.standby_of = args.value();
+  else if (args.is("--witness")) o.witness = args.value();
+  else if (args.is("--relay-from")) {
+    for (const std::string& item : flowtune::cli::split_commas(args.value())) {
+      const auto net = flowtune::parse_cidr(item);
+      if (!net) args.fail("--relay-from: '" + item + "' is not an IPv4 address or a.b.c.d/n");
+      o.relay_from.push_back(*net);
+    }
+  }
+  else if (args.is("--probe-ms")) o.probe_ms = args.count(60'000);
+  else if (args.is("--takeover-ms")) o.takeover_ms = args.count(3'600'000);
+  else if (args.is("--role-probes-per-sec")) o.role_probes_per_sec = args.count(100'000'000);
+  else if (args.is("--metrics")) o.metrics = args.value();
+  else if (args.is("--metrics-max-links")) o.metrics_max_links = args.count(500);
+
+  else return false;
+  return true;
+}
+
+// The checks across flags; `fail` reports a violation (exits at start,
+// throws on a reload).
+void check(Options& o, const std::function<void(const std::string&)>& fail) {
   if (o.auth.secret_file.empty() &&
       !(o.auth.clients_dir.empty() && o.auth.ctl_dir.empty() && o.auth.admin_dir.empty())) {
-    usage_error("--curve-clients, --curve-ctl and --curve-admin need --curve-secret");
+    fail("--curve-clients, --curve-ctl and --curve-admin need --curve-secret");
   }
   if (!o.auth.secret_file.empty() && o.auth.clients_dir.empty()) {
-    usage_error("--curve-secret needs --curve-clients: without it no endpoint could connect");
+    fail("--curve-secret needs --curve-clients: without it no endpoint could connect");
   }
   if (const std::string why = flowtune::endpoint_port_error(o.listen); !why.empty()) {
-    usage_error("--listen: " + why);
+    fail("--listen: " + why);
   }
   if (!o.standby_of.empty()) {
     if (const std::string why = flowtune::endpoint_port_error(o.standby_of); !why.empty()) {
-      usage_error("--standby-of: " + why);
+      fail("--standby-of: " + why);
     }
-    if (o.standby_of == o.listen) usage_error("--standby-of names this allocator's own --listen");
+    if (o.standby_of == o.listen) fail("--standby-of names this allocator's own --listen");
   }
   if (!o.witness.empty()) {
-    if (o.standby_of.empty()) usage_error("--witness: a witness breaks ties within a standby pair: give --standby-of too");
+    if (o.standby_of.empty()) fail("--witness: a witness breaks ties within a standby pair: give --standby-of too");
     if (const std::string why = flowtune::endpoint_port_error(o.witness); !why.empty()) {
-      usage_error("--witness: " + why);
+      fail("--witness: " + why);
     }
     if (o.witness == o.listen || o.witness == o.standby_of) {
-      usage_error("--witness names an allocator of the pair: the witness runs apart (flowtune-witness)");
+      fail("--witness names an allocator of the pair: the witness runs apart (flowtune-witness)");
     }
   }
   if (!o.metrics.empty()) {
     if (const std::string why = flowtune::metrics::listen_error(o.metrics); !why.empty()) {
-      usage_error("--metrics: " + why);
+      fail("--metrics: " + why);
     }
   }
-  if (o.probe_ms == 0) usage_error("--probe-ms must be at least 1");
-  if (o.role_probes_per_sec == 0) usage_error("--role-probes-per-sec must be at least 1");
+  if (o.probe_ms == 0) fail("--probe-ms must be at least 1");
+  if (o.role_probes_per_sec == 0) fail("--role-probes-per-sec must be at least 1");
   if (o.takeover_ms < 2 * o.probe_ms) {
-    usage_error("--takeover-ms (" + std::to_string(o.takeover_ms) + ") must span at least two probes (--probe-ms " +
+    fail("--takeover-ms (" + std::to_string(o.takeover_ms) + ") must span at least two probes (--probe-ms " +
                 std::to_string(o.probe_ms) + ")");
   }
-  if (o.mpi && o.alloc.threads > 1) usage_error("--mpi runs one thread per rank: leave out --threads");
-  if (o.mpi_gather_threshold > 0 && !o.mpi) usage_error("--mpi-gather-threshold needs --mpi");
+  if (o.mpi && o.alloc.threads > 1) fail("--mpi runs one thread per rank: leave out --threads");
+  if (o.mpi_gather_threshold > 0 && !o.mpi) fail("--mpi-gather-threshold needs --mpi");
   if (!o.mpi_exchange_flag.empty()) {
-    if (!o.mpi) usage_error("--mpi-exchange needs --mpi");
+    if (!o.mpi) fail("--mpi-exchange needs --mpi");
     if (!flowtune::alloc::parse_exchange(o.mpi_exchange_flag, o.mpi_exchange)) {
-      usage_error("--mpi-exchange expects link-owners, neighbors, allreduce or diagonal, got '" +
+      fail("--mpi-exchange expects link-owners, neighbors, allreduce or diagonal, got '" +
                   o.mpi_exchange_flag + "'");
     }
   }
   if (o.unknown_hosts.empty()) o.unknown_hosts = o.topology_file.empty() ? "add" : "reject";
   if (o.unknown_hosts == "add") o.alloc.unknown_hosts = UnknownHosts::kAdd;
   else if (o.unknown_hosts == "reject") o.alloc.unknown_hosts = UnknownHosts::kReject;
-  else usage_error("--unknown-hosts expects reject or add, got '" + o.unknown_hosts + "'");
+  else fail("--unknown-hosts expects reject or add, got '" + o.unknown_hosts + "'");
+}
+
+// argv's flags as given ("--threads" ...): those the command line sets
+// override the config file's.
+std::set<std::string> flags_given(const std::vector<std::string>& cmdline) {
+  std::set<std::string> out;
+  for (std::size_t i = 1; i < cmdline.size(); ++i) {
+    if (cmdline[i].rfind("--", 0) == 0) out.insert(cmdline[i]);
+  }
+  return out;
+}
+
+// Parses `argv` (a whole argument vector) into `o`; usage errors exit, or
+// throw cli::UsageError when `reload`.
+void parse_args(const std::vector<std::string>& argv, bool reload, Options& o) {
+  std::vector<char*> ptrs;
+  for (const std::string& a : argv) ptrs.push_back(const_cast<char*>(a.c_str()));
+  flowtune::cli::Args args("flowtune-allocator", kUsage, static_cast<int>(ptrs.size()), ptrs.data());
+  args.throw_on_error(reload);
+  while (args.next()) {
+    if (args.is("--config")) {
+      o.config_file = args.value();
+      continue;
+    }
+    if (!parse_engine_flag(args, o) && !parse_operation_flag(args, o)) args.unknown();
+  }
+}
+
+// --config FILE's keys, as flags, except those the command line gives.
+void apply_config_file(const std::string& path, const std::set<std::string>& given, Options& o) {
+  for (const ConfigEntry& e : read_config_file(path)) {
+    if (given.count(e.flag) > 0) continue;
+    std::vector<std::string> one = {"flowtune-allocator", e.flag};
+    if (!e.is_switch) one.push_back(e.value);
+    try {
+      parse_args(one, true, o);
+    } catch (const flowtune::cli::UsageError& u) {
+      throw ConfigError(where(path, e) + ": " + u.what());
+    }
+    o.from_file[e.flag] = e.value;
+  }
+}
+
+// The whole configuration: the config file (if any), then the command
+// line over it, then the checks. At start (reload false) a usage error
+// exits with status 2 as before; on a reload every error throws.
+Options parse_all(const std::vector<std::string>& cmdline, bool reload) {
+  Options o;
+  o.cmdline = cmdline;
+  for (std::size_t i = 1; i + 1 < cmdline.size(); ++i) {
+    if (cmdline[i] == "--config") o.config_file = cmdline[i + 1];
+  }
+  const std::set<std::string> given = flags_given(cmdline);
+  if (!o.config_file.empty()) {
+    apply_config_file(o.config_file, given, o);
+    // A list the command line gives replaces the file's.
+    if (given.count("--relay-from") > 0) o.relay_from.clear();
+  }
+  parse_args(cmdline, reload, o);
+  check(o, [reload](const std::string& why) {
+    if (reload) throw ConfigError(why);
+    usage_error(why);
+  });
   return o;
 }
+
+Options parse(int argc, char** argv) { return parse_all(std::vector<std::string>(argv, argv + argc), false); }
 
 Network build_network(const Options& o) {
   if (!o.topology_file.empty()) return Network::from_toml_file(o.topology_file);
@@ -410,7 +499,8 @@ std::uint64_t new_epoch() {
 // mpi_ranks: with --mpi, the ranks the engine runs across (else 0).
 std::string describe(const Options& o, const Network& n, const Allocator& a, int mpi_ranks) {
   const auto& t = n.topology();
-  std::string s = "network: " + std::to_string(n.num_hosts()) + " hosts";
+  std::string s = o.config_file.empty() ? std::string() : "config " + o.config_file + "; ";
+  s += "network: " + std::to_string(n.num_hosts()) + " hosts";
   if (n.spare_slots() > 0) s += " (+" + std::to_string(n.spare_slots()) + " spare)";
   s += ", " + std::to_string(t.num_links()) + " links";
   s += o.topology_file.empty() ? " (big switch, " + std::to_string(o.host_gbps) + " Gbit/s hosts)"
@@ -468,13 +558,69 @@ Server::Reload reload_policy(const Options& o, Allocator& allocator) {
   }
 }
 
-Server::Reload reload(const Options& o, Allocator& allocator, Server& server) {
+Server::Reload reload_files(const Options& o, Allocator& allocator, Server& server) {
   Server::Reload r = reload_policy(o, allocator);
   if (o.auth.enabled()) {
     const Server::Reload k = server.reload_keys();
     r = {r.ok && k.ok, r.text + "; " + k.text};
   }
   return r;
+}
+
+// Keys of the config file a reload applies: the policy file (re-read
+// anyway) and the count limits (Allocator::set_limits). Any other key
+// that changed needs a restart.
+bool reloadable(const std::string& flag) {
+  static const std::set<std::string> kReloadable = {
+      "--policy", "--max-endpoints", "--max-flows", "--max-flows-per-endpoint",
+      "--max-flows-per-source", "--max-endpoints-per-source", "--max-hosts-per-source"};
+  return kReloadable.count(flag) > 0;
+}
+
+// SIGHUP or flowtune-ctl reload with --config: the file again, with the
+// same command line over it. A file that does not parse or check leaves
+// everything as it was; keys that need a restart are named and keep their
+// running values; then the policy and key lists are re-read as without
+// --config.
+Server::Reload reload_config(Options& running, Allocator& allocator, Server& server) {
+  Options next;
+  try {
+    next = parse_all(running.cmdline, true);
+    if (!next.policy_file.empty()) (void)load_policy_file(next.policy_file);
+  } catch (const std::exception& e) {
+    return {false, "config " + running.config_file + " refused, the running configuration stays: " + e.what()};
+  }
+  std::set<std::string> keys;
+  for (const auto& [k, v] : running.from_file) keys.insert(k);
+  for (const auto& [k, v] : next.from_file) keys.insert(k);
+  std::string applied, restart;
+  for (const std::string& k : keys) {
+    const auto was = running.from_file.find(k), now = next.from_file.find(k);
+    if (was != running.from_file.end() && now != next.from_file.end() && was->second == now->second) continue;
+    std::string& list = reloadable(k) ? applied : restart;
+    list += (list.empty() ? "" : ", ") + k.substr(2);
+  }
+  try {
+    allocator.set_limits(next.alloc);
+  } catch (const ConfigError& e) {
+    return {false, "config " + running.config_file + ": limits refused, the running ones stay: " + e.what()};
+  }
+  running.policy_file = next.policy_file;
+  for (const auto& [k, v] : next.from_file) {
+    if (reloadable(k)) running.from_file[k] = v;
+  }
+  for (auto it = running.from_file.begin(); it != running.from_file.end();) {
+    it = reloadable(it->first) && next.from_file.count(it->first) == 0 ? running.from_file.erase(it) : std::next(it);
+  }
+  const Server::Reload files = reload_files(running, allocator, server);
+  std::string text = "config " + running.config_file + " re-read: " + (applied.empty() ? "no reloadable key changed" : "applied " + applied);
+  if (!restart.empty()) text += "; needs a restart, the running value stays: " + restart;
+  return {files.ok, text + "; " + files.text};
+}
+
+Server::Reload reload(Options& running, Allocator& allocator, Server& server) {
+  return running.config_file.empty() ? reload_files(running, allocator, server)
+                                     : reload_config(running, allocator, server);
 }
 
 // Every endpoint holds a connection, and so a descriptor: the usual soft
@@ -608,9 +754,10 @@ int run(const Options& o) {
   if (sfd < 0) throw ConfigError(std::string("signalfd: ") + std::strerror(errno));
 
   raise_descriptor_limit(o, log);
+  Options running = o;  // what a reload may change (reload_config)
   zmq::context_t ctx(1);
   Server server(ctx, allocator, log, o.listen, o.busy_poll_us, o.auth);
-  server.set_reload([&] { return reload(o, allocator, server); });
+  server.set_reload([&] { return reload(running, allocator, server); });
   server.set_relay_from(o.relay_from);
   server.set_role_probe_rate(static_cast<double>(o.role_probes_per_sec));
   if (!o.standby_of.empty()) {
@@ -635,7 +782,7 @@ int run(const Options& o) {
   }
   int sig = 0;
   while ((sig = server.run(sfd)) == SIGHUP) {
-    const Server::Reload r = reload(o, allocator, server);
+    const Server::Reload r = reload(running, allocator, server);
     log.write(r.ok ? LogLevel::kInfo : LogLevel::kError, "SIGHUP: " + r.text);
   }
   const Counters& c = allocator.counters();
@@ -652,7 +799,13 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+  Options o;
+  try {
+    o = parse(argc, argv);
+  } catch (const ConfigError& e) {  // the config file's (read_config_file, a key's value)
+    std::cerr << "flowtune-allocator: " << e.what() << "\n";
+    return kExitConfig;
+  }
   try {
     return run(o);
   } catch (const ConfigError& e) {

@@ -96,6 +96,18 @@ Allocator::Allocator(Network network, const AllocatorConfig& config, std::uint64
 
 Allocator::~Allocator() = default;
 
+void Allocator::set_limits(const AllocatorConfig& limits) {
+  AllocatorConfig c = config_;
+  c.max_endpoints = limits.max_endpoints;
+  c.max_flows = limits.max_flows;
+  c.max_flows_per_endpoint = limits.max_flows_per_endpoint;
+  c.max_flows_per_source = limits.max_flows_per_source;
+  c.max_endpoints_per_source = limits.max_endpoints_per_source;
+  c.max_hosts_per_source = limits.max_hosts_per_source;
+  validate(c);
+  config_ = c;
+}
+
 void Allocator::set_policy(const OperatorPolicy& p) {
   // A key the file no longer sets falls back to the flags', not to the
   // previous file's value.

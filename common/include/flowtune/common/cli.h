@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -27,6 +28,13 @@
 namespace flowtune::cli {
 
 inline constexpr int kExitUsage = 2;
+
+// What a usage error throws instead of exiting, for a parser told to
+// (Args::throw_on_error): a daemon re-reading its configuration on SIGHUP
+// must refuse a bad value, not exit.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // "a,b,,c" -> {"a", "b", "", "c"}: every item a comma separates, empty ones
 // included (so a flag's value "" or "a," reaches its own check as an empty
@@ -120,8 +128,13 @@ class Args {
     fail("unknown option '" + std::string(arg()) + "'" +
          (context.empty() ? "" : " for " + std::string(context)));
   }
-  // A usage error: the reason, a pointer to --help, exit status 2.
-  [[noreturn]] void fail(const std::string& reason) const { usage_error(prog_, reason); }
+  // A usage error: the reason, a pointer to --help, exit status 2; or,
+  // after throw_on_error(true), UsageError with the reason.
+  [[noreturn]] void fail(const std::string& reason) const {
+    if (throw_) throw UsageError(reason);
+    usage_error(prog_, reason);
+  }
+  void throw_on_error(bool on) { throw_ = on; }
 
   [[noreturn]] static void usage_error(std::string_view prog, const std::string& reason) {
     const std::string p(prog);
@@ -137,6 +150,7 @@ class Args {
   char** argv_;
   int i_;
   std::string flag_;  // the flag whose value was taken last
+  bool throw_ = false;
 
   // Digits, sign, point and exponent only: strtod also takes "0x10" and
   // "0x1p3", which no flag means.

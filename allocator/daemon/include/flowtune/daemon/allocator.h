@@ -298,6 +298,12 @@ class Allocator {
   // iteration, to live flows too; classes and rules to flowlets that start
   // from now on. Throws ConfigError (and keeps the old one) if invalid.
   void set_policy(const OperatorPolicy& p);
+  // Replaces the count limits (SIGHUP with --config): max_endpoints,
+  // max_flows, max_flows_per_endpoint and the per-source caps on flows,
+  // endpoints and hosts, read at each check, so they bind the next start
+  // or hello; what is above a lowered limit stays until it ends. Throws
+  // ConfigError (and keeps the old ones) if invalid.
+  void set_limits(const AllocatorConfig& limits);
 
   // Moves out the messages owed to endpoints, at most one per endpoint and
   // wire limit (large batches are split).
