@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/check-install.sh [BUILD_DIR]: checks libflowtune as a consumer
 # sees it. Builds the two library targets in BUILD_DIR (default
-# build/release), installs component libflowtune into a temporary prefix,
+# build/release), installs components libflowtune and libflowtune_dev (the
+# runtime and the development package's files) into a temporary prefix,
 # checks that libflowtune.so exports only ft_* symbols, then builds
 # examples/explicit_api against the installed package only: with CMake
 # (find_package; shared and static) and with pkg-config (shared and
@@ -67,6 +68,8 @@ cmake_example() {
 step "build flowtune and flowtune_static in $build" "${build_cmd[@]}"
 step "install $build (component libflowtune) into a temporary prefix" \
   cmake --install "$build" --prefix "$prefix" --component libflowtune
+step "install $build (component libflowtune_dev)" \
+  cmake --install "$build" --prefix "$prefix" --component libflowtune_dev
 pcfile=$(find "$prefix" -name flowtune.pc)
 [ -n "$pcfile" ] || { echo "check-install: flowtune.pc was not installed" >&2; exit 1; }
 pcdir=$(dirname "$pcfile")

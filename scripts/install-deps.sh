@@ -37,6 +37,9 @@ packages=(
   # Metrics: prometheus-cpp's pull exposer serves the daemons' /metrics; the
   # Prometheus server and promtool check the exposition (tests/ops).
   prometheus-cpp-dev prometheus
+  # Packages and units (packaging/): CPack's dpkg-shlibdeps (dpkg-dev),
+  # lintian on the .debs, systemd-analyze verify on the units.
+  dpkg-dev lintian systemd
 )
 
 missing=()
