@@ -9,14 +9,37 @@
 #      converging to the fair share (200 Mbit/s x 0.99 / n);
 #   4. the allocator's summary, then everything is stopped.
 # Then the offline solver (flowtune-sim) on the sample problems.
+#
+#   scripts/demo.sh [--installed] [--allocator ENDPOINT]
+# --installed: the installed binaries (the .debs: flowtune-allocator,
+# flowtune-ctl, flowtune-run on PATH) instead of building; flowtune-sim is
+# not packaged, so its part is left out. --allocator: use the allocator
+# already listening there (started with 200 Mbit/s host links, e.g. from a
+# config file) instead of starting one.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-"$top/scripts/build.sh" release flowtune-allocator flowtune-ctl flowtune-run flowtune_preload \
-  flowtune-sim >/dev/null
-bin="$top/build/release"
+installed=0
+external=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --installed) installed=1 ;;
+    --allocator) external=${2:?--allocator needs an endpoint}; shift ;;
+    *) echo "usage: scripts/demo.sh [--installed] [--allocator ENDPOINT]" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ "$installed" = 1 ]; then
+  alloc_bin=$(command -v flowtune-allocator) ctl_bin=$(command -v flowtune-ctl) run_bin=$(command -v flowtune-run)
+else
+  "$top/scripts/build.sh" release flowtune-allocator flowtune-ctl flowtune-run flowtune_preload \
+    flowtune-sim >/dev/null
+  bin="$top/build/release"
+  alloc_bin=$bin/allocator/daemon/flowtune-allocator ctl_bin=$bin/allocator/ctl/flowtune-ctl
+  run_bin=$bin/preload/flowtune-run
+fi
 tmp=$(mktemp -d /tmp/flowtune-demo.XXXXXX)
-listen="ipc://$tmp/allocator.sock"
-ctl=("$bin/allocator/ctl/flowtune-ctl" --allocator "$listen")
+listen=${external:-"ipc://$tmp/allocator.sock"}
+ctl=("$ctl_bin" --allocator "$listen")
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -25,8 +48,10 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-"$bin/allocator/daemon/flowtune-allocator" --listen "$listen" --host-gbps 0.2 --log-level warn &
-pids+=($!)
+if [ -z "$external" ]; then
+  "$alloc_bin" --listen "$listen" --host-gbps 0.2 --log-level warn &
+  pids+=($!)
+fi
 for _ in $(seq 100); do "${ctl[@]}" --timeout-ms 100 >/dev/null 2>&1 && break; done
 
 ports=(5301 5302 5303)
@@ -39,7 +64,7 @@ sleep 0.3
 echo "==> flowtune-allocator on $listen: 200 Mbit/s host links, threshold 1%"
 echo "==> three iperf3 transfers 127.0.0.1 -> 127.0.0.2 under flowtune-run, 1 s apart"
 for i in 0 1 2; do
-  (sleep "$i"; "$bin/preload/flowtune-run" --allocator "$listen" -- \
+  (sleep "$i"; "$run_bin" --allocator "$listen" -- \
      iperf3 -c 127.0.0.2 -p "${ports[$i]}" -B 127.0.0.1 -t 5 >"$tmp/iperf$i.log" 2>&1) &
   pids+=($!)
 done
@@ -68,7 +93,7 @@ print(" ".join("%.0f" % (c / 1e6) for c in caps) or "-")' || echo "-")
     "$t" "$n" "$fair" "$alloc" "${kernel:--}"
 }
 start=$(date +%s.%N)
-clients=("${pids[@]:4}")
+clients=("${pids[@]:$((${#pids[@]} - 3))}")
 alive() { for p in "${clients[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
 for _ in $(seq 1 30); do
   sleep 0.4
@@ -84,8 +109,9 @@ echo
 echo "==> flowtune-ctl status"
 "${ctl[@]}" status
 echo
+[ "$installed" = 1 ] && exit 0  # flowtune-sim is not packaged
 for problem in "$top"/examples/topologies/*.json; do
   echo "==> flowtune-sim solve --table $(basename "$problem")"
-  "$bin/allocator/sim/flowtune-sim" solve --table "$problem"
+  "$top/build/release/allocator/sim/flowtune-sim" solve --table "$problem"
   echo
 done
