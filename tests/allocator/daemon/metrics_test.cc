@@ -137,6 +137,14 @@ TEST(MetricTable, EveryStatusCounterIsExportedOrSaysWhyNot) {
     EXPECT_TRUE(exported.count("/counters/" + k)) << "status counter '" << k
                                                   << "' has no metric: add it to metric_table.cc";
   }
+  // The policy's counters too; its per-class and per-tenant tables are
+  // flowtune-ctl tenants' (unbounded names), and tenants_shown is how many
+  // status printed.
+  const std::set<std::string> policy_tables = {"classes", "tenants", "no_tenant", "tenants_shown"};
+  for (const auto& [k, v] : status.at("policy").items()) {
+    if (policy_tables.count(k) > 0) continue;
+    EXPECT_TRUE(exported.count("/policy/" + k)) << "status policy counter '" << k << "' has no metric";
+  }
 }
 
 TEST(MetricTable, NamesFollowPrometheusConventions) {
