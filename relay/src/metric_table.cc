@@ -34,10 +34,6 @@ const metrics::Row kTable[] = {
 const metrics::Spec& relay_up_spec() { return kUp; }
 std::span<const metrics::Row> relay_metric_rows() { return kTable; }
 
-std::vector<metrics::Spec> relay_metric_specs() {
-  std::vector<metrics::Spec> out = {kUp};
-  for (const metrics::Spec& s : metrics::specs(kTable)) out.push_back(s);
-  return out;
-}
+std::vector<metrics::Spec> relay_metric_specs() { return metrics::specs(kUp, kTable); }
 
 }  // namespace flowtune::relay

@@ -7,20 +7,7 @@
 set -euo pipefail
 alloc=$1 ctl=$2
 command -v curl > /dev/null || { echo "SKIP: curl is not installed"; exit 77; }
-dir=$(mktemp -d)
-cleanup() {
-  local pids
-  pids=$(jobs -p)
-  [ -z "$pids" ] || kill $pids 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $1"
-  tail -n 10 "$dir"/*.log
-  exit 1
-}
+. "$(dirname "$0")/../scripts/ops_lib.sh"
 cd "$dir"
 "$ctl" keygen allocator > /dev/null
 "$ctl" keygen h0 --hosts h0 > /dev/null
@@ -32,14 +19,7 @@ cp allocator.pub ctl-with/
 scrape() {
   "$alloc" --listen "ipc://$dir/$2.sock" --hosts 1 --curve-secret allocator.key --curve-clients clients \
     --curve-ctl "$1" --metrics 127.0.0.1:0 > "$2.log" 2>&1 &
-  local port=
-  for _ in $(seq 100); do
-    port=$(sed -n 's/.*metrics on .*(port \([0-9]*\)).*/\1/p' "$2.log")
-    [ -n "$port" ] && break
-    sleep 0.1
-  done
-  [ -n "$port" ] || fail "$2: no metrics port"
-  curl -sf "http://127.0.0.1:$port/metrics"
+  curl -sf "http://127.0.0.1:$(metrics_port "$dir/$2.log")/metrics"
 }
 scrape ctl-with with > with.txt
 grep -q '^flowtune_allocator_up 1$' with.txt || fail "own key listed: flowtune_allocator_up is not 1"

@@ -20,20 +20,7 @@ if [ "${1:-}" != --inside ]; then
 fi
 shift
 alloc=$1 pacer=$2 src=$3
-dir=$(mktemp -d)
-cleanup() {
-  local pids
-  pids=$(jobs -p)
-  [ -z "$pids" ] || kill $pids 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $1"
-  tail -n 20 "$dir"/*.log
-  exit 1
-}
+. "$(dirname "$0")/../scripts/ops_lib.sh"
 ip link set lo up
 ip link add v0 type veth peer name v0p
 ip link set v0 up
@@ -44,8 +31,7 @@ ep=tcp://127.0.0.1:5581
   > "$dir/pacer.out" 2> "$dir/pacer.log" &
 for _ in $(seq 100); do grep -q registered "$dir/pacer.out" 2>/dev/null && break; sleep 0.1; done
 grep -q registered "$dir/pacer.out" || fail "the pacer did not register"
-port=$(sed -n 's/.*metrics on .*(port \([0-9]*\)).*/\1/p' "$dir/pacer.log")
-[ -n "$port" ] || fail "the pacer did not say its metrics port"
+port=$(metrics_port "$dir/pacer.log")
 
 python3 - <<'PY'
 import socket
@@ -60,14 +46,10 @@ for _ in range(7000):
         pass  # ENOBUFS: the qdisc dropped it
 PY
 sleep 0.2
-curl -sf "http://127.0.0.1:$port/metrics" > "$dir/metrics.txt" || fail "no /metrics"
+check_exposition pacer "$port" "$src"
 tc_drops=$(tc -s -j qdisc show dev v0 | python3 -c 'import json,sys; print([q for q in json.load(sys.stdin) if q.get("root")][0]["drops"])')
-promtool check metrics < "$dir/metrics.txt" > "$dir/promtool.log" 2>&1 || { cat "$dir/promtool.log"; fail "promtool check metrics"; }
-for m in $(sed -n 's/^# TYPE \(flowtune_[a-z_]*\) .*/\1/p' "$dir/metrics.txt"); do
-  grep -q "| \`$m\` |" "$src/docs/operate.md" || fail "$m is exposed but not in docs/operate.md"
-done
-grep -q '^flowtune_pacer_registered{dev="v0"} 1$' "$dir/metrics.txt" || fail "flowtune_pacer_registered is not 1"
-drops=$(sed -n 's/^flowtune_pacer_qdisc_drops_total{dev="v0"} \([0-9]*\)$/\1/p' "$dir/metrics.txt")
+grep -q '^flowtune_pacer_registered{dev="v0"} 1$' "$dir/pacer.txt" || fail "flowtune_pacer_registered is not 1"
+drops=$(sed -n 's/^flowtune_pacer_qdisc_drops_total{dev="v0"} \([0-9]*\)$/\1/p' "$dir/pacer.txt")
 echo "drops: $drops in the metrics, $tc_drops from tc -s"
 [ -n "$drops" ] && [ "$drops" -gt 0 ] && [ "$drops" = "$tc_drops" ] || fail "qdisc drops: metrics '$drops', tc $tc_drops"
 echo "PASS"

@@ -103,11 +103,7 @@ const metrics::Spec& allocator_up_spec() { return kUp; }
 
 std::span<const metrics::Row> allocator_metric_rows() { return kTable; }
 
-std::vector<metrics::Spec> allocator_metric_specs() {
-  std::vector<metrics::Spec> out = {kUp};
-  for (const metrics::Spec& s : metrics::specs(kTable)) out.push_back(s);
-  return out;
-}
+std::vector<metrics::Spec> allocator_metric_specs() { return metrics::specs(kUp, kTable); }
 
 std::vector<std::string> allocator_metric_requests(std::size_t max_links) {
   std::vector<std::string> r = {"status", "histograms"};

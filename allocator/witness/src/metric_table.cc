@@ -33,10 +33,6 @@ const metrics::Row kTable[] = {
 const metrics::Spec& witness_up_spec() { return kUp; }
 std::span<const metrics::Row> witness_metric_rows() { return kTable; }
 
-std::vector<metrics::Spec> witness_metric_specs() {
-  std::vector<metrics::Spec> out = {kUp};
-  for (const metrics::Spec& s : metrics::specs(kTable)) out.push_back(s);
-  return out;
-}
+std::vector<metrics::Spec> witness_metric_specs() { return metrics::specs(kUp, kTable); }
 
 }  // namespace flowtune::witness

@@ -102,8 +102,8 @@ std::vector<prometheus::MetricFamily> families(std::span<const Row> rows, const 
   return out;
 }
 
-std::vector<Spec> specs(std::span<const Row> rows) {
-  std::vector<Spec> out;
+std::vector<Spec> specs(const Spec& up, std::span<const Row> rows) {
+  std::vector<Spec> out = {up};
   for (const Row& r : rows) out.push_back(r.spec);
   return out;
 }

@@ -6,20 +6,7 @@
 #   health_live.sh ALLOCATOR CTL
 set -euo pipefail
 alloc=$1 ctl=$2
-dir=$(mktemp -d)
-cleanup() {
-  local pids
-  pids=$(jobs -p)
-  [ -z "$pids" ] || { kill -CONT $pids 2>/dev/null || true; kill $pids 2>/dev/null || true; }
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $1"
-  tail -n 10 "$dir"/*.log
-  exit 1
-}
+. "$(dirname "$0")/../../scripts/ops_lib.sh"
 # The exit status of a health probe, its line on our output.
 probe() {
   local rc=0

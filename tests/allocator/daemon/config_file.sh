@@ -10,20 +10,7 @@
 #   config_file.sh ALLOCATOR CTL
 set -euo pipefail
 alloc=$1 ctl=$2
-dir=$(mktemp -d)
-cleanup() {
-  local pids
-  pids=$(jobs -p)
-  [ -z "$pids" ] || kill $pids 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $1"
-  tail -n 20 "$dir/alloc.log" 2>/dev/null || true; cat "$dir/a.toml"
-  exit 1
-}
+. "$(dirname "$0")/../../scripts/ops_lib.sh"
 ep="ipc://$dir/a.sock"
 cat > "$dir/a.toml" <<TOML
 listen = "$ep"

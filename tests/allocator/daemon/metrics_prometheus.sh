@@ -18,43 +18,12 @@ fi
 for tool in prometheus promtool iperf3 curl python3; do
   command -v "$tool" > /dev/null || { echo "SKIP: $tool is not installed (apt-get install prometheus iperf3 curl)"; exit 77; }
 done
-dir=$(mktemp -d)
-cleanup() {
-  local pids
-  pids=$(jobs -p)
-  [ -z "$pids" ] || kill $pids 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $1"
-  tail -n 20 "$dir/alloc.log"
-  tail -n 5 "$dir/prom.log" 2>/dev/null || true
-  exit 1
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/../../scripts/ops_lib.sh"
 ep="ipc://$dir/allocator.sock"
 
 "$alloc" --listen "$ep" --host-gbps 0.2 --metrics 127.0.0.1:0 > "$dir/alloc.log" 2>&1 &
-mport=
-for _ in $(seq 100); do
-  mport=$(sed -n 's/.*metrics on .*(port \([0-9]*\)).*/\1/p' "$dir/alloc.log")
-  [ -n "$mport" ] && break
-  sleep 0.1
-done
-[ -n "$mport" ] || fail "the allocator did not say its metrics port"
-metrics() { curl -sf "http://127.0.0.1:$mport/metrics"; }
-check_exposition() {
-  metrics > "$dir/metrics.txt" || fail "no /metrics ($1)"
-  promtool check metrics < "$dir/metrics.txt" > "$dir/promtool.txt" 2>&1 ||
-    { cat "$dir/promtool.txt"; fail "promtool check metrics ($1)"; }
-  grep -q '^flowtune_allocator_up 1$' "$dir/metrics.txt" || fail "flowtune_allocator_up is not 1 ($1)"
-  for name in $(sed -n 's/^# TYPE \(flowtune_[a-z_]*\) .*/\1/p' "$dir/metrics.txt"); do
-    grep -q "| \`$name\` |" "$src/docs/operate.md" || fail "$name is exposed but not in docs/operate.md"
-  done
-}
-check_exposition idle
+mport=$(metrics_port "$dir/alloc.log")
+check_exposition allocator "$mport" "$src"  # idle
 
 pport=$(free_port)
 cat > "$dir/prometheus.yml" <<YML
@@ -95,7 +64,7 @@ for _ in $(seq 60); do
   sleep 0.5
 done
 [ "$up" = 1 ] || fail "Prometheus did not scrape the allocator (up = $up)"
-check_exposition "under load"
+check_exposition allocator "$mport" "$src"  # under load
 
 rate=none
 for _ in $(seq 40); do

@@ -39,7 +39,8 @@ struct Row {
 std::vector<prometheus::MetricFamily> families(std::span<const Row> rows,
                                                const std::vector<nlohmann::json>& replies);
 
-// The specs of `rows`, for the doc check (doc_table.h).
-std::vector<Spec> specs(std::span<const Row> rows);
+// The specs of `rows`, after `up` (a collector's up gauge), for the doc
+// check (doc_table.h).
+std::vector<Spec> specs(const Spec& up, std::span<const Row> rows);
 
 }  // namespace flowtune::metrics
