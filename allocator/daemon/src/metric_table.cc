@@ -32,6 +32,7 @@ const metrics::Row kTable[] = {
   {{"flowtune_allocator_progress_flowlets_total", C, "1", "", "Flowlets whose size or progress a report updated"}, S, "/counters/progress_flows"},
   {{"flowtune_allocator_rate_updates_total", C, "1", "", "Rates sent to endpoints"}, S, "/counters/rate_updates"},
   {{"flowtune_allocator_rate_updates_suppressed_total", C, "1", "", "Rates not sent: they moved by less than --threshold"}, S, "/counters/rate_updates_suppressed"},
+  {{"flowtune_allocator_rate_passes_deferred_total", C, "1", "", "Iterations whose moved rates waited for a later one (--update-interval-us)"}, S, "/counters/rate_passes_deferred"},
   {{"flowtune_allocator_early_rates_total", C, "1", "", "Of the rates sent, starts answered before the turn's iteration (--early-rates)"}, S, "/counters/early_rates"},
   {{"flowtune_allocator_early_rates_corrected_total", C, "1", "", "Of the early rates, those the iteration then corrected"}, S, "/counters/early_rates_corrected"},
   {{"flowtune_allocator_lease_refreshes_total", C, "1", "", "Lease refreshes sent to endpoints"}, S, "/counters/lease_refreshes"},
