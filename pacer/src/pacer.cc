@@ -96,23 +96,28 @@ std::optional<Shape> HostPacer::on_message(const wire::AllocatorMessage& m,
   // allocation); a small cut waits: every change costs a tc call and a
   // wake-up on a busy host, and a tbf a little above the allocation
   // loosens the bound only by that much.
-  // A tbf up to raise_slack above the allocation is as it would be set
-  // after a raise, so an allocation that far below it is no cut either.
-  const double keep = std::min(1 - c_.lower_hysteresis, 1 / (1 + c_.raise_slack));
-  if (host_rate_ > 0 && was_rated && want < current_.bps && want >= current_.bps * keep) {
+  // After a raise the tbf sits up to raise_slack above the allocation it
+  // was raised for: an allocation from that one up is no cut either.
+  const bool in_band = want >= raised_for_bps_;
+  if (host_rate_ > 0 && was_rated && want < current_.bps &&
+      (in_band || want >= current_.bps * (1 - c_.lower_hysteresis))) {
     return std::nullopt;
   }
   // A raise goes above the allocation by the slack, so that the raises
-  // after it, up to that much, need no change (a cut above is a change).
-  if (host_rate_ > 0 && was_rated && want > current_.bps) {
-    return set(std::min(want * (1 + c_.raise_slack), c_.link_bps), true, now_us);
+  // after it, up to that much, need no change.
+  if (host_rate_ > 0 && was_rated && want > current_.bps && c_.raise_slack > 0) {
+    const auto s = set(std::min(want * (1 + c_.raise_slack), c_.link_bps), true, now_us);
+    if (s) raised_for_bps_ = want;
+    return s;
   }
+  raised_for_bps_ = kNoRaise;
   return set(want, host_rate_ > 0, now_us);
 }
 
 std::optional<Shape> HostPacer::on_tick(std::uint64_t now_us) {
   if (now_us >= idle_at_us_) {
     idle_at_us_ = UINT64_MAX;
+    raised_for_bps_ = kNoRaise;
     if (host_rate_ == 0) return set(shaping_bps(0), false, now_us);
   }
   if (!leased_ || now_us < lease_until_us_) return std::nullopt;
@@ -122,6 +127,7 @@ std::optional<Shape> HostPacer::on_tick(std::uint64_t now_us) {
   host_rate_ = 0;
   host_flows_ = 0;
   idle_at_us_ = UINT64_MAX;
+  raised_for_bps_ = kNoRaise;
   return set(c_.link_bps, true, now_us);
 }
 

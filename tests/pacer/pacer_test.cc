@@ -106,10 +106,15 @@ TEST(HostPacer, ARaiseSlackAbsorbsTheSmallRaisesAfterIt) {
   HostPacer a(alone);
   ASSERT_TRUE(a.on_message(told(12'500'000), 0).has_value());
   ASSERT_TRUE(a.on_message(told(13'000'000), 10).has_value());
+  EXPECT_FALSE(a.on_message(told(13'000'000), 15).has_value()) << "the same allocation again";
   EXPECT_FALSE(a.on_message(told(13'300'000), 20).has_value()) << "a raise within the slack";
   EXPECT_FALSE(a.on_message(told(13'500'000), 30).has_value()) << "a raise within the slack";
   EXPECT_FALSE(a.on_message(told(13'100'000), 35).has_value()) << "back down, still above";
   EXPECT_TRUE(a.on_message(told(12'900'000), 40).has_value()) << "below the raise: a cut";
+  // With no raise before it, the slack holds back no cut.
+  HostPacer b(alone);
+  ASSERT_TRUE(b.on_message(told(12'500'000), 0).has_value());
+  EXPECT_TRUE(b.on_message(told(12'000'000), 10).has_value()) << "a cut with no raise before it";
   // Without the slack every raise is a change.
   HostPacer q(config());
   ASSERT_TRUE(q.on_message(told(12'500'000), 0).has_value());

@@ -183,6 +183,10 @@ class HostPacer {
   std::uint64_t idle_at_us_ = UINT64_MAX;  // the idle hold ends
   Shape current_{-1, 0};  // nothing applied yet
   bool allocated_ = false;  // current_ is an allocation's shape
+  // The allocation the last slack raise was for (current_ is up to
+  // raise_slack above it); kNoRaise when current_ came any other way.
+  static constexpr double kNoRaise = 1e300;
+  double raised_for_bps_ = kNoRaise;
   std::uint64_t changed_at_us_ = UINT64_MAX;  // the last change applied; none yet
 };
 
