@@ -421,9 +421,14 @@ void Allocator::iterate(std::uint64_t now_us) {
   ++settle_iterations_;
 
   if (config_.update_interval_us == 0 || now_us_ >= next_update_us_ || !busy()) {
-    queue_moved_rates();
+    queue_moved_rates(/*raises=*/true);
     next_update_us_ = now_us_ + config_.update_interval_us;
   } else {
+    // Cuts and first rates never wait: held rates may lag the computed
+    // ones only by the threshold (rules::capacity_scale), and a flow with
+    // no rate waits for none. Only raises, which can leave a link
+    // under-used but never over, wait for the next full pass.
+    queue_moved_rates(/*raises=*/false);
     ++counters_.rate_passes_deferred;
   }
   for (const auto& [id, rate] : told_early_) {
@@ -469,7 +474,7 @@ std::size_t Allocator::tell_early_rates(std::uint64_t now_us) {
 // The update check (paper §5.3.2): stream each FlowBlock's ids and rates and
 // compare with the dense array of rates last told; flow records are touched
 // only for the few that moved past the threshold.
-void Allocator::queue_moved_rates() {
+void Allocator::queue_moved_rates(bool raises) {
   const double threshold = config_.threshold;
   const double to_bytes = alloc::Engine::kRateUnitBps / 8.0;
   for (std::size_t b = 0; b < engine_->num_blocks(); ++b) {
@@ -479,6 +484,7 @@ void Allocator::queue_moved_rates() {
       const std::uint64_t rate = rules::round_bytes_per_sec(r.rates[s] * to_bytes);
       const std::uint64_t sent = sent_[id];
       if (rate == sent) [[likely]] continue;  // settled flows: the common case
+      if (!raises && sent != 0 && rate > sent) continue;  // the next full pass
       if (rules::update_decision(rate, sent, threshold) == rules::Update::kSuppressed) {
         ++counters_.rate_updates_suppressed;
         continue;

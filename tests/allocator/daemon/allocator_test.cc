@@ -287,7 +287,8 @@ struct Churn {
 // With an update interval, the iterations between two passes coalesce: a
 // flow is told where its rate went rather than each step there, so the
 // same churn costs fewer rate items, and the settled rates (the pass that
-// ends a settle always goes out) are the same as without it.
+// ends a settle always goes out) are the same as without it. Cuts never
+// wait, so after every message the rates endpoints hold fit every link.
 TEST_F(AllocatorTest, AnUpdateIntervalCoalescesIterationsAndSettlesTheSame) {
   const auto churn = [&](std::uint64_t interval_us) {
     AllocatorConfig c = config();
@@ -296,8 +297,21 @@ TEST_F(AllocatorTest, AnUpdateIntervalCoalescesIterationsAndSettlesTheSame) {
     hello("a", "ep-a", "h0");
     hello("b", "ep-b", "h2");
     Churn out;
+    std::map<std::uint64_t, std::uint64_t> held;  // by key: what its endpoint holds
     const auto count = [&](const std::vector<Outgoing>& o) {
-      for (const auto& m : o) out.items += m.message.rates.size();
+      for (const auto& m : o) {
+        out.items += m.message.rates.size();
+        for (const auto& u : m.message.rates) held[u.flow_key] = u.bytes_per_sec;
+        // After every message, the rates held fit each host's links.
+        std::map<int, double> up, down;
+        for (const auto& [key, rate] : held) {
+          up[key < 100 ? 0 : 2] += static_cast<double>(rate);
+          down[1 + static_cast<int>(key % 100) % 3] += static_cast<double>(rate);
+        }
+        for (const auto* links : {&up, &down}) {
+          for (const auto& [h, sum] : *links) EXPECT_LE(sum, kGbps / 8 * 1.0001) << "host " << h;
+        }
+      }
       for (const auto& [k, v] : last_rates(o)) out.rates[k] = v;
     };
     for (std::uint32_t k = 0; k < 6; ++k) {
@@ -307,6 +321,7 @@ TEST_F(AllocatorTest, AnUpdateIntervalCoalescesIterationsAndSettlesTheSame) {
     }
     for (std::uint32_t k = 0; k < 3; ++k) {
       send("a", {wire::FlowletEnd{k}});
+      held.erase(k);
       count(settle());
     }
     EXPECT_EQ(alloc_->counters().rate_passes_deferred > 0, interval_us > 0);

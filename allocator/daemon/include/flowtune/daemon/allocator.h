@@ -476,7 +476,9 @@ class Allocator {
   // on_timer's work for one endpoint: its timeout or its lease refresh.
   void tick_endpoint(EndpointIdx idx, std::uint64_t now_us);
 
-  void queue_moved_rates();
+  // raises false: only cuts past the threshold and first rates (a pass
+  // that update_interval_us defers).
+  void queue_moved_rates(bool raises);
   // Records `rate` as what flow `id`'s holders were told, and keeps its
   // source host's sum (host pacers are told it).
   void set_sent(alloc::FlowId id, std::uint64_t rate);
