@@ -307,11 +307,15 @@ void Session::on_look(SocketRef ref, Sock& k, std::uint64_t unsent, bool writing
   // prediction is refined as the queue shrinks, in log2(drain / RTT) looks.
   // Near the end (a few bursts left) never wait more than half a burst's
   // time, so the last burst is seen; further out, halfway leaves at least
-  // two bursts for the next look. (Capping every look at half a burst made
-  // a long flowlet's looks linear in its length: 4 syscalls every ~0.3 ms
-  // at 1 Gbit/s, a tenth of a core per sending socket.)
+  // two bursts for the next look, and never more than kFarLookMaxUs, so a
+  // queue that drains far faster than its cap predicts (pacing refused by
+  // the kernel) ends at most that late. (Capping every look at half a
+  // burst made a long flowlet's looks linear in its length: 4 syscalls
+  // every ~0.3 ms at 1 Gbit/s, a tenth of a core per sending socket.)
   const std::uint64_t halfway = (drain_us - rtt_us_) / 2;
-  const std::uint64_t wait = unsent > kFarBursts * k.last_burst ? halfway : std::min(halfway, half_burst_us);
+  const std::uint64_t wait = unsent > kFarBursts * k.last_burst
+                                 ? std::min(halfway, kFarLookMaxUs)
+                                 : std::min(halfway, half_burst_us);
   k.due_us = now_us + std::max<std::uint64_t>(wait, 100);
 }
 
@@ -587,6 +591,8 @@ void Session::on_timer(std::uint64_t now_us) {
         k.state = FlowletState::kIdle;
         k.due_us = 0;
       } else if (k.key != 0) {
+        // Unpaced, a watched queue drains faster than its look predicted.
+        if (k.state == FlowletState::kWatching || k.state == FlowletState::kEndAt) look_now(ref, k);
         k.ask_backoff_us = std::max<std::uint64_t>(10 * rtt_us_, kFirstAskUs);
         k.ask_at_us = now_us;
       }

@@ -142,8 +142,10 @@ class Session {
   // How soon to look again at a socket whose write call is in progress.
   static constexpr std::uint64_t kWritingRecheckUs = 5'000;
   // A watched queue more than this many bursts from empty is looked at
-  // again halfway to its predicted drain, with no cap (see on_look).
+  // again halfway to its predicted drain (see on_look) ...
   static constexpr std::uint64_t kFarBursts = 4;
+  // ... but at most this long.
+  static constexpr std::uint64_t kFarLookMaxUs = 50'000;
   // Backoff for repeated repairs (resync, hello, rate request): doubles from
   // the first to the last, each wait jittered over its upper half.
   static constexpr std::uint64_t kMinBackoffUs = 10'000;

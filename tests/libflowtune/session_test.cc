@@ -289,9 +289,9 @@ TEST_F(SessionTest, EndIsSentInAdvanceWhenTheQueueDrainsWithinARoundTrip) {
   EXPECT_EQ(s_->stats().ends_in_advance, 2u);
 }
 
-// A long queue is looked at halfway to its predicted drain, not every half
-// burst: a 10 MB queue at 10 MB/s (1 s) takes a dozen looks to its end,
-// where a look every half burst (3.3 ms) took about 300.
+// A long queue is looked at halfway to its predicted drain (at most 50 ms
+// on), not every half burst: a 10 MB queue at 10 MB/s (1 s) takes about
+// 20 looks to its end, where a look every half burst (3.3 ms) took 306.
 TEST_F(SessionTest, ALongQueueIsLookedAtInLogarithmicallyManySteps) {
   s_->on_begin(kSock, 10'000'000, {}, now_);
   const std::uint64_t key = of<wire::Resync>(said())[0].flows[0].flow_key;
@@ -303,7 +303,7 @@ TEST_F(SessionTest, ALongQueueIsLookedAtInLogarithmicallyManySteps) {
   std::uint64_t unsent = 10'000'000;
   s_->on_unsent(kSock, unsent, now_);
   const std::uint64_t start = now_;
-  EXPECT_GT(s_->next_timer_us(), now_ + 400'000) << "the first look waits about halfway";
+  EXPECT_EQ(s_->next_timer_us(), now_ + Session::kFarLookMaxUs) << "far from the end: the cap";
   int looks = 1;
   while (of<wire::FlowletEnd>(said()).empty() && looks < 1000) {
     const std::uint64_t next = s_->next_timer_us();
@@ -316,9 +316,27 @@ TEST_F(SessionTest, ALongQueueIsLookedAtInLogarithmicallyManySteps) {
     s_->on_unsent(kSock, unsent, now_);
     ++looks;
   }
-  EXPECT_LE(looks, 20);
+  EXPECT_LE(looks, 30);
   // And the end still comes within a burst's time of the drain.
   EXPECT_NEAR(static_cast<double>(now_ - start), 1e6, 7'000);
+}
+
+// A lapsed lease removes the cap, so a watched queue drains faster than
+// its look predicted: it is looked at again at once, not at that look.
+TEST_F(SessionTest, ALapsedLeaseLooksAtAWatchedQueueAtOnce) {
+  s_->on_begin(kSock, 10'000'000, {}, now_);
+  const std::uint64_t key = of<wire::Resync>(said())[0].flows[0].flow_key;
+  s_->on_message(rates({{key, 10'000'000, 20'000}}), now_);  // a 20 ms lease
+  (void)s_->take_actions();
+  s_->on_sent(kSock, 10'000'000, now_);
+  ASSERT_EQ(s_->take_drain_queries().size(), 1u);
+  s_->on_unsent(kSock, 10'000'000, now_);
+  EXPECT_TRUE(s_->take_drain_queries().empty());
+  ASSERT_EQ(s_->state_of(kSock), FlowletState::kWatching);
+  now_ += 20'000;  // the lease ends 30 ms before the next look was due
+  s_->on_timer(now_);
+  EXPECT_EQ(s_->rate_of(kSock), 0u) << "the lease lapsed";
+  EXPECT_EQ(s_->take_drain_queries().size(), 1u) << "a look at once";
 }
 
 TEST_F(SessionTest, PiecewiseWritesAreOneFlowletThatEndsWhenTheQueueDrains) {
