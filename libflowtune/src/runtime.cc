@@ -803,7 +803,8 @@ void Runtime::arm_timer() {
     spec.it_value.tv_sec = static_cast<time_t>(in_us / 1'000'000);
     spec.it_value.tv_nsec = static_cast<long>((in_us % 1'000'000) * 1000);
   }
-  (void)timerfd_settime(timer_fd_.get(), 0, &spec, nullptr);
+  // A nap ends only by this timer: without it, sleep deeply (wake-ups on).
+  if (timerfd_settime(timer_fd_.get(), 0, &spec, nullptr) != 0) napping_ = false;
 }
 
 ft_stats Runtime::stats() const {
