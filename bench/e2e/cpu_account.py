@@ -90,8 +90,12 @@ class Round:
     def start(self):
         self.irq0 = interrupt_cpu_s()
 
-    def take_allocator(self, pid):
-        self.parts["allocator"] += process_cpu_s(pid)
+    def stop(self):
+        """The end of the round's interrupt window: call it where the
+        processes are sampled, before teardown."""
+        if self.irq0 is not None:
+            self.parts["softirq_irq"] = interrupt_cpu_s() - self.irq0
+            self.irq0 = None
 
     def take_shaper(self, pid):
         self.parts["host_shaper"] += process_cpu_s(pid) + sum(process_cpu_s(c) for c in children(pid))
@@ -108,7 +112,7 @@ class Round:
 
     def result(self, delivered_bytes):
         """Seconds per component, the total, and CPU-seconds per GB."""
-        self.parts["softirq_irq"] = interrupt_cpu_s() - self.irq0 if self.irq0 is not None else 0.0
+        self.stop()  # if the round did not
         total = sum(self.parts.values())
         gb = delivered_bytes / 1e9
         out = {"cpu_s": round(total, 3), "cpu_s_by_component": {k: round(v, 3) for k, v in self.parts.items()}}
