@@ -90,9 +90,10 @@ engine:
   --early-rates on|off       answer a flowlet's start with its rate at the current
                              prices before the turn's iteration, which corrects
                              it only if it moved past the threshold (default on)
-  --update-interval-us US    send moved rates at most this often; the iterations
-                             between coalesce, and the one that settles always
-                             sends (default 0: after every iteration)
+  --update-interval-us US    send raised rates at most this often; the iterations
+                             between coalesce, cuts and first rates go at once,
+                             and the one that settles sends all (default 0:
+                             every moved rate after every iteration)
   --headroom H               fraction of every link kept for unscheduled mice and
                              external traffic (default 0)
   --max-settle-iterations N  iterations after a change before giving up on
