@@ -98,7 +98,7 @@ std::optional<Shape> HostPacer::on_message(const wire::AllocatorMessage& m,
   // loosens the bound only by that much.
   // After a raise the tbf sits up to raise_slack above the allocation it
   // was raised for: an allocation from that one up is no cut either.
-  const bool in_band = want >= raised_for_bps_;
+  const bool in_band = raised_for_bps_ && want >= *raised_for_bps_;
   if (host_rate_ > 0 && was_rated && want < current_.bps &&
       (in_band || want >= current_.bps * (1 - c_.lower_hysteresis))) {
     return std::nullopt;
@@ -110,14 +110,14 @@ std::optional<Shape> HostPacer::on_message(const wire::AllocatorMessage& m,
     if (s) raised_for_bps_ = want;
     return s;
   }
-  raised_for_bps_ = kNoRaise;
+  raised_for_bps_.reset();
   return set(want, host_rate_ > 0, now_us);
 }
 
 std::optional<Shape> HostPacer::on_tick(std::uint64_t now_us) {
   if (now_us >= idle_at_us_) {
     idle_at_us_ = UINT64_MAX;
-    raised_for_bps_ = kNoRaise;
+    raised_for_bps_.reset();
     if (host_rate_ == 0) return set(shaping_bps(0), false, now_us);
   }
   if (!leased_ || now_us < lease_until_us_) return std::nullopt;
@@ -127,7 +127,7 @@ std::optional<Shape> HostPacer::on_tick(std::uint64_t now_us) {
   host_rate_ = 0;
   host_flows_ = 0;
   idle_at_us_ = UINT64_MAX;
-  raised_for_bps_ = kNoRaise;
+  raised_for_bps_.reset();
   return set(c_.link_bps, true, now_us);
 }
 

@@ -184,9 +184,8 @@ class HostPacer {
   Shape current_{-1, 0};  // nothing applied yet
   bool allocated_ = false;  // current_ is an allocation's shape
   // The allocation the last slack raise was for (current_ is up to
-  // raise_slack above it); kNoRaise when current_ came any other way.
-  static constexpr double kNoRaise = 1e300;
-  double raised_for_bps_ = kNoRaise;
+  // raise_slack above it); none when current_ came any other way.
+  std::optional<double> raised_for_bps_;
   std::uint64_t changed_at_us_ = UINT64_MAX;  // the last change applied; none yet
 };
 
