@@ -875,13 +875,12 @@ TEST(RelayPair, TheFirstBatchWaitsForAnActiveAnswer) {
 // Relays carry the address quotas of every endpoint behind them: over TCP
 // only the addresses the operator named may send batches.
 TEST(RelayTrust, BatchesFromAnAddressNotInRelayFromAreRefused) {
-  const int port = 20000 + ::getpid() % 20000;
-  const std::string alloc_ep = "tcp://127.0.0.1:" + std::to_string(port);
   for (const bool allowed : {false, true}) {
     DaemonProcess d;
     std::vector<std::string> args = {"--host-gbps", "0.1"};
     if (allowed) args.insert(args.end(), {"--relay-from", "10.0.0.0/8,127.0.0.1"});
-    d.start(alloc_ep, args);
+    const std::string alloc_ep = d.start_on_tcp(args);
+    ASSERT_FALSE(alloc_ep.empty());
     const std::string relay_ep = unique_endpoint();
     RelayProcess relay;
     relay.start(relay_ep, alloc_ep);

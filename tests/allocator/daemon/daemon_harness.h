@@ -130,6 +130,25 @@ class DaemonProcess {
     return false;
   }
 
+  // Starts the daemon on a loopback TCP port the kernel chose and returns
+  // its endpoint ("" when it did not come up; its log says why). The port is found by binding and releasing it; another
+  // process (a test running beside this one) may take it before the daemon
+  // binds, so a start refused with "Address already in use" takes another.
+  std::string start_on_tcp(const std::vector<std::string>& args) {
+    zmq::context_t ctx;
+    std::string ep;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      zmq::socket_t probe(ctx, zmq::socket_type::router);
+      probe.bind("tcp://127.0.0.1:*");
+      ep = probe.get(zmq::sockopt::last_endpoint);
+      probe.close();
+      if (try_start(ep, args)) return ep;
+      if (log().find("Address already in use") == std::string::npos) break;
+    }
+    ADD_FAILURE() << "allocator did not come up on " << ep << "; its stderr:\n" << log();
+    return "";
+  }
+
   // SIGTERM, then the exit status (or -1 if it had to be killed).
   int stop() {
     ::kill(pid_, SIGTERM);

@@ -61,21 +61,8 @@ TEST_F(DaemonTest, StartEndAndRateUpdatesRoundTrip) {
 }
 
 TEST_F(DaemonTest, WorksOverTcpToo) {
-  // A port from the kernel: bind, read it back, release, hand it to the
-  // daemon. Between the release and the daemon's bind another process (a
-  // test running beside this one) may take the port: then another one.
-  zmq::context_t ctx;
-  std::string ep;
-  bool up = false;
-  for (int attempt = 0; attempt < 5 && !up; ++attempt) {
-    zmq::socket_t probe(ctx, zmq::socket_type::router);
-    probe.bind("tcp://127.0.0.1:*");
-    ep = probe.get(zmq::sockopt::last_endpoint);
-    probe.close();
-    up = daemon_.try_start(ep, big_switch_args());
-    if (!up && daemon_.log().find("Address already in use") == std::string::npos) break;
-  }
-  ASSERT_TRUE(up) << "allocator did not come up on " << ep << "; its stderr:\n" << daemon_.log();
+  const std::string ep = daemon_.start_on_tcp(big_switch_args());
+  ASSERT_FALSE(ep.empty());
   Endpoint a(ep);
   a.send({wire::Hello{"ep-a", "h0"}, host_flow(1, 0, 1)});
   EXPECT_TRUE(a.wait_for_rate(1, [](auto r) { return near(r, share(1)); }, kWaitMs));
