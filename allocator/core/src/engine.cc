@@ -8,6 +8,7 @@
 #include <span>
 #include <stdexcept>
 
+#include "engine_block.h"
 #include "flowtune/common/assert.h"
 #include "kernels.h"
 #include "price_step.h"
@@ -15,17 +16,9 @@
 namespace flowtune::alloc {
 namespace {
 
-// Internal rate unit: 1 Gbit/s.
-constexpr double kUnitBps = 1e9;  // BasicEngine::kRateUnitBps
-// Local links [0, kNullSlots) of every block are null links (price 0, ratio
-// 0) that pad paths shorter than four hops, so the hot loops have no branch on
-// path length. A flow pads with slot (index % kNullSlots): with a single null
-// link every short flow would update the same accumulator, a store-to-load
-// dependency chain through memory that serializes the scatter loop.
-constexpr std::uint32_t kNullSlots = 16;
-// The least rate cap a flow's optimizer share may have (a flow whose floor is
-// its whole limit): keeps U'(cap) finite.
-constexpr double kMinCapGbps = kMinRateBps / kUnitBps;
+using detail::kNullSlots;
+using detail::kUnitBps;
+
 // The price update visits only the links in use when they are under three
 // quarters of a range (engine_bench BM_SparseVsDense: at 70% in use it is
 // still 5% faster; each costs a load of its id more than a sweep's step).
@@ -101,110 +94,6 @@ FlowSpec make_flow(const Topology& t, HostId src, HostId dst, std::uint64_t flow
   f.dst_site = t.site_of_host(dst);
   return f;
 }
-
-// One FlowBlock: its flows as a structure of arrays (slot-indexed, dense), and
-// private copies of every link its flows touch, addressed by local index.
-template <typename Real>
-struct BasicEngine<Real>::Block {
-  // Flows. path[j][s] is the local index of flow s's j-th link (null slots pad).
-  AlignedVector<detail::LocalLink> path[kMaxPathLinks];
-  AlignedVector<Real> weight;
-  AlignedVector<Real> floor_price;  // U'(cap): below it the flow would exceed cap
-  AlignedVector<Real> cap;          // limit - floor (at least kMinCapGbps), Gbit/s
-  AlignedVector<Real> limit;        // min(max rate, smallest path capacity), Gbit/s
-  AlignedVector<Real> floor;        // reserved rate added after normalization, Gbit/s
-  std::size_t floored = 0;          // slots with floor > 0
-  AlignedVector<Real> x;            // raw optimizer rate, Gbit/s
-  AlignedVector<Real> xn;           // normalized rate, Gbit/s
-  AlignedVector<Real> d;            // scratch for non-log utilities: -dx/dP
-  AlignedVector<FlowId> id;
-
-  // Local links: copies of global price and ratio, private accumulators.
-  std::vector<LinkId> local_to_global = std::vector<LinkId>(kNullSlots, 0);
-  std::vector<std::uint32_t> global_to_local;  // 0 = not present
-  AlignedVector<Real> price = AlignedVector<Real>(kNullSlots, Real{0});
-  AlignedVector<Real> ratio = AlignedVector<Real>(kNullSlots, Real{0});
-  // Σ x and Σ -dx/dP (the Hessian diagonal's share) of this block's flows.
-  AlignedVector<Acc<Real>> acc = AlignedVector<Acc<Real>>(kNullSlots, Acc<Real>{});
-
-  std::size_t size() const { return id.size(); }
-
-  // The per-slot values a flow carries when it moves (path and id aside):
-  // remove_flow and set_blocks move each of them alike.
-  static constexpr auto per_slot() {
-    return std::array{&Block::weight, &Block::floor_price, &Block::cap, &Block::limit,
-                      &Block::floor, &Block::x, &Block::xn};
-  }
-
-  // Spare capacity back to the heap (after a burst of flows has gone).
-  void shrink() {
-    for (auto& p : path) p.shrink_to_fit();
-    for (auto field : per_slot()) (this->*field).shrink_to_fit();
-    d.shrink_to_fit();
-    id.shrink_to_fit();
-  }
-
-  detail::FlowArrays<Real> arrays() {
-    return {size(),
-            {path[0].data(), path[1].data(), path[2].data(), path[3].data()},
-            weight.data(), floor_price.data(), cap.data(), x.data(), xn.data()};
-  }
-
-  // Drops the copies of links none of its flows uses any more (the flows
-  // that used them left) and numbers the rest again in order of first use
-  // along the paths. Only between iterations: the copies' values are the
-  // passes' scratch, carried over all the same. False if none went.
-  bool prune() {
-    const std::size_t n = local_to_global.size();
-    std::vector<std::uint32_t> remap(n, 0);
-    for (std::uint32_t i = 0; i < kNullSlots; ++i) remap[i] = i;
-    std::vector<LinkId> l2g(local_to_global.begin(), local_to_global.begin() + kNullSlots);
-    for (const auto& p : path) {
-      for (const detail::LocalLink loc : p) {
-        if (loc >= kNullSlots && remap[loc] == 0) {
-          remap[loc] = static_cast<std::uint32_t>(l2g.size());
-          l2g.push_back(local_to_global[loc]);
-        }
-      }
-    }
-    if (l2g.size() == n) return false;
-    for (auto& p : path) {
-      for (detail::LocalLink& loc : p) loc = static_cast<detail::LocalLink>(remap[loc]);
-    }
-    for (std::size_t loc = kNullSlots; loc < n; ++loc) global_to_local[local_to_global[loc]] = 0;
-    AlignedVector<Real> new_price(l2g.size()), new_ratio(l2g.size());
-    AlignedVector<Acc<Real>> new_acc(l2g.size());
-    for (std::size_t loc = 0; loc < n; ++loc) {
-      if (loc >= kNullSlots && remap[loc] == 0) continue;
-      new_price[remap[loc]] = price[loc];
-      new_ratio[remap[loc]] = ratio[loc];
-      new_acc[remap[loc]] = acc[loc];
-    }
-    for (std::size_t loc = kNullSlots; loc < l2g.size(); ++loc) {
-      global_to_local[l2g[loc]] = static_cast<std::uint32_t>(loc);
-    }
-    local_to_global = std::move(l2g);
-    price = std::move(new_price);
-    ratio = std::move(new_ratio);
-    acc = std::move(new_acc);
-    return true;
-  }
-
-  // l is a virtual link (layer * links + link); num_links counts them all.
-  std::uint32_t local_of(std::uint32_t l, std::size_t num_links, bool* created) {
-    if (global_to_local.size() < num_links) global_to_local.resize(num_links, 0);
-    std::uint32_t& loc = global_to_local[l];
-    if (loc == 0) {
-      loc = static_cast<std::uint32_t>(local_to_global.size());
-      local_to_global.push_back(l);
-      price.push_back(0);
-      ratio.push_back(0);
-      acc.push_back({});
-      *created = true;
-    }
-    return loc;
-  }
-};
 
 template <typename Real>
 BasicEngine<Real>::BasicEngine(std::vector<double> link_capacity_bps, std::uint32_t num_sites,
@@ -283,171 +172,12 @@ double BasicEngine<Real>::flow_bps(FlowId id, AlignedVector<Real> Block::*field)
 }
 
 template <typename Real>
-FlowError BasicEngine<Real>::check_flow(const FlowSpec& f) const {
-  if (f.path.size == 0) return FlowError::kEmptyPath;
-  if (f.path.size > kMaxPathLinks) return FlowError::kPathTooLong;
-  for (int i = 0; i < f.path.size; ++i) {
-    if (f.path.links[i] >= capacity_.size()) return FlowError::kUnknownLink;
-    for (int j = 0; j < i; ++j) {
-      if (f.path.links[j] == f.path.links[i]) return FlowError::kRepeatedLink;
-    }
-  }
-  if (FlowError e = check_limits(f.weight, f.max_bps); e != FlowError::kOk) return e;
-  if (f.src_site >= num_sites_ || f.dst_site >= num_sites_) return FlowError::kBadSite;
-  if (f.priority >= kNumClasses) return FlowError::kBadClass;
-  const Block& k = *blocks_[block_of(f)];
-  std::size_t fresh = 0;
-  const int lay = layer_of_[f.priority];
-  if (lay < 0) {
-    fresh = static_cast<std::size_t>(f.path.size);  // a class not used yet: every pair is new
-  } else {
-    for (LinkId l : f.path) {
-      const std::uint32_t v = virtual_link(static_cast<std::uint32_t>(lay), l);
-      fresh += k.global_to_local.size() <= v || k.global_to_local[v] == 0;
-    }
-  }
-  if (k.local_to_global.size() + fresh > detail::kMaxLocalLinks) return FlowError::kBlockFull;
-  return FlowError::kOk;
-}
-
-template <typename Real>
 std::uint32_t BasicEngine<Real>::block_in(std::uint32_t layout, std::uint32_t src_site,
                                           std::uint32_t dst_site) const {
   std::uint64_t nb = layout;
   std::uint64_t sb = std::uint64_t{src_site} * nb / num_sites_;
   std::uint64_t db = std::uint64_t{dst_site} * nb / num_sites_;
   return static_cast<std::uint32_t>(sb * nb + db);
-}
-
-template <typename Real>
-double BasicEngine<Real>::min_path_capacity(const Path& p) const {
-  double c = std::numeric_limits<double>::infinity();
-  for (LinkId l : p) c = std::min(c, static_cast<double>(nominal_[l]));
-  return c;
-}
-
-template <typename Real>
-Path BasicEngine<Real>::path_of(const Block& k, std::size_t s) const {
-  Path p;
-  for (const auto& hop : k.path) {
-    if (hop[s] >= kNullSlots) {
-      p.push(static_cast<LinkId>(k.local_to_global[hop[s]] % capacity_.size()));
-    }
-  }
-  return p;
-}
-
-template <typename Real>
-void BasicEngine<Real>::refresh_cap(Block& k, std::size_t s) {
-  const double cap = std::max(static_cast<double>(k.limit[s]) - static_cast<double>(k.floor[s]),
-                              kMinCapGbps);
-  k.cap[s] = static_cast<Real>(cap);
-  k.floor_price[s] = static_cast<Real>(utility_.marginal(static_cast<double>(k.weight[s]), cap));
-}
-
-template <typename Real>
-void BasicEngine<Real>::set_reserved(LinkId l, double gbps) {
-  const double nominal = static_cast<double>(nominal_[l]);
-  // Floors added and removed in any order must leave an unreserved link
-  // exactly at its capacity.
-  if (gbps < nominal * 1e-12) gbps = 0;
-  reserved_[l] = gbps;
-  capacity_[l] = static_cast<Real>(nominal - gbps);
-  inv_capacity_[l] = Real{1} / capacity_[l];
-}
-
-template <typename Real>
-FlowError BasicEngine<Real>::set_limits(FlowId id, double weight, double max_bps) {
-  const Nest nest(this);
-  record(nest.outer, Op::kLimits, id, weight, max_bps);
-  FT_ASSERT(has_flow(id), id);
-  if (FlowError e = check_limits(weight, max_bps); e != FlowError::kOk) return e;
-  const Slot& sl = slots_[id];
-  Block& k = *blocks_[sl.block];
-  double limit = min_path_capacity(path_of(k, sl.index));
-  if (max_bps > 0) limit = std::min(limit, max_bps / kUnitBps);
-  // A floor never exceeds the limit (set_floor); a lower cap takes it down.
-  if (static_cast<double>(k.floor[sl.index]) > limit) set_floor(id, limit * kUnitBps);
-  k.weight[sl.index] = static_cast<Real>(weight);
-  k.limit[sl.index] = static_cast<Real>(limit);
-  refresh_cap(k, sl.index);
-  return FlowError::kOk;
-}
-
-template <typename Real>
-bool BasicEngine<Real>::set_floor(FlowId id, double floor_bps) {
-  const Nest nest(this);
-  record(nest.outer, Op::kFloor, id, floor_bps);
-  FT_ASSERT(has_flow(id), id);
-  if (!(floor_bps >= 0) || !std::isfinite(floor_bps)) return false;
-  const Slot& sl = slots_[id];
-  Block& k = *blocks_[sl.block];
-  const double g = floor_bps / kUnitBps;
-  const double old = static_cast<double>(k.floor[sl.index]);
-  if (g > static_cast<double>(k.limit[sl.index]) * (1 + 1e-12)) return false;
-  const Path p = path_of(k, sl.index);
-  for (LinkId l : p) {
-    const double limit = static_cast<double>(nominal_[l]) * config_.max_reserved_share;
-    if (g > old && reserved_[l] - old + g > limit * (1 + 1e-12)) return false;
-  }
-  for (LinkId l : p) set_reserved(l, reserved_[l] - old + g);
-  k.floored = k.floored - (old > 0) + (g > 0);
-  k.floor[sl.index] = static_cast<Real>(g);
-  refresh_cap(k, sl.index);
-  return true;
-}
-
-template <typename Real>
-double BasicEngine<Real>::floor_bps(FlowId id) const {
-  return flow_bps(id, &Block::floor);
-}
-
-template <typename Real>
-double BasicEngine<Real>::reserved_bps(LinkId l) const {
-  FT_ASSERT(l < reserved_.size(), l);
-  return reserved_[l] * kUnitBps;
-}
-
-template <typename Real>
-FlowId BasicEngine<Real>::add_flow(const FlowSpec& f) {
-  const Nest nest(this);
-  FlowError err = check_flow(f);
-  FT_ASSERT(err == FlowError::kOk, to_string(err));
-  std::uint32_t b = block_of(f);
-  Block& k = *blocks_[b];
-
-  const std::uint32_t lay = layer(f.priority);
-  bool created = false;
-  const auto pad = static_cast<std::uint32_t>(k.size() % kNullSlots);
-  for (int j = 0; j < kMaxPathLinks; ++j) {
-    std::uint32_t loc =
-        j < f.path.size ? k.local_of(virtual_link(lay, f.path.links[j]), price_.size(), &created)
-                        : pad;
-    k.path[j].push_back(static_cast<detail::LocalLink>(loc));
-  }
-  if (created) contributions_dirty_ = true;
-  count_uses(f.path, true);
-
-  // The flow never asks for more than its cap or its smallest link; flooring
-  // its path price at U'(cap) enforces that and keeps every division finite
-  // when the path price is zero.
-  double cap = min_path_capacity(f.path);
-  if (f.max_bps > 0) cap = std::min(cap, f.max_bps / kUnitBps);
-  k.weight.push_back(static_cast<Real>(f.weight));
-  k.cap.push_back(static_cast<Real>(cap));
-  k.limit.push_back(static_cast<Real>(cap));
-  k.floor.push_back(0);
-  k.floor_price.push_back(static_cast<Real>(utility_.marginal(f.weight, cap)));
-  k.x.push_back(0);
-  k.xn.push_back(0);
-
-  const FlowId id = ids_.acquire();
-  if (id == slots_.size()) slots_.push_back({});
-  k.id.push_back(id);
-  slots_[id] = {b, static_cast<std::uint32_t>(k.size() - 1), f.src_site, f.dst_site};
-  ++live_flows_;
-  record(nest.outer, Op::kAdd, id, f.path.size, f.path.links, f.weight, f.max_bps, f.src_site, f.dst_site, f.priority);
-  return id;
 }
 
 template <typename Real>
@@ -497,96 +227,6 @@ bool BasicEngine<Real>::has_flow(FlowId id) const {
 }
 
 template <typename Real>
-void BasicEngine<Real>::remove_flow(FlowId id) {
-  const Nest nest(this);
-  record(nest.outer, Op::kRemove, id);
-  FT_ASSERT(has_flow(id), id);
-  set_floor(id, 0);  // its reservation goes with it
-  Slot s = slots_[id];
-  Block& k = *blocks_[s.block];
-  count_uses(path_of(k, s.index), false);
-  std::size_t last = k.size() - 1;
-  auto move_last = [&](auto& v) {
-    v[s.index] = v[last];
-    v.pop_back();
-  };
-  for (auto& p : k.path) move_last(p);
-  for (auto field : Block::per_slot()) move_last(k.*field);
-  if (s.index != last) slots_[k.id[last]].index = s.index;
-  move_last(k.id);
-  slots_[id].index = kFreeSlot;
-  ids_.release(id);
-  --live_flows_;
-}
-
-template <typename Real>
-void BasicEngine<Real>::compact() {
-  const Nest nest(this);
-  record(nest.outer, Op::kCompact);
-  ids_.trim();
-  slots_.resize(ids_.issued());
-  slots_.shrink_to_fit();
-  for (auto& k : blocks_) k->shrink();
-}
-
-template <typename Real>
-bool BasicEngine<Real>::set_blocks(std::uint32_t blocks) {
-  const Nest nest(this);
-  record(nest.outer, Op::kBlocks, blocks);
-  if (blocks == 0 || blocks > 64) throw std::invalid_argument("blocks must be between 1 and 64");
-  if (blocks == layout_) return true;
-  if (blocks == 1 && capacity_.size() * kNumClasses > detail::kMaxLocalLinks - kNullSlots) return false;
-  // Placed by the new count; layout_ changes only once the new blocks are
-  // whole, so a refusal or a failed allocation leaves the engine as it was.
-  const auto place = [&](const Slot& sl) { return block_in(blocks, sl.src_site, sl.dst_site); };
-  std::vector<std::unique_ptr<Block>> fresh;
-  for (std::size_t b = 0; b < std::size_t{blocks} * blocks; ++b) fresh.push_back(std::make_unique<Block>());
-  // Sized once: growing a dozen arrays flow by flow would copy each again.
-  std::vector<std::size_t> count(fresh.size(), 0);
-  for (const auto& kp : blocks_) {
-    for (FlowId id : kp->id) ++count[place(slots_[id])];
-  }
-  for (std::size_t b = 0; b < fresh.size(); ++b) {
-    Block& n = *fresh[b];
-    for (auto& p : n.path) p.reserve(count[b]);
-    for (auto field : Block::per_slot()) (n.*field).reserve(count[b]);
-    n.id.reserve(count[b]);
-    if (count[b] > 0) n.global_to_local.assign(price_.size(), 0);  // as local_of() would
-  }
-  std::vector<Slot> moved(slots_.size());
-  // Old blocks in order, slots in order: a block keeps its flows' relative
-  // order, so the sums over them do not depend on where they came from.
-  for (const auto& kp : blocks_) {
-    const Block& k = *kp;
-    for (std::size_t s = 0; s < k.size(); ++s) {
-      const Slot& sl = slots_[k.id[s]];
-      const std::uint32_t nb = place(sl);
-      Block& n = *fresh[nb];
-      bool created = false;
-      const auto pad = static_cast<std::uint32_t>(n.size() % kNullSlots);
-      for (int j = 0; j < kMaxPathLinks; ++j) {
-        const auto hop = k.path[j][s];
-        const std::uint32_t loc =
-            hop >= kNullSlots ? n.local_of(k.local_to_global[hop], price_.size(), &created) : pad;
-        n.path[j].push_back(static_cast<detail::LocalLink>(loc));
-      }
-      if (n.local_to_global.size() > detail::kMaxLocalLinks) return false;
-      for (auto field : Block::per_slot()) (n.*field).push_back((k.*field)[s]);
-      n.floored += k.floor[s] > 0;
-      n.id.push_back(k.id[s]);
-      moved[k.id[s]] = {nb, static_cast<std::uint32_t>(n.size() - 1), sl.src_site, sl.dst_site};
-    }
-  }
-  for (const auto& k : fresh) {
-    for (FlowId id : k->id) slots_[id] = moved[id];
-  }
-  blocks_ = std::move(fresh);
-  layout_ = blocks;
-  contributions_dirty_ = true;
-  return true;
-}
-
-template <typename Real>
 void BasicEngine<Real>::rebuild_contributions() {
   std::size_t nl = price_.size();  // virtual links: every layer's
   contrib_begin_.assign(nl + 1, 0);
@@ -606,20 +246,6 @@ void BasicEngine<Real>::rebuild_contributions() {
     }
   }
   contributions_dirty_ = false;
-}
-
-// A link's live flows, counted as flows come and go; the list of links in
-// use is made again before the next iteration when one started or stopped
-// being used.
-template <typename Real>
-void BasicEngine<Real>::count_uses(const Path& p, bool add) {
-  for (LinkId l : p) {
-    const bool edge = add ? uses_[l]++ == 0 : --uses_[l] == 0;
-    if (edge) {
-      used_bits_[l >> 6] ^= std::uint64_t{1} << (l & 63);
-      used_dirty_ = true;
-    }
-  }
 }
 
 // The ascending list of links in use, from the bit set. A link no flow uses
@@ -965,22 +591,6 @@ void BasicEngine<Real>::load_links(const std::uint32_t* virtual_links, std::size
     price_[virtual_links[i]] = in[2 * i];
     ratio_[virtual_links[i]] = in[2 * i + 1];
   }
-}
-
-// A journal is records of an op byte and its arguments, memcpy'd: both
-// ends are the same build (allocator/mpi's ranks run one binary). Only the
-// outermost call is recorded: remove_flow's own set_floor(id, 0) is
-// replayed by remove_flow.
-template <typename Real>
-template <typename... Args>
-void BasicEngine<Real>::record(bool outer, Op op, const Args&... args) {
-  if (journal_ == nullptr || !outer) return;
-  auto put = [this](const auto& v) {
-    const auto* b = reinterpret_cast<const std::uint8_t*>(&v);
-    journal_->insert(journal_->end(), b, b + sizeof v);
-  };
-  put(op);
-  (put(args), ...);
 }
 
 template <typename Real>
