@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flowtune/alloc/engine.h"
+#include "flowtune/alloc/engine_journal.h"
 #include "flowtune/alloc/mpi_driver.h"
 #include "flowtune/alloc/topology.h"
 #include "workload.h"
@@ -36,6 +37,7 @@ using flowtune::alloc::Engine;
 using flowtune::alloc::EngineConfig;
 using flowtune::alloc::Exchange;
 using flowtune::alloc::FlowSpec;
+using flowtune::alloc::JournaledEngine;
 using flowtune::alloc::MpiDriver;
 using flowtune::alloc::Topology;
 using flowtune::alloc::TwoTierSpec;
@@ -204,7 +206,7 @@ nlohmann::json measure_mirror(const Options& o, std::uint32_t hosts, std::uint32
   const Topology t = make_topology(hosts);
   EngineConfig cfg;
   cfg.blocks = o.blocks;
-  Engine e(t.capacities_bps(), t.num_sites(), cfg);
+  JournaledEngine<double> e(t.capacities_bps(), t.num_sites(), cfg);
   const std::vector<FlowSpec> specs = flowtune::bench::random_host_pairs(t, flows, 42);
   std::vector<flowtune::alloc::FlowId> ids;
   for (const FlowSpec& f : specs) ids.push_back(e.add_flow(f));

@@ -206,8 +206,6 @@ double BasicEngine<Real>::price(LinkId l, std::uint8_t c) const {
 
 template <typename Real>
 void BasicEngine<Real>::set_price(LinkId l, double p, std::uint8_t c) {
-  const Nest nest(this);
-  record(nest.outer, Op::kPrice, l, p, c);
   FT_ASSERT(l < capacity_.size(), l);
   price_[virtual_link(layer(c), l)] = static_cast<Real>(p);
 }
@@ -591,62 +589,6 @@ void BasicEngine<Real>::load_links(const std::uint32_t* virtual_links, std::size
     price_[virtual_links[i]] = in[2 * i];
     ratio_[virtual_links[i]] = in[2 * i + 1];
   }
-}
-
-template <typename Real>
-bool BasicEngine<Real>::replay(const std::uint8_t* data, std::size_t size) {
-  std::size_t at = 0;
-  auto get = [&](auto& v) {
-    if (size - at < sizeof v) return false;
-    std::memcpy(&v, data + at, sizeof v);
-    at += sizeof v;
-    return true;
-  };
-  while (at < size) {
-    Op op;
-    if (!get(op)) return false;
-    FlowId id = 0;
-    double a = 0, b = 0;
-    std::uint32_t u = 0;
-    std::uint8_t c = 0;
-    switch (op) {
-      case Op::kAdd: {
-        FlowSpec f;
-        if (!get(id) || !get(f.path.size) || !get(f.path.links) || !get(f.weight) || !get(f.max_bps) ||
-            !get(f.src_site) || !get(f.dst_site) || !get(f.priority)) {
-          return false;
-        }
-        if (check_flow(f) != FlowError::kOk || add_flow(f) != id) return false;
-        break;
-      }
-      case Op::kRemove:
-        if (!get(id) || !has_flow(id)) return false;
-        remove_flow(id);
-        break;
-      case Op::kLimits:
-        if (!get(id) || !get(a) || !get(b) || !has_flow(id)) return false;
-        (void)set_limits(id, a, b);
-        break;
-      case Op::kFloor:
-        if (!get(id) || !get(a) || !has_flow(id)) return false;
-        (void)set_floor(id, a);
-        break;
-      case Op::kPrice:
-        if (!get(u) || !get(a) || !get(c) || u >= capacity_.size() || c >= kNumClasses) return false;
-        set_price(u, a, c);
-        break;
-      case Op::kCompact:
-        compact();
-        break;
-      case Op::kBlocks:
-        if (!get(u) || u == 0 || u > 64) return false;
-        (void)set_blocks(u);
-        break;
-      default:
-        return false;
-    }
-  }
-  return true;
 }
 
 template <typename Real>

@@ -135,20 +135,4 @@ struct BasicEngine<Real>::Block {
   }
 };
 
-// A journal is records of an op byte and its arguments, memcpy'd: both
-// ends are the same build (allocator/mpi's ranks run one binary). Only the
-// outermost call is recorded: remove_flow's own set_floor(id, 0) is
-// replayed by remove_flow.
-template <typename Real>
-template <typename... Args>
-void BasicEngine<Real>::record(bool outer, Op op, const Args&... args) {
-  if (journal_ == nullptr || !outer) return;
-  auto put = [this](const auto& v) {
-    const auto* b = reinterpret_cast<const std::uint8_t*>(&v);
-    journal_->insert(journal_->end(), b, b + sizeof v);
-  };
-  put(op);
-  (put(args), ...);
-}
-
 }  // namespace flowtune::alloc

@@ -88,8 +88,6 @@ void BasicEngine<Real>::set_reserved(LinkId l, double gbps) {
 
 template <typename Real>
 FlowError BasicEngine<Real>::set_limits(FlowId id, double weight, double max_bps) {
-  const Nest nest(this);
-  record(nest.outer, Op::kLimits, id, weight, max_bps);
   FT_ASSERT(has_flow(id), id);
   if (FlowError e = check_limits(weight, max_bps); e != FlowError::kOk) return e;
   const Slot& sl = slots_[id];
@@ -106,8 +104,6 @@ FlowError BasicEngine<Real>::set_limits(FlowId id, double weight, double max_bps
 
 template <typename Real>
 bool BasicEngine<Real>::set_floor(FlowId id, double floor_bps) {
-  const Nest nest(this);
-  record(nest.outer, Op::kFloor, id, floor_bps);
   FT_ASSERT(has_flow(id), id);
   if (!(floor_bps >= 0) || !std::isfinite(floor_bps)) return false;
   const Slot& sl = slots_[id];
@@ -140,7 +136,6 @@ double BasicEngine<Real>::reserved_bps(LinkId l) const {
 
 template <typename Real>
 FlowId BasicEngine<Real>::add_flow(const FlowSpec& f) {
-  const Nest nest(this);
   FlowError err = check_flow(f);
   FT_ASSERT(err == FlowError::kOk, to_string(err));
   std::uint32_t b = block_of(f);
@@ -176,14 +171,11 @@ FlowId BasicEngine<Real>::add_flow(const FlowSpec& f) {
   k.id.push_back(id);
   slots_[id] = {b, static_cast<std::uint32_t>(k.size() - 1), f.src_site, f.dst_site};
   ++live_flows_;
-  record(nest.outer, Op::kAdd, id, f.path.size, f.path.links, f.weight, f.max_bps, f.src_site, f.dst_site, f.priority);
   return id;
 }
 
 template <typename Real>
 void BasicEngine<Real>::remove_flow(FlowId id) {
-  const Nest nest(this);
-  record(nest.outer, Op::kRemove, id);
   FT_ASSERT(has_flow(id), id);
   set_floor(id, 0);  // its reservation goes with it
   Slot s = slots_[id];
@@ -205,8 +197,6 @@ void BasicEngine<Real>::remove_flow(FlowId id) {
 
 template <typename Real>
 void BasicEngine<Real>::compact() {
-  const Nest nest(this);
-  record(nest.outer, Op::kCompact);
   ids_.trim();
   slots_.resize(ids_.issued());
   slots_.shrink_to_fit();
@@ -215,8 +205,6 @@ void BasicEngine<Real>::compact() {
 
 template <typename Real>
 bool BasicEngine<Real>::set_blocks(std::uint32_t blocks) {
-  const Nest nest(this);
-  record(nest.outer, Op::kBlocks, blocks);
   if (blocks == 0 || blocks > 64) throw std::invalid_argument("blocks must be between 1 and 64");
   if (blocks == layout_) return true;
   if (blocks == 1 && capacity_.size() * kNumClasses > detail::kMaxLocalLinks - kNullSlots) return false;

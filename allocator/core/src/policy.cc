@@ -201,8 +201,8 @@ DeadlineState PolicyBook::deadline_state(FlowId id) const {
   return entries_[id].state;
 }
 
-template <typename Real>
-void PolicyBook::reweigh(BasicEngine<Real>& engine, Tenant& t) {
+template <typename E>
+void PolicyBook::reweigh(E& engine, Tenant& t) {
   t.dirty = false;
   double sum = 0;
   for (FlowId id : t.members) sum += entries_[id].p.weight;
@@ -235,8 +235,8 @@ void PolicyBook::reweigh(BasicEngine<Real>& engine, Tenant& t) {
 // flow loses it. Measured in the testbed (bench/e2e/run deadlines), floors
 // re-planned down from the estimate left transfers at about 0.8 of their
 // floor; a plan could drop a floor to 0 with half the bytes still to go.
-template <typename Real>
-void PolicyBook::replan(BasicEngine<Real>& engine, std::uint64_t now_us) {
+template <typename E>
+void PolicyBook::replan(E& engine, std::uint64_t now_us) {
   replan_ = false;
   ++counters_.replans;
   for (FlowId id : floored_) {
@@ -295,8 +295,8 @@ void PolicyBook::replan(BasicEngine<Real>& engine, std::uint64_t now_us) {
   if (coflow_.policy != CoflowPolicy::kNone && !coflow_flows_.empty()) plan_coflows(engine, now_us);
 }
 
-template <typename Real>
-void PolicyBook::advance(const BasicEngine<Real>& engine, FlowId id, Entry& e,
+template <typename E>
+void PolicyBook::advance(const E& engine, FlowId id, Entry& e,
                          std::uint64_t now_us) {
   const double bytes_per_us = engine.rate_bps(id) / 8 * 1e-6;
   if (e.reported_sent >= 0) {
@@ -321,8 +321,8 @@ void PolicyBook::advance(const BasicEngine<Real>& engine, FlowId id, Entry& e,
 // ids use the other 63). A flow without a size, or one the estimate says
 // has sent it all (the estimate runs ahead of a flow that sends less than
 // its rate), is not ordered: it shares the rest.
-template <typename Real>
-void PolicyBook::plan_coflows(BasicEngine<Real>& engine, std::uint64_t now_us) {
+template <typename E>
+void PolicyBook::plan_coflows(E& engine, std::uint64_t now_us) {
   constexpr std::uint64_t kOwn = std::uint64_t{1} << 63;
   constexpr double kUnknown = std::numeric_limits<double>::infinity();
   ++counters_.coflow_plans;
@@ -355,8 +355,8 @@ void PolicyBook::plan_coflows(BasicEngine<Real>& engine, std::uint64_t now_us) {
   }
 }
 
-template <typename Real>
-void PolicyBook::apply(BasicEngine<Real>& engine, std::uint64_t now_us) {
+template <typename E>
+void PolicyBook::apply(E& engine, std::uint64_t now_us) {
   for (TenantId t : dirty_tenants_) reweigh(engine, tenants_[t]);
   dirty_tenants_.clear();
   // A deadline passing also re-plans: an overdue flow must not keep its floor.
@@ -365,5 +365,7 @@ void PolicyBook::apply(BasicEngine<Real>& engine, std::uint64_t now_us) {
 
 template void PolicyBook::apply(BasicEngine<float>&, std::uint64_t);
 template void PolicyBook::apply(BasicEngine<double>&, std::uint64_t);
+template void PolicyBook::apply(JournaledEngine<float>&, std::uint64_t);
+template void PolicyBook::apply(JournaledEngine<double>&, std::uint64_t);
 
 }  // namespace flowtune::alloc

@@ -77,9 +77,9 @@ Allocator::Allocator(Network network, const AllocatorConfig& config, std::uint64
                            config_.coflow_aging_s);  // validated above
   set_policy(config_.policy);
   try {
-    engine_ = std::make_unique<alloc::Engine>(scheduled_capacities(network_, config_),
-                                              network_.topology().num_sites(),
-                                              engine_config(config_));
+    engine_ = std::make_unique<alloc::JournaledEngine<double>>(
+        scheduled_capacities(network_, config_), network_.topology().num_sites(),
+        engine_config(config_));
   } catch (const std::invalid_argument& e) {
     throw ConfigError(std::string("engine: ") + e.what());
   }

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "flowtune/alloc/engine_journal.h"
+
 namespace flowtune::alloc {
 
 const char* to_string(Exchange x) {
@@ -808,7 +810,7 @@ bool MpiDriver::follow(BasicEngine<Real>& e) {
     if (n == kFinish) return intact;
     journal.resize(n);
     if (n > 0) check(MPI_Bcast(journal.data(), static_cast<int>(n), MPI_BYTE, 0, m.comm), "Bcast");
-    if (intact && !e.replay(journal.data(), journal.size())) intact = false;
+    if (intact && !replay_journal(e, journal.data(), journal.size())) intact = false;
     // A broken mirror still takes part (the collectives must meet), and says so.
     iterate(e);
     gather_rates(e, intact, n > 0);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "flowtune/alloc/engine.h"
+#include "flowtune/alloc/engine_journal.h"
 #include "flowtune/alloc/topology.h"
 
 namespace flowtune::alloc {
@@ -332,7 +333,7 @@ void mirror(std::uint32_t blocks, std::uint64_t seed, Exchange x, double gather 
   MpiDriver driver(MPI_COMM_WORLD, x);
   driver.set_gather_threshold(gather);
   driver.set_link_sites(t.link_sites());
-  BasicEngine<Real> e(t.capacities_bps(), t.num_sites(), cfg);
+  JournaledEngine<Real> e(t.capacities_bps(), t.num_sites(), cfg);
   // rel: 0 where the exchange adds the sums in the engine's order.
   auto off = [rel](double got, double want) {
     return rel == 0 ? got != want : std::fabs(got - want) > rel * std::fabs(want);
@@ -451,7 +452,7 @@ TEST(MpiMirror, RankZeroHoldsEveryRateToRoundingOverTheDiagonalExchange) {
 TEST(EngineJournal, ARecordThatDoesNotComeOutTheSameStopsTheReplay) {
   const Topology t = two_tier_6x6x3();
   EngineConfig cfg;
-  BasicEngine<double> a(t.capacities_bps(), t.num_sites(), cfg), b(t.capacities_bps(), t.num_sites(), cfg);
+  JournaledEngine<double> a(t.capacities_bps(), t.num_sites(), cfg), b(t.capacities_bps(), t.num_sites(), cfg);
   std::vector<std::uint8_t> j;
   a.set_journal(&j);
   std::mt19937_64 rng(7);
@@ -459,7 +460,7 @@ TEST(EngineJournal, ARecordThatDoesNotComeOutTheSameStopsTheReplay) {
   (void)a.add_flow(f);
   (void)b.add_flow(f);  // b is no longer a mirror: the same add gets id 1 there
   EXPECT_FALSE(b.replay(j.data(), j.size()));
-  BasicEngine<double> c(t.capacities_bps(), t.num_sites(), cfg);
+  JournaledEngine<double> c(t.capacities_bps(), t.num_sites(), cfg);
   EXPECT_TRUE(c.replay(j.data(), j.size()));
   EXPECT_EQ(c.num_flows(), 1u);
   EXPECT_FALSE(c.replay(j.data(), j.size() - 1));  // cut short

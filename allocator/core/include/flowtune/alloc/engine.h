@@ -307,16 +307,9 @@ class BasicEngine {
   }
 
   // ---- Mirrors: engines in other processes that hold the same flows
-  // (allocator/mpi, flowtune-allocator --mpi). With a journal set, every
-  // change (add_flow, remove_flow, set_limits, set_floor, set_price,
-  // compact, set_blocks) is appended to it; replay() makes the same
-  // changes on an engine built alike (same links, sites, config), which
-  // then holds the same flows under the same ids. Records are raw bytes of
-  // this build: for processes of one binary. replay() is false, stopping
-  // there, at a record it cannot read or one that does not come out the
-  // same (an add that would get another id).
-  void set_journal(std::vector<std::uint8_t>* journal) { journal_ = journal; }
-  bool replay(const std::uint8_t* data, std::size_t size);
+  // (allocator/mpi, flowtune-allocator --mpi). The changes travel as a
+  // journal (engine_journal.h); the rates computed elsewhere are loaded
+  // here.
   // Block b's raw and normalized rates (block_size(b) each), out and in:
   // the process that computed a block hands its rates to one that did not.
   void copy_block_rates(std::size_t b, Real* x, Real* xn) const;
@@ -378,21 +371,6 @@ class BasicEngine {
   void refresh_cap(Block& k, std::size_t s);
   void set_reserved(LinkId l, double gbps);
 
-  enum class Op : std::uint8_t { kAdd = 1, kRemove, kLimits, kFloor, kPrice, kCompact, kBlocks };
-  template <typename... Args>
-  void record(bool outer, Op op, const Args&... args);
-  // A change's depth: calls a change makes of other changes are not recorded.
-  struct Nest {
-    explicit Nest(BasicEngine* e) : engine(e), outer(e->nest_++ == 0) {}
-    ~Nest() { --engine->nest_; }
-    Nest(const Nest&) = delete;
-    Nest& operator=(const Nest&) = delete;
-    BasicEngine* engine;
-    bool outer;
-  };
-  int nest_ = 0;
-
-  std::vector<std::uint8_t>* journal_ = nullptr;
   EngineConfig config_;
   std::uint32_t layout_;  // blocks per side now (set_blocks)
   AlphaFair utility_;

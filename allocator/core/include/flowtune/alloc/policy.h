@@ -34,6 +34,7 @@
 
 #include "flowtune/alloc/coflow.h"
 #include "flowtune/alloc/engine.h"
+#include "flowtune/alloc/engine_journal.h"
 
 namespace flowtune::alloc {
 
@@ -129,9 +130,10 @@ class PolicyBook {
   }
   // Rewrites weights and caps of changed tenants, and re-plans floors if a
   // flow with a guarantee or deadline came or went or a planned deadline has
-  // passed. Call between iterations.
-  template <typename Real>
-  void apply(BasicEngine<Real>& engine, std::uint64_t now_us);
+  // passed. Call between iterations. E: a BasicEngine or a JournaledEngine
+  // (whose changes are then journaled).
+  template <typename E>
+  void apply(E& engine, std::uint64_t now_us);
 
   DeadlineState deadline_state(FlowId id) const;
   // When apply() must next run although nothing came or went: the earliest
@@ -167,15 +169,15 @@ class PolicyBook {
     std::uint32_t coflow_pos = 0;  // in coflow_flows_
   };
   // Advances e's estimated bytes sent to now_us at its current rate.
-  template <typename Real>
-  void advance(const BasicEngine<Real>& engine, FlowId id, Entry& e, std::uint64_t now_us);
-  template <typename Real>
-  void plan_coflows(BasicEngine<Real>& engine, std::uint64_t now_us);
+  template <typename E>
+  void advance(const E& engine, FlowId id, Entry& e, std::uint64_t now_us);
+  template <typename E>
+  void plan_coflows(E& engine, std::uint64_t now_us);
   void mark(TenantId t);
-  template <typename Real>
-  void reweigh(BasicEngine<Real>& engine, Tenant& t);
-  template <typename Real>
-  void replan(BasicEngine<Real>& engine, std::uint64_t now_us);
+  template <typename E>
+  void reweigh(E& engine, Tenant& t);
+  template <typename E>
+  void replan(E& engine, std::uint64_t now_us);
 
   double margin_;
   TenantSpec default_spec_;
@@ -198,5 +200,7 @@ class PolicyBook {
 
 extern template void PolicyBook::apply(BasicEngine<float>&, std::uint64_t);
 extern template void PolicyBook::apply(BasicEngine<double>&, std::uint64_t);
+extern template void PolicyBook::apply(JournaledEngine<float>&, std::uint64_t);
+extern template void PolicyBook::apply(JournaledEngine<double>&, std::uint64_t);
 
 }  // namespace flowtune::alloc

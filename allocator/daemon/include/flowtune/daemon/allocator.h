@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "flowtune/alloc/engine.h"
+#include "flowtune/alloc/engine_journal.h"
 #include "flowtune/alloc/parallel.h"
 #include "flowtune/alloc/policy.h"
 #include "flowtune/common/id_free_list.h"
@@ -504,7 +505,9 @@ class Allocator {
   bool active_ = true;
   std::string standby_text_;
   Log* log_;
-  std::unique_ptr<alloc::Engine> engine_;
+  // Its changes (every call to a mutator made here and in the policy) go
+  // to journal_ with iterate_elsewhere, for the mirrors to replay.
+  std::unique_ptr<alloc::JournaledEngine<double>> engine_;
   std::vector<std::uint8_t> journal_;  // the engine's changes, with iterate_elsewhere
   std::unique_ptr<alloc::ParallelDriver> driver_;
 

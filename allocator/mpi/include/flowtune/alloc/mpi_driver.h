@@ -120,8 +120,8 @@ class MpiDriver {
   std::uint64_t solve(BasicEngine<Real>& e, std::uint64_t max_iterations);
 
   // Mirrors (flowtune-allocator --mpi): every rank's engine holds every
-  // flow, rank 0's changes replayed from its journal (BasicEngine::
-  // set_journal), each rank iterates its own blocks, and rank 0 gathers
+  // flow, rank 0's changes replayed from its journal (a JournaledEngine's,
+  // engine_journal.h), each rank iterates its own blocks, and rank 0 gathers
   // the other blocks' rates, so its engine answers for every flow.
   // lead() on rank 0: sends the journal (then cleared), iterates with the
   // others and gathers their rates. follow() on every other rank: replays
