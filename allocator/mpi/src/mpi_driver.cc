@@ -92,13 +92,7 @@ void MpiDriver::iterate(BasicEngine<Real>& e) {
 
 template <typename Real>
 std::uint64_t MpiDriver::solve(BasicEngine<Real>& e, std::uint64_t max_iterations) {
-  std::uint64_t n = 0;
-  while (n < max_iterations) {
-    iterate(e);
-    ++n;
-    if (e.stats().converged) break;  // the same on every rank: stats are global
-  }
-  return n;
+  return iterate_until_converged(e, max_iterations, [this](BasicEngine<Real>& x) { iterate(x); });
 }
 
 template void MpiDriver::iterate(BasicEngine<float>&);

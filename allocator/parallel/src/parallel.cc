@@ -246,13 +246,7 @@ void ParallelDriver::iterate_team(BasicEngine<Real>& e) {
 
 template <typename Real>
 std::uint64_t ParallelDriver::solve(BasicEngine<Real>& e, std::uint64_t max_iterations) {
-  std::uint64_t n = 0;
-  while (n < max_iterations) {
-    iterate(e);
-    ++n;
-    if (e.stats().converged) break;
-  }
-  return n;
+  return iterate_until_converged(e, max_iterations, [this](BasicEngine<Real>& x) { iterate(x); });
 }
 
 template void ParallelDriver::iterate(BasicEngine<float>&);

@@ -419,17 +419,24 @@ class BasicEngine {
 extern template class BasicEngine<float>;
 extern template class BasicEngine<double>;
 
-// iterate() until the engine's stats say converged or max_iterations ran;
-// returns the iterations run (any engine with iterate() and stats()).
-template <typename E>
-std::uint64_t iterate_until_converged(E& engine, std::uint64_t max_iterations) {
+// iterate(engine) until the engine's stats say converged or max_iterations
+// ran; returns the iterations run. A driver passes its own iteration
+// (allocator/parallel, allocator/mpi: there every rank sees the same
+// stats); without one, engine.iterate() (any engine with iterate() and
+// stats()).
+template <typename E, typename Iterate>
+std::uint64_t iterate_until_converged(E& engine, std::uint64_t max_iterations, Iterate&& iterate) {
   std::uint64_t n = 0;
   while (n < max_iterations) {
-    engine.iterate();
+    iterate(engine);
     ++n;
     if (engine.stats().converged) break;
   }
   return n;
+}
+template <typename E>
+std::uint64_t iterate_until_converged(E& engine, std::uint64_t max_iterations) {
+  return iterate_until_converged(engine, max_iterations, [](E& x) { x.iterate(); });
 }
 
 // The precision the daemon and tools use (chosen by measurement: docs/engine.md).
