@@ -114,13 +114,40 @@ class CoflowPlanner {
     std::uint32_t begin, end;  // in by_coflow_
   };
   void group(std::span<const CoflowFlow> flows, double aging_s);
+  // plan()'s steps: each group's key, then the ordered rates in key order.
+  void key_groups(const CoflowConfig& c, std::span<const CoflowFlow> flows);
+  void serve_in_order(const CoflowConfig& c, std::span<const CoflowFlow> flows,
+                      std::vector<double>& ordered);
+  static bool sized(const CoflowFlow& f);
+  double bottleneck(std::span<const CoflowFlow> flows, const Group& g, const std::vector<double>& cap);
+  void clear_load();
+  std::span<const std::uint32_t> sized_members(std::span<const CoflowFlow> flows, const Group& g);
   // kBssi: sets each sized group's key to its place in the order; false
   // (keys untouched) past kMaxBssiCoflows.
   bool order_bssi(std::span<const CoflowFlow> flows);
+  // order_bssi()'s steps: each coflow's work per link (returns how many
+  // coflows have some), that work indexed by link, and the placement.
+  std::size_t measure_work(std::span<const CoflowFlow> flows);
+  void index_work();
+  void place_from_the_back(std::size_t unplaced);
   // Water-fills `members` (flow indices) on cap (bits/s, consumed), adding
   // to rates.
   void fill(std::span<const CoflowFlow> flows, std::span<const std::uint32_t> members,
             std::vector<double>& cap, std::vector<double>& rates);
+  // fill()'s steps: the local links and their members; progressive
+  // filling by scanning the links or by a heap of their fill levels.
+  std::size_t index_links(std::span<const CoflowFlow> flows, std::span<const std::uint32_t> members,
+                          const std::vector<double>& cap, const std::vector<double>& rates);
+  void fill_by_scan(std::span<const CoflowFlow> flows, std::span<const std::uint32_t> members,
+                    std::vector<double>& rates);
+  void fill_by_heap(std::span<const CoflowFlow> flows, std::span<const std::uint32_t> members,
+                    std::vector<double>& rates);
+  template <typename Fn>
+  void each_link(std::span<const CoflowFlow> flows, std::span<const std::uint32_t> members,
+                 std::uint32_t k, Fn&& fn) const;
+  template <typename Fn>
+  void freeze(std::span<const CoflowFlow> flows, std::span<const std::uint32_t> members,
+              std::uint32_t k, double level, std::vector<double>& rates, Fn&& touch);
 
   std::vector<std::uint32_t> by_coflow_;  // flow indices grouped by coflow
   std::vector<Group> groups_;
