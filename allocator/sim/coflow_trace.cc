@@ -190,13 +190,15 @@ void equal_shares(const std::vector<double>& cap, const std::vector<alloc::Coflo
 
 }  // namespace
 
-CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig& c) {
-  if (const std::string why = check(c); !why.empty()) throw std::invalid_argument(why);
-  const auto wall0 = std::chrono::steady_clock::now();
-  const double port_bps = c.port_gbps * 1e9;
+namespace {
+
+// The trace's first coflows (c.max_coflows), expanded, with arrivals scaled
+// (c.time_scale); those with no flow left out and counted. Sets the
+// offered load.
+std::vector<Expanded> expand_all(const CoflowTrace& trace, const CoflowSimConfig& c, double port_bps,
+                                 CoflowSimResult& r) {
   const std::size_t n = c.max_coflows ? std::min(c.max_coflows, trace.coflows.size())
                                       : trace.coflows.size();
-  CoflowSimResult r;
   std::vector<Expanded> all;
   all.reserve(n);
   double bytes = 0, first = 0, last = 0;
@@ -213,16 +215,10 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
     all.push_back(std::move(e));
   }
   if (last > first) r.offered_load = 8 * bytes / (trace.ports * port_bps * (last - first));
+  return all;
+}
 
-  if (c.policy == "offline") {
-    for (auto& e : all) {
-      e.out.cct_s = e.out.bound_s;
-      r.coflows.push_back(e.out);
-    }
-    r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-    return r;
-  }
-
+alloc::CoflowConfig planner_config(const CoflowSimConfig& c) {
   alloc::CoflowConfig pc;
   pc.policy = c.policy == "stf"    ? alloc::CoflowPolicy::kStf
               : c.policy == "sebf" ? alloc::CoflowPolicy::kSebf
@@ -230,27 +226,52 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
                                    : alloc::CoflowPolicy::kNone;
   pc.ordered_share = c.ordered_share;
   pc.aging_s = c.aging_s;
-  const std::vector<double> cap(2 * static_cast<std::size_t>(trace.ports), port_bps);
+  return pc;
+}
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// An online replay: coflows arrive, their flows get rates from the
+// policy, and the clock moves to the next arrival or end.
+struct Replay {
+  const CoflowSimConfig& c;
+  std::vector<Expanded>& all;
+  CoflowSimResult& r;
+  alloc::CoflowConfig pc;
+  std::vector<double> cap;
   alloc::CoflowPlanner planner;
   // pf-engine: the allocator's own engine (NED + F-NORM, log utility) solved
   // to its tolerance at every event, from the last event's prices.
   std::unique_ptr<alloc::Engine> engine;
-  if (c.policy == "pf-engine") {
-    alloc::EngineConfig ec;
-    engine = std::make_unique<alloc::Engine>(cap, 1, ec);
-  }
   std::vector<alloc::FlowId> engine_id;  // beside flows
   // Active flows stay grouped by coflow in arrival order (ends compact them
   // in place), so the planner's grouping finds them sorted.
   std::vector<alloc::CoflowFlow> flows;
   std::vector<std::uint32_t> owner;  // index into all
-  std::vector<std::uint32_t> left(all.size(), 0);
+  std::vector<std::uint32_t> left;
   std::vector<double> rates;
   std::vector<std::uint32_t> per_link;
   double t = 0;
   std::size_t next = 0;
-  const double kInf = std::numeric_limits<double>::infinity();
-  while (next < all.size() || !flows.empty()) {
+
+  Replay(const CoflowSimConfig& config, std::vector<Expanded>& coflows, CoflowSimResult& result,
+         std::uint32_t ports, double port_bps)
+      : c(config),
+        all(coflows),
+        r(result),
+        pc(planner_config(config)),
+        cap(2 * static_cast<std::size_t>(ports), port_bps),
+        left(coflows.size(), 0) {
+    if (c.policy == "pf-engine") {
+      alloc::EngineConfig ec;
+      engine = std::make_unique<alloc::Engine>(cap, 1, ec);
+    }
+  }
+
+  bool done() const { return next >= all.size() && flows.empty(); }
+
+  // The coflows that have arrived by t (by the next arrival when idle).
+  void admit() {
     if (flows.empty()) t = std::max(t, all[next].out.arrival_s);
     while (next < all.size() && all[next].out.arrival_s <= t) {
       for (const auto& f : all[next].flows) {
@@ -265,6 +286,9 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
       left[next] = static_cast<std::uint32_t>(all[next].flows.size());
       ++next;
     }
+  }
+
+  void allocate() {
     if (c.policy == "fair") {
       equal_shares(cap, flows, per_link, rates);
     } else if (engine) {
@@ -279,13 +303,21 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
       planner.backfill(cap, flows, rates);
     }
     ++r.events;
+  }
+
+  // Time to the next arrival or flow end.
+  double step() const {
     double dt = next < all.size() ? all[next].out.arrival_s - t : kInf;
     for (std::size_t i = 0; i < flows.size(); ++i) {
       if (rates[i] > 0) dt = std::min(dt, 8 * flows[i].remaining_bytes / rates[i]);
     }
     if (!(dt < kInf)) throw std::logic_error("coflow replay: no flow can progress");
-    // Flows that end within batch_s after the next end end now, each at its
-    // own time.
+    return dt;
+  }
+
+  // Moves the clock by dt. Flows that end within batch_s after the next end
+  // end now, each at its own time.
+  void advance(double dt) {
     const double horizon = dt + c.batch_s;
     std::size_t w = 0;
     for (std::size_t i = 0; i < flows.size(); ++i) {
@@ -312,6 +344,32 @@ CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig
     owner.resize(w);
     if (engine) engine_id.resize(w);
     t += dt;
+  }
+};
+
+}  // namespace
+
+CoflowSimResult simulate_coflows(const CoflowTrace& trace, const CoflowSimConfig& c) {
+  if (const std::string why = check(c); !why.empty()) throw std::invalid_argument(why);
+  const auto wall0 = std::chrono::steady_clock::now();
+  const double port_bps = c.port_gbps * 1e9;
+  CoflowSimResult r;
+  std::vector<Expanded> all = expand_all(trace, c, port_bps, r);
+
+  if (c.policy == "offline") {
+    for (auto& e : all) {
+      e.out.cct_s = e.out.bound_s;
+      r.coflows.push_back(e.out);
+    }
+    r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    return r;
+  }
+
+  Replay replay(c, all, r, trace.ports, port_bps);
+  while (!replay.done()) {
+    replay.admit();
+    replay.allocate();
+    replay.advance(replay.step());
   }
   std::sort(r.coflows.begin(), r.coflows.end(),
             [](const CoflowOutcome& a, const CoflowOutcome& b) { return a.id < b.id; });

@@ -248,70 +248,59 @@ void write_text(const std::string& path, const std::string& text) {
   if (!out) throw std::runtime_error("cannot write '" + path + "': " + std::strerror(errno));
 }
 
-int cmd_run(int argc, char** argv) {
-  flowtune::sim::SimConfig c;
-  std::string out_file;
-  bool progress = stderr_is_tty();
-  for (auto args = command_args(argc, argv); args.next();) {
-    std::string_view a = args.arg();
-    if (a == "--racks") {
-      c.topology.racks = parse_u32(args);
-    } else if (a == "--hosts-per-rack") {
-      c.topology.hosts_per_rack = parse_u32(args);
-    } else if (a == "--spines") {
-      c.topology.spines = parse_u32(args);
-    } else if (a == "--host-gbps") {
-      c.topology.host_link_bps = args.number() * 1e9;
-    } else if (a == "--workload") {
-      c.workload = args.value();
-    } else if (a == "--load") {
-      c.load = args.number();
-    } else if (a == "--class0") {
-      c.tagged_fraction = args.number();
-      c.tagged_class0 = true;
-    } else if (a == "--warmup-ms") {
-      c.warmup_s = args.number() / 1e3;
-    } else if (a == "--duration-ms") {
-      c.duration_s = args.number() / 1e3;
-    } else if (a == "--iteration-us") {
-      c.iteration_s = args.number() / 1e6;
-    } else if (a == "--engine") {
-      const std::string_view e = args.value();
-      if (e != "general" && e != "clos") usage_error("--engine must be general or clos, got '" + std::string(e) + "'");
-      c.clos_engine = e == "clos";
-    } else if (a == "--algorithm") {
-      c.algorithm = parse_algorithm(args.value());
-    } else if (a == "--norm") {
-      c.normalizer = parse_norm(args.value());
-    } else if (a == "--gamma") {
-      c.gamma = args.number();
-    } else if (a == "--step") {
-      c.gradient_step = args.number();
-    } else if (a == "--threshold") {
-      c.threshold = args.number();
-    } else if (a == "--headroom") {
-      c.headroom = args.number();
-    } else if (a == "--seed") {
-      c.seed = args.count();
-    } else if (a == "--sample-every") {
-      c.sample_every = parse_u32(args);
-    } else if (a == "--oracle-every") {
-      c.oracle_every = parse_u32(args);
-    } else if (a == "--out") {
-      out_file = args.value();
-    } else if (a == "--progress") {
-      progress = true;
-    } else if (a == "--no-progress") {
-      progress = false;
-    } else {
-      args.unknown("run");
-    }
+// One of run's flags that sets the simulation's config; false for any other.
+bool parse_run_flag(std::string_view a, flowtune::cli::Args& args, flowtune::sim::SimConfig& c) {
+  if (a == "--racks") {
+    c.topology.racks = parse_u32(args);
+  } else if (a == "--hosts-per-rack") {
+    c.topology.hosts_per_rack = parse_u32(args);
+  } else if (a == "--spines") {
+    c.topology.spines = parse_u32(args);
+  } else if (a == "--host-gbps") {
+    c.topology.host_link_bps = args.number() * 1e9;
+  } else if (a == "--workload") {
+    c.workload = args.value();
+  } else if (a == "--load") {
+    c.load = args.number();
+  } else if (a == "--class0") {
+    c.tagged_fraction = args.number();
+    c.tagged_class0 = true;
+  } else if (a == "--warmup-ms") {
+    c.warmup_s = args.number() / 1e3;
+  } else if (a == "--duration-ms") {
+    c.duration_s = args.number() / 1e3;
+  } else if (a == "--iteration-us") {
+    c.iteration_s = args.number() / 1e6;
+  } else if (a == "--engine") {
+    const std::string_view e = args.value();
+    if (e != "general" && e != "clos") usage_error("--engine must be general or clos, got '" + std::string(e) + "'");
+    c.clos_engine = e == "clos";
+  } else if (a == "--algorithm") {
+    c.algorithm = parse_algorithm(args.value());
+  } else if (a == "--norm") {
+    c.normalizer = parse_norm(args.value());
+  } else if (a == "--gamma") {
+    c.gamma = args.number();
+  } else if (a == "--step") {
+    c.gradient_step = args.number();
+  } else if (a == "--threshold") {
+    c.threshold = args.number();
+  } else if (a == "--headroom") {
+    c.headroom = args.number();
+  } else if (a == "--seed") {
+    c.seed = args.count();
+  } else if (a == "--sample-every") {
+    c.sample_every = parse_u32(args);
+  } else if (a == "--oracle-every") {
+    c.oracle_every = parse_u32(args);
+  } else {
+    return false;
   }
-  try {
-    flowtune::sim::validate(c);
-  } catch (const std::invalid_argument& e) {
-    usage_error(e.what());
-  }
+  return true;
+}
+
+// simulate(c), with a progress bar on stderr when `progress`.
+flowtune::sim::SimResult simulate_showing_progress(flowtune::sim::SimConfig& c, bool progress) {
   std::atomic<std::uint64_t> done{0};
   std::atomic<bool> finished{false};
   if (progress) c.progress = &done;
@@ -338,6 +327,32 @@ int cmd_run(int argc, char** argv) {
   finished = true;
   if (bar.joinable()) bar.join();
   c.progress = nullptr;
+  return r;
+}
+
+int cmd_run(int argc, char** argv) {
+  flowtune::sim::SimConfig c;
+  std::string out_file;
+  bool progress = stderr_is_tty();
+  for (auto args = command_args(argc, argv); args.next();) {
+    std::string_view a = args.arg();
+    if (parse_run_flag(a, args, c)) continue;
+    if (a == "--out") {
+      out_file = args.value();
+    } else if (a == "--progress") {
+      progress = true;
+    } else if (a == "--no-progress") {
+      progress = false;
+    } else {
+      args.unknown("run");
+    }
+  }
+  try {
+    flowtune::sim::validate(c);
+  } catch (const std::invalid_argument& e) {
+    usage_error(e.what());
+  }
+  const flowtune::sim::SimResult r = simulate_showing_progress(c, progress);
   json out = {{"config", flowtune::sim::to_json(c)}, {"result", flowtune::sim::to_json(r)}};
   if (out_file.empty()) {
     std::cout << out.dump(2) << '\n';
