@@ -191,22 +191,9 @@ void Allocator::handle_message(std::string_view peer, std::span<const std::uint8
     else counters_.count(Cause::kStandby);
     return;
   }
-  auto it = by_peer_.find(std::string(peer));
-  Endpoint* e = it == by_peer_.end() ? nullptr : endpoints_[it->second].get();
-  if (e != nullptr && sender_ != nullptr && e->key != sender_->key) {
-    // The connection's routing id names an endpoint another key registered
-    // (a client may choose its routing id, and take one whose connection
-    // closed): nothing it says is taken, nor is anything sent to it; the
-    // endpoint is reached again when it says hello from a new connection.
-    by_peer_.erase(it);
-    e->peer.clear();
-    e = nullptr;
-    if (strangers_.take(now_us)) {
-      refuse(peer, nullptr, Cause::kNotAuthorized, "this routing id belongs to another key's endpoint",
-             0, now_us);
-    }
-    return;
-  }
+  bool taken = true;
+  Endpoint* e = sender_endpoint(peer, now_us, &taken);
+  if (!taken) return;
   // Heard, even if what it says is refused below: a source in debt must
   // not make its other endpoints time out.
   if (e != nullptr) e->last_heard_us = now_us;
@@ -229,55 +216,86 @@ void Allocator::handle_message(std::string_view peer, std::span<const std::uint8
 
   const std::uint64_t flow_refusals = flow_refusals_;
   for (const wire::EndpointEvent& ev : m.events) {
-    if (const auto* h = std::get_if<wire::Hello>(&ev)) {
-      ++counters_.hellos;
-      on_hello(peer, *h, now_us);
-      it = by_peer_.find(std::string(peer));
-      e = it == by_peer_.end() ? nullptr : endpoints_[it->second].get();
-      continue;
-    }
-    if (e == nullptr) {
-      refuse(peer, nullptr, Cause::kNotRegistered,
-             "events before hello: send hello (and resync) first", 0, now_us);
-      return;
-    }
-    if (e->pacer && !std::holds_alternative<wire::Heartbeat>(ev)) {
-      refuse(peer, e, Cause::kBadValue,
-             "a host pacer holds no flows: it sends hello and heartbeats only", 0, now_us);
-      continue;
-    }
-    if (const auto* s = std::get_if<wire::FlowletStart>(&ev)) {
-      ++counters_.starts;
-      on_start(*e, *s, now_us);
-    } else if (const auto* end = std::get_if<wire::FlowletEnd>(&ev)) {
-      ++counters_.ends;
-      on_end(*e, end->flow_key, now_us);
-    } else if (std::holds_alternative<wire::Heartbeat>(ev)) {
-      ++counters_.heartbeats;
-    } else if (const auto* r = std::get_if<wire::Resync>(&ev)) {
-      ++counters_.resyncs;
-      on_resync(*e, r->flows, now_us);
-    } else if (const auto* q = std::get_if<wire::RateRequest>(&ev)) {
-      ++counters_.rate_requests;
-      on_rate_request(*e, q->flow_keys, now_us);
-    } else if (const auto* p = std::get_if<wire::Progress>(&ev)) {
-      ++counters_.progress;
-      on_progress(*e, p->flows, now_us);
-    }
+    if (!handle_event(peer, ev, &e, now_us)) return;
   }
-  if (e != nullptr) {
-    e->last_heard_us = now_us;
-    e->last_seq = m.seq;
-    ++e->messages;
-    // A lost start or end shows here. Skipped when this message had a flow
-    // refused: the endpoint learns of that from the same reply.
-    if (m.digest && *m.digest != e->digest && flow_refusals_ == flow_refusals) {
-      refuse(peer, e, Cause::kStateMismatch,
-             "state mismatch: the endpoint has " + std::to_string(m.digest->flows) +
-                 " live flows, the allocator holds " + std::to_string(e->digest.flows) +
-                 " (or other keys); resync",
+  if (e != nullptr) heard_message(peer, *e, m, flow_refusals, now_us);
+}
+
+Allocator::Endpoint* Allocator::sender_endpoint(std::string_view peer, std::uint64_t now_us,
+                                                bool* taken) {
+  auto it = by_peer_.find(std::string(peer));
+  Endpoint* e = it == by_peer_.end() ? nullptr : endpoints_[it->second].get();
+  if (e != nullptr && sender_ != nullptr && e->key != sender_->key) {
+    // The connection's routing id names an endpoint another key registered
+    // (a client may choose its routing id, and take one whose connection
+    // closed): nothing it says is taken, nor is anything sent to it; the
+    // endpoint is reached again when it says hello from a new connection.
+    by_peer_.erase(it);
+    e->peer.clear();
+    *taken = false;
+    if (strangers_.take(now_us)) {
+      refuse(peer, nullptr, Cause::kNotAuthorized, "this routing id belongs to another key's endpoint",
              0, now_us);
     }
+    return nullptr;
+  }
+  return e;
+}
+
+bool Allocator::handle_event(std::string_view peer, const wire::EndpointEvent& ev, Endpoint** sender,
+                             std::uint64_t now_us) {
+  Endpoint*& e = *sender;
+  if (const auto* h = std::get_if<wire::Hello>(&ev)) {
+    ++counters_.hellos;
+    on_hello(peer, *h, now_us);
+    auto it = by_peer_.find(std::string(peer));
+    e = it == by_peer_.end() ? nullptr : endpoints_[it->second].get();
+    return true;
+  }
+  if (e == nullptr) {
+    refuse(peer, nullptr, Cause::kNotRegistered,
+           "events before hello: send hello (and resync) first", 0, now_us);
+    return false;
+  }
+  if (e->pacer && !std::holds_alternative<wire::Heartbeat>(ev)) {
+    refuse(peer, e, Cause::kBadValue,
+           "a host pacer holds no flows: it sends hello and heartbeats only", 0, now_us);
+    return true;
+  }
+  if (const auto* s = std::get_if<wire::FlowletStart>(&ev)) {
+    ++counters_.starts;
+    on_start(*e, *s, now_us);
+  } else if (const auto* end = std::get_if<wire::FlowletEnd>(&ev)) {
+    ++counters_.ends;
+    on_end(*e, end->flow_key, now_us);
+  } else if (std::holds_alternative<wire::Heartbeat>(ev)) {
+    ++counters_.heartbeats;
+  } else if (const auto* r = std::get_if<wire::Resync>(&ev)) {
+    ++counters_.resyncs;
+    on_resync(*e, r->flows, now_us);
+  } else if (const auto* q = std::get_if<wire::RateRequest>(&ev)) {
+    ++counters_.rate_requests;
+    on_rate_request(*e, q->flow_keys, now_us);
+  } else if (const auto* p = std::get_if<wire::Progress>(&ev)) {
+    ++counters_.progress;
+    on_progress(*e, p->flows, now_us);
+  }
+  return true;
+}
+
+void Allocator::heard_message(std::string_view peer, Endpoint& e, const wire::EndpointMessage& m,
+                              std::uint64_t flow_refusals, std::uint64_t now_us) {
+  e.last_heard_us = now_us;
+  e.last_seq = m.seq;
+  ++e.messages;
+  // A lost start or end shows here. Skipped when this message had a flow
+  // refused: the endpoint learns of that from the same reply.
+  if (m.digest && *m.digest != e.digest && flow_refusals_ == flow_refusals) {
+    refuse(peer, &e, Cause::kStateMismatch,
+           "state mismatch: the endpoint has " + std::to_string(m.digest->flows) +
+               " live flows, the allocator holds " + std::to_string(e.digest.flows) +
+               " (or other keys); resync",
+           0, now_us);
   }
 }
 

@@ -447,6 +447,18 @@ class Allocator {
   void release_unused_hosts();
   void handle_message(std::string_view peer, std::span<const std::uint8_t> frame,
                       std::uint64_t now_us);
+  // handle_message()'s steps. The endpoint the connection `peer` speaks
+  // for (null: none yet); *taken false, and null, when its routing id
+  // names another key's endpoint (the message is dropped).
+  Endpoint* sender_endpoint(std::string_view peer, std::uint64_t now_us, bool* taken);
+  // One event from *sender (a hello may set it); false when the rest of
+  // the message must be dropped.
+  bool handle_event(std::string_view peer, const wire::EndpointEvent& ev, Endpoint** sender,
+                    std::uint64_t now_us);
+  // After a message's events: the endpoint's sequence, and its digest
+  // checked unless a flow was refused since flow_refusals.
+  void heard_message(std::string_view peer, Endpoint& e, const wire::EndpointMessage& m,
+                     std::uint64_t flow_refusals, std::uint64_t now_us);
   // Whether key `who` (null: authentication off) may speak for `host`
   // (named `name` in a hello; empty: by id only).
   bool may_speak_for(const Principal* who, std::optional<alloc::HostId> host,
