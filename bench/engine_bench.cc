@@ -450,24 +450,19 @@ void BM_ClosFoldVsSeparate(benchmark::State& state) {
       separate_s / (static_cast<double>(state.iterations()) * kAbBlock) * tsc_hz() / c.flows;
 }
 
-// The floor under any layout of the Clos engine (floor_kernels.cc), float,
-// over the §5.2 flows laid out as the Clos engine lays them (sorted by
-// source half; dst = each flow's destination half): a pass of streams alone,
-// one with a gather, one with a gather and an add into the same entry (the
-// least a pushing layout does per flow), and a pull in destination order (a
-// gather by permutation, summed into runs). Timed in turn with the Clos
-// engine's whole iteration over the same flows; TSC cycles per flow each.
-void BM_ClosFloor(benchmark::State& state) {
-#if !defined(FT_FLOOR_AVX512)
-  state.SkipWithError("floor kernels built without AVX-512: the engine's best kernels would differ");
-  return;
-#else
-  if (!__builtin_cpu_supports("avx512f")) {
-    state.SkipWithError("this CPU has no AVX-512: the floor would not be the engine's");
-    return;
-  }
+#if defined(FT_FLOOR_AVX512)
+// BM_ClosFloor's arrays: the case's flows as the Clos engine lays them out
+// (sorted by source half; dst = each flow's destination half, perm and run
+// its destination order), with weights, floors, link prices and ratios.
+struct FloorData {
+  std::size_t n;
+  std::vector<std::uint32_t> dst, perm, run;
+  std::vector<float> w, floor_price, x, table, sums, ratio, cap, xn;
+  std::vector<flowtune::bench::floor::Pair> acc;
+};
+
+FloorData make_floor_data(const Case& c) {
   namespace fl = flowtune::bench::floor;
-  const Case c = make_case(state);
   const Topology& t = c.topology;
   const std::uint32_t H = t.num_hosts(), S = t.num_spines(), ways = S + 1;
   struct Half {
@@ -497,6 +492,33 @@ void BM_ClosFloor(benchmark::State& state) {
   std::vector<float> ratio(tables);
   for (auto& v : ratio) v = 1.0f + static_cast<float>(rng() % 8) / 8.0f;
   std::vector<float> cap(n, 10.0f), xn(n);
+  return {n,     std::move(dst),   std::move(perm), std::move(run), std::move(w),
+          std::move(floor_price), std::move(x), std::move(table), std::move(sums),
+          std::move(ratio), std::move(cap), std::move(xn), std::move(acc)};
+}
+#endif
+
+// The floor under any layout of the Clos engine (floor_kernels.cc), float,
+// over the §5.2 flows laid out as the Clos engine lays them (sorted by
+// source half; dst = each flow's destination half): a pass of streams alone,
+// one with a gather, one with a gather and an add into the same entry (the
+// least a pushing layout does per flow), and a pull in destination order (a
+// gather by permutation, summed into runs). Timed in turn with the Clos
+// engine's whole iteration over the same flows; TSC cycles per flow each.
+void BM_ClosFloor(benchmark::State& state) {
+#if !defined(FT_FLOOR_AVX512)
+  state.SkipWithError("floor kernels built without AVX-512: the engine's best kernels would differ");
+  return;
+#else
+  if (!__builtin_cpu_supports("avx512f")) {
+    state.SkipWithError("this CPU has no AVX-512: the floor would not be the engine's");
+    return;
+  }
+  namespace fl = flowtune::bench::floor;
+  const Case c = make_case(state);
+  const Topology& t = c.topology;
+  FloorData d = make_floor_data(c);
+  auto& [n, dst, perm, run, w, floor_price, x, table, sums, ratio, cap, xn, acc] = d;
   flowtune::alloc::BasicClosEngine<float> clos(t, EngineConfig{});
   for (const auto& f : c.specs) clos.add_flow(f);
   for (int i = 0; i < kWarmupIterations; ++i) clos.iterate();
