@@ -15,6 +15,7 @@
 #include "flowtune/common/router.h"
 #include "flowtune/common/signals.h"
 #include "flowtune/common/zap.h"
+#include "flowtune/common/zmq_recv.h"
 #include "flowtune/wire/messages.h"
 #include "flowtune/wire/relay.h"
 #include "flowtune/wire/role.h"
@@ -36,25 +37,6 @@ bool try_recv(zmq::socket_t& s, zmq::message_t& m) {
   } catch (const zmq::error_t& e) {
     if (e.num() == EINTR) return false;
     throw;
-  }
-}
-
-void recv_part(zmq::socket_t& s, zmq::message_t& m) {
-  for (;;) {
-    try {
-      (void)s.recv(m, zmq::recv_flags::none);
-      return;
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) throw;
-    }
-  }
-}
-
-void drain_rest(zmq::socket_t& s, bool more) {
-  zmq::message_t part;
-  while (more) {
-    recv_part(s, part);
-    more = part.more();
   }
 }
 

@@ -19,6 +19,7 @@
 #include "flowtune/common/endpoint.h"
 #include "flowtune/common/router.h"
 #include "flowtune/common/signals.h"
+#include "flowtune/common/zmq_recv.h"
 #include "flowtune/daemon/control.h"
 #include "flowtune/wire/codec.h"
 #include "flowtune/wire/relay.h"
@@ -26,7 +27,6 @@
 
 namespace flowtune::daemon {
 
-using detail::recv_part;
 using detail::steady_ns;
 
 namespace {
@@ -186,11 +186,7 @@ int Server::receive_one(std::uint64_t now) {
     // A connection that chose a routing id shaped like a relayed
     // endpoint's key would be taken for that endpoint (libzmq accepts any
     // id): dropped unanswered (an answer would go down the relay).
-    zmq::message_t part;
-    while (more) {
-      recv_part(router_, part);
-      more = part.more();
-    }
+    drain_rest(router_, more);
     allocator_.counters().count(Cause::kNotAuthorized);
     return 1;
   }
@@ -202,10 +198,8 @@ int Server::receive_one(std::uint64_t now) {
     ++count;
     if (count > kMaxFramesPerMessage) {
       // Drain the rest without keeping it.
-      while (more) {
-        recv_part(router_, part);
-        more = part.more();
-      }
+      drain_rest(router_, more);
+      break;
     }
   }
   const std::string_view peer_id(peer.data<char>(), peer.size());

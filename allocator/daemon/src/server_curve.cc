@@ -9,11 +9,11 @@
 #include "allocator_internal.h"
 #include "flowtune/common/curve.h"
 #include "flowtune/common/zap.h"
+#include "flowtune/common/zmq_recv.h"
 #include "server_internal.h"
 
 namespace flowtune::daemon {
 
-using detail::recv_part;
 
 namespace {
 

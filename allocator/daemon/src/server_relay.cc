@@ -7,13 +7,13 @@
 
 #include "allocator_internal.h"
 #include "flowtune/common/curve.h"
+#include "flowtune/common/zmq_recv.h"
 #include "flowtune/wire/codec.h"
 #include "flowtune/wire/relay.h"
 #include "server_internal.h"
 
 namespace flowtune::daemon {
 
-using detail::recv_part;
 
 // A relay's batch: each (route, message) is one endpoint's message, heard
 // from the peer named by the relay and the route. The relay's key (CURVE)
@@ -21,13 +21,6 @@ using detail::recv_part;
 // by address do not apply (every endpoint behind it shares the relay's);
 // quotas by host do.
 int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool more, std::uint64_t now) {
-  auto drain = [&] {
-    zmq::message_t part;
-    while (more) {
-      recv_part(router_, part);
-      more = part.more();
-    }
-  };
   // Relays are trusted with the address quotas of every endpoint behind
   // them: only those the operator named (--relay-from) may send batches.
   // With CURVE on, the relay's key must also be an endpoint key, and its
@@ -59,7 +52,7 @@ int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool 
     why = "key \"" + sender->principal.name + "\" may not vouch for the keys behind it (relay = true)";
   }
   if (!why.empty()) {
-    drain();
+    drain_rest(router_, more);
     allocator_.on_unauthorized(relay, why, now);
     return 1;
   }
@@ -75,7 +68,7 @@ int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool 
       more = keys.more();
     }
     if (!more || static_cast<std::size_t>(++pairs) > wire::kMaxRelayBatch) {
-      drain();
+      drain_rest(router_, more);
       allocator_.on_bad_frames(relay, frames * static_cast<std::size_t>(pairs) + 1, now);  // a route without its message, or too many
       return pairs;
     }
