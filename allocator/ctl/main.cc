@@ -173,13 +173,14 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// "h1,h2" as a TOML array of strings; names with quotes or backslashes are refused.
-std::string toml_hosts(const std::string& list) {
+// "h1,h2" as a TOML array of strings; names with quotes or backslashes are
+// refused, said on stderr, as nullopt.
+std::optional<std::string> toml_hosts(const std::string& list) {
   std::string out = "[";
   for (const std::string& h : flowtune::cli::split_commas(list)) {
     if (h.empty() || h.find_first_of("\"\\\n") != std::string::npos) {
       std::cerr << "flowtune-ctl: --hosts: '" << h << "' is not a host name or address\n";
-      std::exit(kExitUsage);
+      return std::nullopt;
     }
     out += (out.size() > 1 ? ", \"" : "\"") + h + "\"";
   }
@@ -209,7 +210,11 @@ int keygen(const Options& o) {
   const std::string base = o.key_dir + "/" + o.key_name;
   const std::string head = "# flowtune CURVE key \"" + o.key_name + "\" (flowtune-ctl keygen)\n";
   std::string pub = head + "public-key = \"" + k.public_key + "\"\n";
-  if (!o.key_hosts.empty()) pub += "hosts = " + toml_hosts(o.key_hosts) + "\n";
+  if (!o.key_hosts.empty()) {
+    const std::optional<std::string> hosts = toml_hosts(o.key_hosts);
+    if (!hosts) return kExitUsage;
+    pub += "hosts = " + *hosts + "\n";
+  }
   const std::string secret =
       head + "public-key = \"" + k.public_key + "\"\nsecret-key = \"" + k.secret_key + "\"\n";
   // Both files are created (never over existing ones) before either is
@@ -240,9 +245,17 @@ int keygen(const Options& o) {
   return 0;
 }
 
+// A reply, or the exit status of a request that got none worth reading
+// (said on stderr already): main returns it.
+struct Answer {
+  json body;
+  int status = 0;
+  bool ok() const { return status == 0; }
+};
+
 // One request/reply. A fresh socket per request: a reply that missed its
 // deadline must not be read as the answer to the next question.
-json ask_once(zmq::context_t& ctx, const Options& o, const std::string& request) {
+Answer ask_once(zmq::context_t& ctx, const Options& o, const std::string& request) {
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
   if (o.curve && flowtune::curve::apply_client(s.handle(), o.keys) != 0) {
@@ -260,22 +273,24 @@ json ask_once(zmq::context_t& ctx, const Options& o, const std::string& request)
               << " ms (is flowtune-allocator running there"
               << (o.curve ? "? is --curve-server its public key?)\n"
                           : "? with CURVE on it needs --curve-server and --curve-key)\n");
-    std::exit(kExitUnreachable);
+    return {json(), kExitUnreachable};
   }
   json j = json::parse(body.to_string_view(), nullptr, false);
   if (j.is_discarded()) {
     std::cerr << "flowtune-ctl: the reply from " << o.allocator << " is not JSON\n";
-    std::exit(kExitUnreachable);
+    return {json(), kExitUnreachable};
   }
-  return j;
+  return {std::move(j), 0};
 }
 
 // ask_once, again after the wait the allocator names while it is answering
-// too many requests (for up to the timeout); an error ends the program.
-json ask(zmq::context_t& ctx, const Options& o, const std::string& request) {
+// too many requests (for up to the timeout); an error is an exit status.
+Answer ask(zmq::context_t& ctx, const Options& o, const std::string& request) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.timeout_ms);
   for (;;) {
-    json j = ask_once(ctx, o, request);
+    Answer a = ask_once(ctx, o, request);
+    if (!a.ok()) return a;
+    json& j = a.body;
     const bool busy = j.contains("retry_ms") && j["retry_ms"].is_number_unsigned();
     const auto now = std::chrono::steady_clock::now();
     if (busy && now < until) {
@@ -286,13 +301,13 @@ json ask(zmq::context_t& ctx, const Options& o, const std::string& request) {
     }
     if (busy) {
       std::cerr << "flowtune-ctl: the allocator stayed busy for " << o.timeout_ms << " ms\n";
-      std::exit(kExitUnreachable);
+      return {json(), kExitUnreachable};
     }
     if (j.contains("error")) {
       std::cerr << "flowtune-ctl: allocator says: " << j["error"].get<std::string>() << "\n";
-      std::exit(kExitUsage);
+      return {json(), kExitUsage};
     }
-    return j;
+    return a;
   }
 }
 
@@ -562,14 +577,16 @@ void print_tenants(const json& j) {
 // shown. Pages from another allocator run (its epoch) start the dump over,
 // once. The first request names no start, so an allocator that does not
 // page answers it as before.
-json ask_pages(zmq::context_t& ctx, const Options& o, const std::string& what) {
+Answer ask_pages(zmq::context_t& ctx, const Options& o, const std::string& what) {
   json all = {{what, json::array()}, {"total", 0}};
   std::optional<std::uint64_t> from, epoch;
   bool restarted = false;
   while (all[what].size() < o.limit) {
     const std::size_t want = o.limit - all[what].size();
-    const json page = ask(ctx, o, what + " " + std::to_string(want) +
-                                      (from ? " " + std::to_string(*from) : std::string()));
+    const Answer a = ask(ctx, o, what + " " + std::to_string(want) +
+                                     (from ? " " + std::to_string(*from) : std::string()));
+    if (!a.ok()) return a;
+    const json& page = a.body;
     const std::uint64_t e = page.value("epoch", std::uint64_t{0});
     if (epoch && e != *epoch && !restarted) {
       all = {{what, json::array()}, {"total", 0}};
@@ -590,49 +607,61 @@ json ask_pages(zmq::context_t& ctx, const Options& o, const std::string& what) {
   if (items.size() > o.limit) {
     items.erase(items.begin() + static_cast<std::ptrdiff_t>(o.limit), items.end());
   }
-  return all;
+  return {std::move(all), 0};
 }
 
-// health: ask() already exits 1, saying so, when no reply comes.
+// health: 1 (said by ask()) when no reply comes.
 int health(zmq::context_t& ctx, const Options& o) {
-  const json first = ask(ctx, o, "status");
+  const Answer first = ask(ctx, o, "status");
+  if (!first.ok()) return first.status;
   if (o.live_only) {
     std::cout << "live: " << o.allocator << " answers\n";
     return 0;
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(o.health_interval_ms));
-  const flowtune::ctl::Verdict v = flowtune::ctl::readiness(first, ask(ctx, o, "status"), o.health_interval_ms);
+  const Answer second = ask(ctx, o, "status");
+  if (!second.ok()) return second.status;
+  const flowtune::ctl::Verdict v = flowtune::ctl::readiness(first.body, second.body, o.health_interval_ms);
   std::cout << v.reason << "\n";
   return v.ok ? 0 : kExitUnreachable;
 }
 
-void show(zmq::context_t& ctx, const Options& o) {
+// One screen of the command: 0, or the exit status of a failed request.
+int show(zmq::context_t& ctx, const Options& o) {
   if (o.command == "reload") {
-    const json r = ask(ctx, o, "reload");
-    std::cout << (o.json ? r.dump(2) : r.value("reload", std::string())) << "\n";
-    return;
+    const Answer r = ask(ctx, o, "reload");
+    if (!r.ok()) return r.status;
+    std::cout << (o.json ? r.body.dump(2) : r.body.value("reload", std::string())) << "\n";
+    return 0;
   }
   const bool all = o.command == "all";
   json out = json::object();
-  if (all || o.command == "status") out["status"] = ask(ctx, o, "status");
+  if (all || o.command == "status") {
+    Answer s = ask(ctx, o, "status");
+    if (!s.ok()) return s.status;
+    out["status"] = std::move(s.body);
+  }
   // Pages: {ITEMS: [...], total}. --json prints endpoints and links as
   // their arrays (as before paging), flows as the object.
   json pages = json::object();
   for (const char* what : {"endpoints", "flows", "links", "tenants"}) {
     if (!all && o.command != what) continue;
-    pages[what] = ask_pages(ctx, o, what);
+    Answer p = ask_pages(ctx, o, what);
+    if (!p.ok()) return p.status;
+    pages[what] = std::move(p.body);
     const std::string w = what;
     out[what] = w == "flows" || w == "tenants" ? pages[what] : pages[what][what];
   }
   if (o.json) {
     std::cout << (all ? out : out.begin().value()).dump(2) << "\n";
-    return;
+    return 0;
   }
   if (out.contains("status")) print_status(out["status"]);
   if (pages.contains("endpoints")) print_endpoints(pages["endpoints"]);
   if (pages.contains("flows")) print_flows(pages["flows"]);
   if (pages.contains("links")) print_links(pages["links"]);
   if (pages.contains("tenants")) print_tenants(pages["tenants"]);
+  return 0;
 }
 
 }  // namespace
@@ -645,7 +674,7 @@ int main(int argc, char** argv) {
     if (o.command == "health") return health(ctx, o);
     do {
       if (o.watch_s > 0 && !o.json) std::cout << "\033[H\033[2J";
-      show(ctx, o);
+      if (const int status = show(ctx, o); status != 0) return status;
       std::cout.flush();
       if (o.watch_s > 0) {
         std::this_thread::sleep_for(std::chrono::duration<double>(o.watch_s));
