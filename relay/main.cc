@@ -79,11 +79,18 @@ signals: SIGINT/SIGTERM stop it; SIGHUP re-reads --curve-clients and
 exit status: 0 after SIGINT/SIGTERM, 2 on a configuration error.
 )";
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command line: the relay's configuration and where to serve metrics
+// (empty: nowhere). A bad flag ends the program (cli::Args::fail).
+struct Options {
   flowtune::relay::Config c;
-  std::string curve_server, curve_key, curve_secret, metrics_at;
+  std::string metrics_at;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  flowtune::relay::Config& c = o.c;
+  std::string& metrics_at = o.metrics_at;
+  std::string curve_server, curve_key, curve_secret;
   flowtune::cli::Args args("flowtune-relay", kUsage, argc, argv);
   while (args.next()) {
     if (args.is("--listen")) c.listen = args.value();
@@ -129,11 +136,29 @@ int main(int argc, char** argv) {
     args.fail(std::string(c.clients_dir.empty() ? "--curve-ctl" : "--curve-clients") +
               ": an allow-list judges CURVE keys: give --curve-secret too");
   }
-  const int sfd = flowtune::daemon_signal_fd();
-  if (sfd < 0) {
-    std::cerr << "flowtune-relay: signalfd: " << std::strerror(errno) << "\n";
-    return 2;
-  }
+  return o;
+}
+
+// The Prometheus endpoint at `at`: it asks this relay's status as
+// flowtune-ctl would, with the relay's own key when CURVE is on downstream.
+flowtune::metrics::Exposition expose_metrics(zmq::context_t& ctx, const flowtune::relay::Relay& relay,
+                                             const flowtune::relay::Config& c, const std::string& at) {
+  std::optional<flowtune::curve::ClientKeys> own;
+  if (c.listen_key) own = flowtune::curve::ClientKeys{c.listen_key->public_key, *c.listen_key, {}};
+  flowtune::metrics::Exposition metrics = flowtune::metrics::expose(
+      "--metrics", at,
+      std::make_shared<flowtune::metrics::ControlCollector>(
+          ctx, relay.bound_endpoint(), std::vector<std::string>{"status"}, flowtune::relay::relay_up_spec(),
+          flowtune::relay::relay_metric_rows(), 1000, own ? &*own : nullptr));
+  std::cerr << "flowtune-relay: metrics on http://" << at << "/metrics (port " << metrics.port() << ")"
+            << std::endl;
+  return metrics;
+}
+
+// Runs the relay until SIGINT or SIGTERM (SIGHUP reloads the allow-lists);
+// 2 when it cannot start.
+int serve(const Options& o, int sfd) {
+  const flowtune::relay::Config& c = o.c;
   try {
     zmq::context_t ctx(1);
     flowtune::relay::Relay relay(ctx, c);
@@ -141,19 +166,7 @@ int main(int argc, char** argv) {
     for (const auto& ep : c.upstream) ups += (ups.empty() ? "" : ",") + ep;
     std::cerr << "flowtune-relay: listening on " << relay.bound_endpoint() << "; upstream " << ups << std::endl;
     flowtune::metrics::Exposition metrics;
-    if (!metrics_at.empty()) {
-      // Asks this relay's status as flowtune-ctl would, with the relay's
-      // own key when CURVE is on downstream.
-      std::optional<flowtune::curve::ClientKeys> own;
-      if (c.listen_key) own = flowtune::curve::ClientKeys{c.listen_key->public_key, *c.listen_key, {}};
-      metrics = flowtune::metrics::expose(
-          "--metrics", metrics_at,
-          std::make_shared<flowtune::metrics::ControlCollector>(
-              ctx, relay.bound_endpoint(), std::vector<std::string>{"status"}, flowtune::relay::relay_up_spec(),
-              flowtune::relay::relay_metric_rows(), 1000, own ? &*own : nullptr));
-      std::cerr << "flowtune-relay: metrics on http://" << metrics_at << "/metrics (port " << metrics.port() << ")"
-                << std::endl;
-    }
+    if (!o.metrics_at.empty()) metrics = expose_metrics(ctx, relay, c, o.metrics_at);
     if (relay.listed_keys() > 0 || !c.clients_dir.empty() || !c.ctl_dir.empty()) {
       std::cerr << "flowtune-relay: allow-list of " << relay.listed_keys() << " keys" << std::endl;
     }
@@ -176,6 +189,19 @@ int main(int argc, char** argv) {
     std::cerr << "flowtune-relay: " << e.what() << "\n";
     return 2;
   }
-  ::close(sfd);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  const int sfd = flowtune::daemon_signal_fd();
+  if (sfd < 0) {
+    std::cerr << "flowtune-relay: signalfd: " << std::strerror(errno) << "\n";
+    return 2;
+  }
+  const int status = serve(o, sfd);
+  if (status == 0) ::close(sfd);
+  return status;
 }

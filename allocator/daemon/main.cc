@@ -704,6 +704,41 @@ int follow(Mpi& mpi, Allocator& allocator, Log& log) {
   return 1;
 }
 
+// --check-config's account of the CURVE keys ("" with CURVE off); throws
+// ConfigError when they do not load.
+std::string check_keys(const Options& o) {
+  if (!o.auth.enabled()) return {};
+  flowtune::curve::KeyPair own;
+  if (const std::string why = flowtune::curve::read_key_file(o.auth.secret_file, true, &own);
+      !why.empty()) {
+    throw ConfigError("--curve-secret: " + why);
+  }
+  const KeyRing ring = KeyRing::load(o.auth);
+  return "; CURVE: " + std::to_string(ring.count(kRoleEndpoint)) + " endpoint keys, " +
+         std::to_string(ring.count(kRoleRead)) + " ctl keys (" +
+         std::to_string(ring.count(kRoleAdmin)) + " admin)";
+}
+
+// The start-up line, and a warning when policy rules match keys that
+// cannot be told without CURVE.
+void log_start(const Options& o, Log& log, const Server& server, const Allocator& allocator,
+               const std::string& summary) {
+  std::string auth = "; authentication: none";
+  if (const AuthInfo& a = server.auth_info(); a.on) {
+    auth = "; authentication: CURVE, " + std::to_string(a.endpoint_keys) + " endpoint keys, " +
+           std::to_string(a.reader_keys) + " ctl keys (" + std::to_string(a.admin_keys) + " admin)";
+  }
+  log.write(LogLevel::kInfo, "listening on " + server.bound_endpoint() + "; epoch " +
+                                 std::to_string(allocator.epoch()) + "; " + summary + auth);
+  if (o.auth.enabled()) return;
+  for (const PolicyRule& r : allocator.config().policy.rules) {
+    if (r.keys.empty()) continue;
+    log.write(LogLevel::kWarn, o.policy_file + ":" + std::to_string(r.line) +
+                                   ": a rule matching keys never matches without --curve-secret");
+    break;
+  }
+}
+
 int run(const Options& o) {
   // Signals arrive on an fd the loop polls; blocked before any thread
   // starts (common/signals.h).
@@ -736,19 +771,7 @@ int run(const Options& o) {
   } finish{o.check_config ? nullptr : mpi.driver.get()};
   const std::string summary = describe(o, allocator.network(), allocator, mpi.driver ? mpi.driver->ranks() : 0);
   if (o.check_config) {
-    std::string keys;
-    if (o.auth.enabled()) {
-      flowtune::curve::KeyPair own;
-      if (const std::string why = flowtune::curve::read_key_file(o.auth.secret_file, true, &own);
-          !why.empty()) {
-        throw ConfigError("--curve-secret: " + why);
-      }
-      const KeyRing ring = KeyRing::load(o.auth);
-      keys = "; CURVE: " + std::to_string(ring.count(kRoleEndpoint)) + " endpoint keys, " +
-             std::to_string(ring.count(kRoleRead)) + " ctl keys (" +
-             std::to_string(ring.count(kRoleAdmin)) + " admin)";
-    }
-    std::cout << "configuration ok: " << summary << keys << "\n";
+    std::cout << "configuration ok: " << summary << check_keys(o) << "\n";
     return 0;
   }
   const int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
@@ -766,21 +789,7 @@ int run(const Options& o) {
                                 o.witness});
   }
   const flowtune::metrics::Exposition metrics = start_metrics(o, ctx, server, log);
-  std::string auth = "; authentication: none";
-  if (const AuthInfo& a = server.auth_info(); a.on) {
-    auth = "; authentication: CURVE, " + std::to_string(a.endpoint_keys) + " endpoint keys, " +
-           std::to_string(a.reader_keys) + " ctl keys (" + std::to_string(a.admin_keys) + " admin)";
-  }
-  log.write(LogLevel::kInfo, "listening on " + server.bound_endpoint() + "; epoch " +
-                                 std::to_string(allocator.epoch()) + "; " + summary + auth);
-  if (!o.auth.enabled()) {
-    for (const PolicyRule& r : allocator.config().policy.rules) {
-      if (r.keys.empty()) continue;
-      log.write(LogLevel::kWarn, o.policy_file + ":" + std::to_string(r.line) +
-                                     ": a rule matching keys never matches without --curve-secret");
-      break;
-    }
-  }
+  log_start(o, log, server, allocator, summary);
   int sig = 0;
   while ((sig = server.run(sfd)) == SIGHUP) {
     const Server::Reload r = reload(running, allocator, server);

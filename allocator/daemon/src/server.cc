@@ -80,6 +80,42 @@ std::uint64_t Server::now_us() const {
   return static_cast<std::uint64_t>((steady_ns() - start_ns_) / 1000);
 }
 
+// How long the turn's poll may wait: 0 while busy or spinning after recent
+// traffic, else until the next timer, memory check or probe (-1: forever).
+long Server::poll_timeout_ms(std::uint64_t now) {
+  if (allocator_.busy()) {
+    last_active_us_ = now;
+    return 0;
+  }
+  if (now - last_active_us_ < busy_poll_us_) {
+    return 0;  // still spinning after recent traffic: no wake-up cost
+  }
+  // Idle: the next timer, or the next memory check (due after a turn that
+  // was not iterating, which set it into the future).
+  std::uint64_t next = std::min(allocator_.next_timer_us(), next_memory_check_us_);
+  if (probe_) next = std::min(next, next_probe_us_);
+  return next <= now ? 0 : static_cast<long>((next - now + 999) / 1000);
+}
+
+// The turn's messages, within kMaxDrainPerTurn and the time budget;
+// returns how many, counted in endpoint messages (a relay's batch holds up
+// to 1,024).
+int Server::drain(std::int64_t drain_start) {
+  const std::int64_t drain_budget = std::max(kMinDrainNs, last_iteration_ns_);
+  int received = 0;
+  int next_check = 16;
+  while (received < kMaxDrainPerTurn) {
+    if (received >= next_check) {
+      if (steady_ns() - drain_start > drain_budget) break;
+      next_check = received + 16;
+    }
+    const int n = receive_one(static_cast<std::uint64_t>((steady_ns() - start_ns_) / 1000));
+    if (n == 0) break;
+    received += n;
+  }
+  return received;
+}
+
 int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
   // The router, then the signal fd, the ZAP handler and the handshake
   // monitor where there are.
@@ -94,20 +130,7 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
   if (probe_) items.push_back({probe_->handle(), 0, ZMQ_POLLIN, 0});
   if (witness_) items.push_back({witness_->handle(), 0, ZMQ_POLLIN, 0});
   for (std::uint64_t turn = 0; turn < stop_after_turns; ++turn) {
-    long timeout_ms = -1;
-    std::uint64_t now = now_us();
-    if (allocator_.busy()) {
-      last_active_us_ = now;
-      timeout_ms = 0;
-    } else if (now - last_active_us_ < busy_poll_us_) {
-      timeout_ms = 0;  // still spinning after recent traffic: no wake-up cost
-    } else {
-      // Idle: the next timer, or the next memory check (due after a turn
-      // that was not iterating, which set it into the future).
-      std::uint64_t next = std::min(allocator_.next_timer_us(), next_memory_check_us_);
-      if (probe_) next = std::min(next, next_probe_us_);
-      timeout_ms = next <= now ? 0 : static_cast<long>((next - now + 999) / 1000);
-    }
+    long timeout_ms = poll_timeout_ms(now_us());
     if (stop_after_turns != UINT64_MAX && timeout_ms < 0) timeout_ms = 10;
     try {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms));
@@ -123,20 +146,8 @@ int Server::run(int signal_fd, std::uint64_t stop_after_turns) {
     }
     if (probe_) standby_turn(now_us());
     const std::int64_t drain_start = steady_ns();
-    const std::int64_t drain_budget = std::max(kMinDrainNs, last_iteration_ns_);
-    // Counted in endpoint messages: a relay's batch holds up to 1,024.
-    int received = 0;
-    int next_check = 16;
-    while (received < kMaxDrainPerTurn) {
-      if (received >= next_check) {
-        if (steady_ns() - drain_start > drain_budget) break;
-        next_check = received + 16;
-      }
-      const int n = receive_one(static_cast<std::uint64_t>((steady_ns() - start_ns_) / 1000));
-      if (n == 0) break;
-      received += n;
-    }
-    now = now_us();
+    const int received = drain(drain_start);
+    const std::uint64_t now = now_us();
     if (now >= allocator_.next_timer_us()) {
       const std::int64_t t0 = steady_ns();
       allocator_.on_timer(now);
@@ -219,26 +230,37 @@ int Server::receive_one(std::uint64_t now) {
       return 1;
     }
   }
-  if (!is_control) {
-    if (sender != nullptr && (sender->roles & kRoleEndpoint) == 0) {
-      allocator_.on_unauthorized(peer_id,
-                                 "key \"" + sender->principal.name +
-                                     "\" is a flowtune-ctl key, not an endpoint's",
-                                 now);
-      return 1;
-    }
-    // The peer's IP address for the per-source quotas: TCP only (over ipc
-    // libzmq names the process, "localhost:UID:GID:PID", which would make
-    // each process a source of its own).
-    const char* address = tcp_ ? zmq_msg_gets(frames[0].handle(), "Peer-Address") : nullptr;
-    allocator_.on_message(peer_id, {frames[0].data<std::uint8_t>(), frames[0].size()}, now,
-                          sender != nullptr ? &sender->principal : nullptr,
-                          address != nullptr ? std::string_view(address) : std::string_view());
-    return 1;
+  if (is_control) {
+    answer_control(peer_id, frames[1].to_string_view(), sender, now);
+  } else {
+    hear_endpoint(peer_id, frames[0], sender, now);
   }
+  return 1;
+}
+
+void Server::hear_endpoint(std::string_view peer_id, const zmq::message_t& body,
+                           const KeyEntry* sender, std::uint64_t now) {
+  if (sender != nullptr && (sender->roles & kRoleEndpoint) == 0) {
+    allocator_.on_unauthorized(peer_id,
+                               "key \"" + sender->principal.name +
+                                   "\" is a flowtune-ctl key, not an endpoint's",
+                               now);
+    return;
+  }
+  // The peer's IP address for the per-source quotas: TCP only (over ipc
+  // libzmq names the process, "localhost:UID:GID:PID", which would make
+  // each process a source of its own).
+  const char* address = tcp_ ? zmq_msg_gets(body.handle(), "Peer-Address") : nullptr;
+  allocator_.on_message(peer_id, {body.data<std::uint8_t>(), body.size()}, now,
+                        sender != nullptr ? &sender->principal : nullptr,
+                        address != nullptr ? std::string_view(address) : std::string_view());
+}
+
+void Server::answer_control(std::string_view peer_id, std::string_view request,
+                            const KeyEntry* sender, std::uint64_t now) {
   ++allocator_.counters().control_requests;
   std::string reply;
-  if (frames[1].to_string_view() == "role" && (!zap_ || sender != nullptr)) {
+  if (request == "role" && (!zap_ || sender != nullptr)) {
     // The standby pair's probe, and a relay's over a pair (an endpoint
     // key): O(1) and says nothing secret. Refused, it is still an answer:
     // the prober hears this allocator alive, its role as last heard.
@@ -253,7 +275,7 @@ int Server::receive_one(std::uint64_t now) {
     reply = sender == nullptr ? R"({"error":"this connection's key is in no allow-list"})"
                               : R"j({"error":"this key is not a flowtune-ctl key (--curve-ctl, --curve-admin)"})j";
   } else if (control_tokens_.take(now)) {
-    reply = control(frames[1].to_string_view(), sender, now);
+    reply = control(request, sender, now);
   } else {
     allocator_.counters().count(Cause::kRateLimited);
     // retry_ms: flowtune-ctl waits and asks again (a paged dump may
@@ -261,7 +283,6 @@ int Server::receive_one(std::uint64_t now) {
     reply = R"({"error":"too many flowtune-ctl requests; try again shortly","retry_ms":10})";
   }
   send(std::string(peer_id), reply.data(), reply.size(), kControlTag);
-  return 1;
 }
 
 std::string Server::control(std::string_view request, const KeyEntry* sender, std::uint64_t now) {

@@ -15,12 +15,7 @@
 namespace flowtune::daemon {
 
 
-// A relay's batch: each (route, message) is one endpoint's message, heard
-// from the peer named by the relay and the route. The relay's key (CURVE)
-// speaks for each, so it must be allowed the hosts behind it. Source quotas
-// by address do not apply (every endpoint behind it shares the relay's);
-// quotas by host do.
-int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool more, std::uint64_t now) {
+std::string Server::relay_refusal(const zmq::message_t& tag, bool keyed, const KeyEntry** sender_out) const {
   // Relays are trusted with the address quotas of every endpoint behind
   // them: only those the operator named (--relay-from) may send batches.
   // With CURVE on, the relay's key must also be an endpoint key, and its
@@ -36,6 +31,7 @@ int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool 
       why = "key \"" + sender->principal.name + "\" is a flowtune-ctl key, not a relay's (--curve-clients)";
     }
   }
+  *sender_out = sender;
   if (why.empty() && tcp_) {
     const char* address = zmq_msg_gets(tag.handle(), "Peer-Address");
     if (address == nullptr || !relay_allowed(address)) {
@@ -45,12 +41,23 @@ int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool 
   }
   // A keyed batch's chains mean something only when the relay sending it
   // was authenticated, and is a relay's key.
-  const bool keyed = tag.to_string_view() == wire::kKeyedRelayTag;
   if (why.empty() && keyed && !zap_) {
     why = "keyed relay batches need CURVE on the allocator (--curve-secret)";
   } else if (why.empty() && keyed && !sender->principal.relay) {
     why = "key \"" + sender->principal.name + "\" may not vouch for the keys behind it (relay = true)";
   }
+  return why;
+}
+
+// A relay's batch: each (route, message) is one endpoint's message, heard
+// from the peer named by the relay and the route. The relay's key (CURVE)
+// speaks for each, so it must be allowed the hosts behind it. Source quotas
+// by address do not apply (every endpoint behind it shares the relay's);
+// quotas by host do.
+int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool more, std::uint64_t now) {
+  const bool keyed = tag.to_string_view() == wire::kKeyedRelayTag;
+  const KeyEntry* sender = nullptr;
+  std::string why = relay_refusal(tag, keyed, &sender);
   if (!why.empty()) {
     drain_rest(router_, more);
     allocator_.on_unauthorized(relay, why, now);

@@ -99,8 +99,15 @@ class Server {
   PairRole role() const { return allocator_.active() ? PairRole::kActive : PairRole::kStandby; }
 
  private:
+  long poll_timeout_ms(std::uint64_t now_us);
+  int drain(std::int64_t drain_start_ns);
   // Endpoint messages handled (a relay's batch counts each); 0: none waiting.
   int receive_one(std::uint64_t now_us);
+  // One endpoint message (`body`), and one flowtune-ctl request, answered.
+  void hear_endpoint(std::string_view peer, const zmq::message_t& body, const KeyEntry* sender,
+                     std::uint64_t now_us);
+  void answer_control(std::string_view peer, std::string_view request, const KeyEntry* sender,
+                      std::uint64_t now_us);
   // A flowtune-ctl request from `sender` (null: CURVE off).
   std::string control(std::string_view request, const KeyEntry* sender, std::uint64_t now_us);
   void enable_curve(zmq::context_t& ctx);
@@ -113,6 +120,9 @@ class Server {
   void standby_turn(std::uint64_t now_us);
   // A relay's batch; returns the endpoint messages it held.
   int relay_batch(std::string_view relay, const zmq::message_t& tag, bool more, std::uint64_t now_us);
+  // Why a relay's batch is refused as a whole (empty: heard); *sender: the
+  // relay's key entry with CURVE on.
+  std::string relay_refusal(const zmq::message_t& tag, bool keyed, const KeyEntry** sender) const;
   bool relay_allowed(std::string_view address) const;
   const Principal* vouched(std::string_view chain, const KeyEntry& top, std::string* why);
   // What the turn owes the endpoints behind one relay (peers: full keys).
