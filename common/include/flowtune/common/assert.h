@@ -1,5 +1,29 @@
-// Always-on assertions for programming errors (tier one of the project's error
-// model: bugs abort with the values involved; expected failures return codes).
+// Always-on assertions, and the project's error model.
+//
+// Every failure in Flowtune falls in one of four tiers; pick the tier by who
+// can act on the failure, not by how rare it is.
+//
+// 1. A bug, an invariant the code itself broke: FT_ASSERT(cond, values...)
+//    below. Always on; prints file:line, the condition and every value, then
+//    aborts.
+// 2. A refusal or an expected failure (bad input, a peer gone, a full table, a
+//    file that cannot be read): return a Result<T> carrying an ErrorCause and
+//    a message (flowtune/common/result.h); the caller decides.
+// 3. A configuration that cannot be loaded, at start-up only: throw
+//    (std::runtime_error or a parser's own type), caught once in main(), which
+//    prints the message and exits non-zero (the daemons' main.cc and their
+//    config readers).
+// 4. A failure reported through the public C API: a negative FT_E* code and
+//    ft_strerror() (libflowtune/include/flowtune/flowtune.h, src/api.cc);
+//    never an exception across extern "C".
+//
+// Rules that follow from the tiers:
+// - A `Result` is converted to an `FT_E*` code only at the C API boundary,
+//   and to an exception only while loading configuration.
+// - No sentinel stands for "no error" (an empty string, an enum's `kCount`,
+//   -1): success is a `Result` holding a value.
+// - Code on the data path (the shim, the endpoint runtime, the pacer) never
+//   throws; what it cannot handle is either a bug (FT_ASSERT) or a Result.
 #pragma once
 
 #include <cstdio>
