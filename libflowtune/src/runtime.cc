@@ -76,19 +76,6 @@ void ZmqContextCloser::operator()(void* ctx) const {
 }
 void ZmqSocketCloser::operator()(void* sock) const { (void)zmq_close(sock); }
 
-UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
-  if (this != &o) {
-    reset();
-    fd_ = std::exchange(o.fd_, -1);
-  }
-  return *this;
-}
-
-void UniqueFd::reset() {
-  if (fd_ >= 0) (void)::close(fd_);
-  fd_ = -1;
-}
-
 // ---- Runtime ----
 
 namespace {
@@ -714,15 +701,19 @@ void Runtime::watch_connection(std::uint64_t now) {
 void Runtime::follow_server_key(std::uint64_t now) {
   if (!curve_ || curve_->server_file.empty() || now < next_key_check_us_) return;
   next_key_check_us_ = now + 100'000;
-  std::string why;
-  bool followed = false;
+  Result<bool> followed = false;
   {
     ForkShield shield;  // as in open_all
-    followed = curve::follow_server_key(&*curve_, &why);
+    followed = curve::follow_server_key(&*curve_);
   }
   if (!followed) {
-    if (!why.empty() && why != key_error_logged_) log(1, "CURVE: " + why + "; the key in use stays");
+    const std::string& why = followed.error().message;
+    if (why != key_error_logged_) log(1, "CURVE: " + why + "; the key in use stays");
     key_error_logged_ = why;
+    return;
+  }
+  if (!*followed) {
+    key_error_logged_.clear();
     return;
   }
   key_error_logged_.clear();

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "flowtune/common/curve.h"
+#include "flowtune/common/fd.h"
 #include "flowtune/flowtune.h"
 #include "event_loop.h"
 #include "pacing.h"
@@ -117,20 +118,6 @@ struct ZmqSocketCloser {
 };
 using ZmqContext = std::unique_ptr<void, ZmqContextCloser>;
 using ZmqSocket = std::unique_ptr<void, ZmqSocketCloser>;
-
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept;
-  ~UniqueFd() { reset(); }
-  int get() const { return fd_; }
-  void reset();
-
- private:
-  int fd_ = -1;
-};
 
 // True once some runtime of this process stayed in the shared fd table (the
 // fallback, or a TSan build): then the preload shim keeps the descriptors

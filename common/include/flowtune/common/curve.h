@@ -27,6 +27,9 @@
 
 #include <zmq.h>
 
+#include "flowtune/common/result.h"
+#include "flowtune/common/sys.h"
+
 namespace flowtune::curve {
 
 inline constexpr std::size_t kZ85KeyChars = 40;
@@ -93,53 +96,40 @@ inline std::string field(const std::string& text, std::string_view name) {
 
 }  // namespace detail
 
-// Reads a key file; empty on success, else why it cannot be used. With
-// need_secret the file must hold a secret key matching its public key and
-// be private to its owner. (Symbolic links are followed: secret stores
-// mount keys that way.)
-inline std::string read_key_file(const std::string& path, bool need_secret, KeyPair* out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) return path + ": " + std::strerror(errno);
-  std::string text;
-  std::string why;
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) {
-    why = path + ": " + std::strerror(errno);
-  } else if (!S_ISREG(st.st_mode)) {
-    why = path + ": not a regular file";
-  } else if (st.st_size > static_cast<off_t>(kMaxKeyFileBytes)) {
-    why = path + ": too large for a key file";
-  } else if (need_secret && (st.st_mode & (S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH)) != 0) {
-    why = path + ": a secret key file must be private to its owner (chmod 600)";
-  } else {
-    char buf[4096];
-    for (;;) {
-      const ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) why = path + ": " + std::strerror(errno);
-      if (n <= 0) break;
-      text.append(buf, static_cast<std::size_t>(n));
-      if (text.size() > kMaxKeyFileBytes) {
-        why = path + ": too large for a key file";
-        break;
-      }
-    }
+// The key pair in a key file, or why it cannot be used. With need_secret
+// the file must hold a secret key matching its public key and be private to
+// its owner. (Symbolic links are followed: secret stores mount keys that
+// way.)
+inline Result<KeyPair> load_key_file(const std::string& path, bool need_secret) {
+  ReadBounds b{.max_bytes = kMaxKeyFileBytes, .too_large = "too large for a key file"};
+  if (need_secret) {
+    b.forbidden_mode = S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH;
+    b.forbidden_why = "a secret key file must be private to its owner (chmod 600)";
   }
-  ::close(fd);
-  if (!why.empty()) return why;
+  Result<std::string> text = read_bounded(path, b);
+  if (!text) return std::move(text).error();
   KeyPair k;
-  k.public_key = detail::field(text, "public-key");
-  k.secret_key = detail::field(text, "secret-key");
-  if (k.public_key.empty() && k.secret_key.empty()) return path + ": holds no public-key or secret-key";
-  if (need_secret && k.secret_key.empty()) return path + ": holds no secret-key";
+  k.public_key = detail::field(*text, "public-key");
+  k.secret_key = detail::field(*text, "secret-key");
+  const auto bad = [&](const std::string& why) { return fail(ErrorCause::kInvalid, path + ": " + why); };
+  if (k.public_key.empty() && k.secret_key.empty()) return bad("holds no public-key or secret-key");
+  if (need_secret && k.secret_key.empty()) return bad("holds no secret-key");
   if (!k.secret_key.empty()) {
-    if (std::string e = key_error(k.secret_key); !e.empty()) return path + ": secret-key: " + e;
+    if (std::string e = key_error(k.secret_key); !e.empty()) return bad("secret-key: " + e);
     const std::string derived = public_of(k.secret_key);
     if (k.public_key.empty()) k.public_key = derived;
-    if (k.public_key != derived) return path + ": public-key is not the secret key's public half";
+    if (k.public_key != derived) return bad("public-key is not the secret key's public half");
   }
-  if (std::string e = key_error(k.public_key); !e.empty()) return path + ": public-key: " + e;
-  *out = std::move(k);
+  if (std::string e = key_error(k.public_key); !e.empty()) return bad("public-key: " + e);
+  return k;
+}
+
+// load_key_file for callers that take "empty on success, else why": sets
+// *out only on success.
+inline std::string read_key_file(const std::string& path, bool need_secret, KeyPair* out) {
+  Result<KeyPair> k = load_key_file(path, need_secret);
+  if (!k) return k.error().message;
+  *out = std::move(k).value();
   return {};
 }
 
@@ -164,15 +154,13 @@ inline std::string read_public_key(const std::string& key_or_file, std::string* 
 
 // The allocator rotated its key (docs/security.md): a client whose
 // connection failed reads the allocator's key file again. True when it now
-// names another key, which *k then holds; false when it is unchanged or
-// cannot be read (*why says why; the key in use stays).
-inline bool follow_server_key(ClientKeys* k, std::string* why) {
-  why->clear();
+// names another key, which *k then holds; false when it is unchanged; an
+// Error when it cannot be read (the key in use stays).
+inline Result<bool> follow_server_key(ClientKeys* k) {
   if (k->server_file.empty()) return false;
   std::string key;
   if (std::string e = read_public_key(k->server_file, &key); !e.empty()) {
-    *why = "the allocator's public key: " + e;
-    return false;
+    return fail(ErrorCause::kUnavailable, "the allocator's public key: " + e);
   }
   if (key == k->server_public) return false;
   k->server_public = key;
