@@ -50,8 +50,16 @@ void SocketTable::spill(int fd, SpillKind kind, std::uint64_t bytes,
                         const std::optional<FlowletPolicy>& policy) {
   Slot* s = slot(fd);
   if (s == nullptr) return;
-  lock(*s);
-  Spilled& p = s->spilled;
+  {
+    const SlotLock held(*s);
+    record_spill(s->spilled, kind, bytes, policy);
+    s->spilling.store(true, std::memory_order_release);
+  }
+  mark_dirty(fd, *s);
+}
+
+void SocketTable::record_spill(Spilled& p, SpillKind kind, std::uint64_t bytes,
+                               const std::optional<FlowletPolicy>& policy) {
   const bool has_bytes = p.begin_bytes != 0 || p.sent != 0 || p.wrote != 0 || p.collect;
   switch (kind) {
     case SpillKind::kBegin:
@@ -69,33 +77,28 @@ void SocketTable::spill(int fd, SpillKind kind, std::uint64_t bytes,
     case SpillKind::kCollect: p.collect = true; break;
     case SpillKind::kEnd: (has_bytes ? p.end_last : p.end_first) = true; break;
   }
-  s->spilling.store(true, std::memory_order_release);
-  unlock(*s);
-  mark_dirty(fd, *s);
 }
 
 SocketTable::Spilled SocketTable::take_spill(int fd) {
   Slot* s = slot(fd);
   if (s == nullptr) return {};
-  lock(*s);
+  const SlotLock held(*s);
   Spilled p = s->spilled;
   s->spilled = Spilled{};
   const std::uint32_t st = s->state.load(std::memory_order_relaxed);
   p.gen = (st & 1) != 0 ? st >> 1 : 0;
-  unlock(*s);
   return p;
 }
 
 void SocketTable::finish_spill(int fd) {
   Slot* s = slot(fd);
   if (s == nullptr) return;
-  lock(*s);
+  const SlotLock held(*s);
   if (s->spilled.empty()) {
     s->spilling.store(false, std::memory_order_release);
   } else {
     mark_dirty(fd, *s);  // more came while the runtime applied the last batch
   }
-  unlock(*s);
 }
 
 SocketTable::~SocketTable() {
@@ -133,45 +136,47 @@ int SocketTable::claim(int fd, SocketRef* out) {
   if (fd < 0 || fd >= kMaxFd) return FT_EBADF;
   Slot* s = slot_or_create(fd);
   if (s == nullptr) return FT_ENOMEM;
-  lock(*s);
-  const std::uint32_t st = s->state.load(std::memory_order_relaxed);
-  if ((st & 1) != 0) {
-    unlock(*s);
-    return FT_EEXIST;
+  {
+    const SlotLock held(*s);
+    const std::uint32_t st = s->state.load(std::memory_order_relaxed);
+    if ((st & 1) != 0) return FT_EEXIST;
+    *out = {fd, open_slot(fd, *s, st)};
   }
-  const std::uint32_t gen = (st >> 1) + 1;
-  s->state.store((gen << 1) | 1, std::memory_order_release);
-  s->capped = false;
-  s->cookie = socket_cookie(fd);
-  s->in_flowlet.store(false, std::memory_order_relaxed);
-  s->unreported.store(0, std::memory_order_relaxed);
-  s->writing.store(0, std::memory_order_relaxed);
-  s->spilled = Spilled{};
-  s->spilling.store(false, std::memory_order_relaxed);
-  unlock(*s);
-  *out = {fd, gen};
   return FT_OK;
+}
+
+// Registers `s` (its state was `st`, unregistered) under the next
+// generation and resets what the previous registration left; under busy.
+std::uint32_t SocketTable::open_slot(int fd, Slot& s, std::uint32_t st) {
+  const std::uint32_t gen = (st >> 1) + 1;
+  s.state.store((gen << 1) | 1, std::memory_order_release);
+  s.capped = false;
+  s.cookie = socket_cookie(fd);
+  s.in_flowlet.store(false, std::memory_order_relaxed);
+  s.unreported.store(0, std::memory_order_relaxed);
+  s.writing.store(0, std::memory_order_relaxed);
+  s.spilled = Spilled{};
+  s.spilling.store(false, std::memory_order_relaxed);
+  return gen;
 }
 
 int SocketTable::release(int fd) {
   Slot* s = slot(fd);
   if (s == nullptr) return FT_ENOTREG;
-  lock(*s);
-  const std::uint32_t st = s->state.load(std::memory_order_relaxed);
-  if ((st & 1) == 0) {
-    unlock(*s);
-    return FT_ENOTREG;
+  {
+    const SlotLock held(*s);
+    const std::uint32_t st = s->state.load(std::memory_order_relaxed);
+    if ((st & 1) == 0) return FT_ENOTREG;
+    // The fd is still the application's here, so clearing is safe.
+    if (s->capped) (void)set_pacing_rate(fd, 0);
+    s->capped = false;
+    s->state.store(st & ~1u, std::memory_order_release);
+    // Events of the old registration die with it; the runtime learns of the
+    // unregistration from the slot (it compares generations), never from the
+    // queue, so it cannot be lost to a full queue.
+    s->spilled = Spilled{};
+    s->spilling.store(false, std::memory_order_relaxed);
   }
-  // The fd is still the application's here, so clearing is safe.
-  if (s->capped) (void)set_pacing_rate(fd, 0);
-  s->capped = false;
-  s->state.store(st & ~1u, std::memory_order_release);
-  // Events of the old registration die with it; the runtime learns of the
-  // unregistration from the slot (it compares generations), never from the
-  // queue, so it cannot be lost to a full queue.
-  s->spilled = Spilled{};
-  s->spilling.store(false, std::memory_order_relaxed);
-  unlock(*s);
   mark_dirty(fd, *s);
   return FT_OK;
 }
@@ -256,27 +261,19 @@ void SocketTable::give_back(int local) const {
 SocketTable::Result SocketTable::set_rate(SocketRef ref, std::uint64_t bytes_per_sec, int* err) {
   Slot* s = slot(ref.fd);
   if (s == nullptr) return Result::kGone;
-  lock(*s);
-  if (s->state.load(std::memory_order_relaxed) != ((ref.gen << 1) | 1)) {
-    unlock(*s);
-    return Result::kGone;
-  }
-  if (bytes_per_sec == 0 && !s->capped) {
-    unlock(*s);
-    return Result::kOk;
-  }
+  const SlotLock held(*s);
+  if (s->state.load(std::memory_order_relaxed) != ((ref.gen << 1) | 1)) return Result::kGone;
+  if (bytes_per_sec == 0 && !s->capped) return Result::kOk;
   // The cookie names the socket, not the number: a number the application
   // closed and reused for another socket is left alone.
   const int local = borrow(ref.fd);
   if (local < 0 || socket_cookie(local) != s->cookie) {
     give_back(local);
-    unlock(*s);
     return Result::kGone;
   }
   const int e = set_pacing_rate(local, bytes_per_sec);
   give_back(local);
   if (e == 0) s->capped = bytes_per_sec != 0;
-  unlock(*s);
   if (e != 0) {
     *err = e;
     return Result::kFailed;
@@ -287,21 +284,16 @@ SocketTable::Result SocketTable::set_rate(SocketRef ref, std::uint64_t bytes_per
 SocketTable::Result SocketTable::unsent_bytes(SocketRef ref, std::uint64_t* out) {
   Slot* s = slot(ref.fd);
   if (s == nullptr) return Result::kGone;
-  lock(*s);
-  if (s->state.load(std::memory_order_relaxed) != ((ref.gen << 1) | 1)) {
-    unlock(*s);
-    return Result::kGone;
-  }
+  const SlotLock held(*s);
+  if (s->state.load(std::memory_order_relaxed) != ((ref.gen << 1) | 1)) return Result::kGone;
   const int local = borrow(ref.fd);
   if (local < 0 || socket_cookie(local) != s->cookie) {
     give_back(local);
-    unlock(*s);
     return Result::kGone;
   }
   int n = 0;
   const int rc = ioctl(local, SIOCOUTQNSD, &n);
   give_back(local);
-  unlock(*s);
   if (rc != 0 || n < 0) return Result::kFailed;
   *out = static_cast<std::uint64_t>(n);
   return Result::kOk;

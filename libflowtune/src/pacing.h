@@ -155,12 +155,27 @@ class SocketTable {
   Slot* slot(int fd) const;
   Slot* slot_or_create(int fd);
   void mark_dirty(int fd, Slot& s);
+  static void record_spill(Spilled& p, SpillKind kind, std::uint64_t bytes,
+                           const std::optional<FlowletPolicy>& policy);
+  static std::uint32_t open_slot(int fd, Slot& s, std::uint32_t st);
   // A descriptor of the application's fd in the calling thread's table, or
   // -1; give_back closes it if it is a copy. Never held past one call.
   int borrow(int fd) const;
   void give_back(int local) const;
   static void lock(Slot& s);
   static void unlock(Slot& s) { s.busy.store(false, std::memory_order_release); }
+  // Holds a slot's spin lock (busy) from construction to the end of its
+  // scope, so no return path leaves the slot locked.
+  class SlotLock {
+   public:
+    explicit SlotLock(Slot& s) : s_(s) { lock(s_); }
+    ~SlotLock() { unlock(s_); }
+    SlotLock(const SlotLock&) = delete;
+    SlotLock& operator=(const SlotLock&) = delete;
+
+   private:
+    Slot& s_;
+  };
 
   std::unique_ptr<std::atomic<Slot*>[]> chunks_;
   std::unique_ptr<std::atomic<bool>[]> chunk_dirty_;
