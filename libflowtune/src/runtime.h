@@ -169,8 +169,14 @@ class Runtime {
   // Moves the calling (runtime) thread into a private fd table; false if
   // pidfd_getfd() is refused here (the thread stays in the shared table).
   bool enter_private_table();
-  // Opens the ZeroMQ socket, timer, signalfd and loop (runtime thread).
+  // Opens the ZeroMQ socket, timer, signalfd and loop (runtime thread):
+  // FT_OK, FT_ECONNECT (no usable allocator endpoint or CURVE key, logged)
+  // or FT_ERUNTIME. The steps, each false/failing on the first error:
   int open_all();
+  bool open_socket();         // context, DEALER, queue and heartbeat options
+  int connect_allocators();   // endpoints checked, CURVE, connect, monitor
+  bool apply_curve();         // FLOWTUNE_CURVE_* keys onto the DEALER (logged)
+  bool open_wakeups();        // timerfd, signalfd and the loop's watches
   // Closes everything open_all opened (runtime thread: those numbers are
   // only meaningful in its table). Returns EventLoop::close()'s result.
   int close_all();
