@@ -167,6 +167,19 @@ inline Result<bool> follow_server_key(ClientKeys* k) {
   return true;
 }
 
+// follow_server_key for callers that take a std::string* why (the relay):
+// true when the key changed; *why is why the file could not be read, else
+// empty.
+inline bool follow_server_key(ClientKeys* k, std::string* why) {
+  Result<bool> r = follow_server_key(k);
+  why->clear();
+  if (!r) {
+    *why = r.error().message;
+    return false;
+  }
+  return *r;
+}
+
 // Client keys from explicit values (empty: not given) falling back to the
 // FLOWTUNE_CURVE_* variables. *enabled is false when no server key is given
 // anywhere (CURVE off); the return is why the keys cannot be used.
