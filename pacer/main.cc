@@ -242,13 +242,15 @@ class Link {
   // while the allocator is silent, at most once a second.
   void follow_server_key() {
     if (!keys_) return;
-    std::string why;
-    if (!flowtune::curve::follow_server_key(&*keys_, &why)) {
-      if (!why.empty() && why != key_error_) std::fprintf(stderr, "flowtune-pacer: %s; the key in use stays\n", why.c_str());
+    const flowtune::Result<bool> changed = flowtune::curve::follow_server_key(&*keys_);
+    if (!changed) {
+      const std::string& why = changed.error().message;
+      if (why != key_error_) std::fprintf(stderr, "flowtune-pacer: %s; the key in use stays\n", why.c_str());
       key_error_ = why;
       return;
     }
     key_error_.clear();
+    if (!*changed) return;
     if (int e = flowtune::curve::reconnect(sock_, *keys_, endpoint_); e != 0) {
       std::fprintf(stderr, "flowtune-pacer: reconnecting with the allocator's new key: %s\n", zmq_strerror(e));
       return;
@@ -468,6 +470,61 @@ metrics::Exposition start_metrics(const Options& o, const pacer::PacerState& m) 
   return e;
 }
 
+constexpr std::uint64_t kHeartbeatUs = 1'000'000;
+
+// The host's registration with the allocator: hellos (backing off) until
+// one is acknowledged, then heartbeats.
+struct Registration {
+  bool registered = false, told_unknown = false, said_registered = false;
+  std::uint64_t epoch = 0, backoff_us = 10'000, next_send_us = 0;
+};
+
+// A hello or a heartbeat, when one is due at `now`.
+void send_due(Link& link, Registration& r, const wire::Hello& hello, std::mt19937_64& rng,
+              std::uint64_t now) {
+  if (now < r.next_send_us) return;
+  if (r.registered) {
+    link.send({wire::Heartbeat{}});
+    r.next_send_us = now + kHeartbeatUs;
+    return;
+  }
+  link.send({hello});
+  // Unanswered or refused hellos back off, with jitter, up to 10 s.
+  r.next_send_us = now + r.backoff_us / 2 + rng() % (r.backoff_us / 2 + 1);
+  r.backoff_us = std::min<std::uint64_t>(r.backoff_us * 2, 10'000'000);
+}
+
+// Takes the allocator's message `m` into `r`: a new epoch or a refusal ends
+// the registration, a hello_ack makes one. True when the host is registered
+// (the message's rates apply); otherwise a hello is due at once, unless the
+// allocator refused the last.
+bool on_reply(const wire::AllocatorMessage& m, Registration& r) {
+  if (r.epoch != 0 && m.epoch != r.epoch) r.registered = false;  // a new allocator: hello again
+  r.epoch = m.epoch;
+  bool refused = false;
+  for (const wire::ErrorReport& e : m.errors) {
+    if (e.code == wire::ErrorCode::kNotRegistered) refused = true, r.registered = false;
+    if (e.code == wire::ErrorCode::kUnknownHost) {
+      refused = true;
+      if (!r.told_unknown) std::fprintf(stderr, "flowtune-pacer: %s\n", e.text.c_str());
+      r.told_unknown = true;
+    }
+  }
+  if (m.hello_ack) {
+    if (!r.registered && !r.said_registered) {
+      // For scripts that wait for it (the first time only).
+      std::printf("registered\n");
+      std::fflush(stdout);
+      r.said_registered = true;
+    }
+    r.registered = true;
+    r.backoff_us = 10'000;
+    r.next_send_us = now_us() + kHeartbeatUs;
+  }
+  if (!r.registered && !refused) r.next_send_us = 0;  // say hello at once
+  return r.registered;
+}
+
 int run(const Options& o) {
   if (!lock_device(o.dev)) {
     std::fprintf(stderr, "flowtune-pacer: another pacer already shapes %s; leaving it in charge\n",
@@ -492,9 +549,8 @@ int run(const Options& o) {
   std::mt19937_64 rng(std::random_device{}());
   const std::string id = "pacer-" + o.host + "-" + std::to_string(getpid()) + "-" +
                          std::to_string(rng() % 1000000);
-  constexpr std::uint64_t kHeartbeatUs = 1'000'000;
-  bool registered = false, told_unknown = false, said_registered = false;
-  std::uint64_t epoch = 0, backoff_us = 10'000, next_send_us = 0;
+  const wire::Hello hello{id, o.host, true};
+  Registration reg;
   std::uint64_t heard_us = now_us(), next_key_check_us = 0;
   const auto apply = [&](std::optional<pacer::Shape> s, const char* why) {
     packets.follow(state);
@@ -511,19 +567,9 @@ int run(const Options& o) {
   };
   while (g_stop == 0) {
     const std::uint64_t now = now_us();
-    if (now >= next_send_us) {
-      if (registered) {
-        link.send({wire::Heartbeat{}});
-        next_send_us = now + kHeartbeatUs;
-      } else {
-        link.send({wire::Hello{id, o.host, true}});
-        // Unanswered or refused hellos back off, with jitter, up to 10 s.
-        next_send_us = now + backoff_us / 2 + rng() % (backoff_us / 2 + 1);
-        backoff_us = std::min<std::uint64_t>(backoff_us * 2, 10'000'000);
-      }
-    }
+    send_due(link, reg, hello, rng, now);
     if (!apply(state.on_tick(now), "lease lapsed or idle")) return 1;
-    const std::uint64_t wake = std::min(next_send_us, state.next_tick_us());
+    const std::uint64_t wake = std::min(reg.next_send_us, state.next_tick_us());
     const long timeout_ms = static_cast<long>((wake > now ? wake - now : 0) / 1000) + 1;
     wire::AllocatorMessage m;
     bool owner_gone = false;
@@ -539,33 +585,9 @@ int run(const Options& o) {
     }
     heard_us = now_us();
     shown.messages.fetch_add(1, std::memory_order_relaxed);
-    if (epoch != 0 && m.epoch != epoch) registered = false;  // a new allocator: hello again
-    epoch = m.epoch;
-    bool refused = false;
-    for (const wire::ErrorReport& e : m.errors) {
-      if (e.code == wire::ErrorCode::kNotRegistered) refused = true, registered = false;
-      if (e.code == wire::ErrorCode::kUnknownHost) {
-        refused = true;
-        if (!told_unknown) std::fprintf(stderr, "flowtune-pacer: %s\n", e.text.c_str());
-        told_unknown = true;
-      }
-    }
-    if (m.hello_ack) {
-      if (!registered && !said_registered) {
-        // For scripts that wait for it (the first time only).
-        std::printf("registered\n");
-        std::fflush(stdout);
-        said_registered = true;
-      }
-      registered = true;
-      backoff_us = 10'000;
-      next_send_us = now_us() + kHeartbeatUs;
-    }
+    const bool registered = on_reply(m, reg);
     shown.registered.store(registered, std::memory_order_relaxed);
-    if (!registered) {
-      if (!refused) next_send_us = 0;  // say hello at once
-      continue;
-    }
+    if (!registered) continue;
     if (!apply(state.on_message(m, now_us()), "allocator")) return 1;
   }
   // Always said: how often the shaper changed is what a pacer costs.
