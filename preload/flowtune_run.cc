@@ -176,13 +176,56 @@ void start_pacer(const char* argv0, const std::string& dev, const std::string& l
                        "(see its message above); running the command anyway\n");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// What flowtune-run keeps of its options; the others become the shim's
+// FLOWTUNE_* variables as they are read.
+struct RunOptions {
   std::string preload;
   std::string pacer_dev;
   std::string link_rate = "1gbit";
-  std::string rules;
+  std::string rules;  // every --rule, ';'-separated
+};
+
+// One option `a` and its value `v`; a bad one is a usage error (exit 2).
+void take_option(std::string_view a, const char* v, RunOptions& o) {
+  if (a == "--allocator") setenv("FLOWTUNE_ALLOCATOR", v, 1);
+  else if (a == "--host") setenv("FLOWTUNE_HOST", v, 1);
+  else if (a == "--min-flowlet-bytes") {
+    char* end = nullptr;
+    errno = 0;
+    std::strtoull(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || v[0] < '0' || v[0] > '9') {
+      usage_error("--min-flowlet-bytes expects bytes (0 to 2^64 - 1), got '" + std::string(v) + "'");
+    }
+    setenv("FLOWTUNE_MIN_FLOWLET_BYTES", v, 1);
+  } else if (a == "--mice-mbps") {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(v, &end, 10);
+    if (end == v || *end != '\0' || v[0] < '0' || v[0] > '9' || n == 0 || n > 1'000'000) {
+      usage_error("--mice-mbps expects whole Mbit/s from 1 to 1000000, got '" + std::string(v) +
+                  "'");
+    }
+    setenv("FLOWTUNE_MICE_MBPS", v, 1);
+  } else if (a == "--log") {
+    if (std::strlen(v) != 1 || v[0] < '0' || v[0] > '4') usage_error("--log expects 0-4");
+    setenv("FLOWTUNE_LOG", v, 1);
+  } else if (a == "--preload") o.preload = v;
+  else if (a == "--pacer") o.pacer_dev = v;
+  else if (a == "--link-rate") o.link_rate = v;
+  else if (a == "--class") setenv("FLOWTUNE_CLASS", v, 1);
+  else if (a == "--weight") setenv("FLOWTUNE_WEIGHT", v, 1);
+  else if (a == "--tenant") setenv("FLOWTUNE_TENANT", v, 1);
+  else if (a == "--deadline-ms") setenv("FLOWTUNE_DEADLINE_MS", v, 1);
+  else if (a == "--coflow") setenv("FLOWTUNE_COFLOW", v, 1);
+  else if (a == "--rule") o.rules += (o.rules.empty() ? "" : ";") + std::string(v);
+  else if (a == "--curve-server") setenv("FLOWTUNE_CURVE_SERVER", absolute_if_file(v).c_str(), 1);
+  else if (a == "--curve-key") setenv("FLOWTUNE_CURVE_KEY", absolute_if_file(v).c_str(), 1);
+  else usage_error("unknown option: " + std::string(a));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  RunOptions o;
   int i = 1;
   for (; i < argc; ++i) {
     const std::string_view a = argv[i];
@@ -196,40 +239,7 @@ int main(int argc, char** argv) {
     }
     if (a.empty() || a[0] != '-') break;  // the command, without "--"
     if (i + 1 >= argc) usage_error(std::string(a) + " needs a value");
-    const char* v = argv[++i];
-    if (a == "--allocator") setenv("FLOWTUNE_ALLOCATOR", v, 1);
-    else if (a == "--host") setenv("FLOWTUNE_HOST", v, 1);
-    else if (a == "--min-flowlet-bytes") {
-      char* end = nullptr;
-      errno = 0;
-      std::strtoull(v, &end, 10);
-      if (errno != 0 || end == v || *end != '\0' || v[0] < '0' || v[0] > '9') {
-        usage_error("--min-flowlet-bytes expects bytes (0 to 2^64 - 1), got '" + std::string(v) + "'");
-      }
-      setenv("FLOWTUNE_MIN_FLOWLET_BYTES", v, 1);
-    } else if (a == "--mice-mbps") {
-      char* end = nullptr;
-      const unsigned long long n = std::strtoull(v, &end, 10);
-      if (end == v || *end != '\0' || v[0] < '0' || v[0] > '9' || n == 0 || n > 1'000'000) {
-        usage_error("--mice-mbps expects whole Mbit/s from 1 to 1000000, got '" + std::string(v) +
-                    "'");
-      }
-      setenv("FLOWTUNE_MICE_MBPS", v, 1);
-    } else if (a == "--log") {
-      if (std::strlen(v) != 1 || v[0] < '0' || v[0] > '4') usage_error("--log expects 0-4");
-      setenv("FLOWTUNE_LOG", v, 1);
-    } else if (a == "--preload") preload = v;
-    else if (a == "--pacer") pacer_dev = v;
-    else if (a == "--link-rate") link_rate = v;
-    else if (a == "--class") setenv("FLOWTUNE_CLASS", v, 1);
-    else if (a == "--weight") setenv("FLOWTUNE_WEIGHT", v, 1);
-    else if (a == "--tenant") setenv("FLOWTUNE_TENANT", v, 1);
-    else if (a == "--deadline-ms") setenv("FLOWTUNE_DEADLINE_MS", v, 1);
-    else if (a == "--coflow") setenv("FLOWTUNE_COFLOW", v, 1);
-    else if (a == "--rule") rules += (rules.empty() ? "" : ";") + std::string(v);
-    else if (a == "--curve-server") setenv("FLOWTUNE_CURVE_SERVER", absolute_if_file(v).c_str(), 1);
-    else if (a == "--curve-key") setenv("FLOWTUNE_CURVE_KEY", absolute_if_file(v).c_str(), 1);
-    else usage_error("unknown option: " + std::string(a));
+    take_option(a, argv[++i], o);
   }
   // Checked here, where a mistake can stop the start: the shim cannot
   // refuse to run the command, it can only leave it unpaced.
@@ -240,7 +250,7 @@ int main(int argc, char** argv) {
       usage_error("CURVE: " + why);
     }
   }
-  if (!rules.empty()) setenv("FLOWTUNE_RULES", rules.c_str(), 1);
+  if (!o.rules.empty()) setenv("FLOWTUNE_RULES", o.rules.c_str(), 1);
   // The shim parses the same way; a mistake stops here, not silently there.
   std::string policy_error;
   if (!flowtune::preload::parse_policy(flowtune::preload::PolicyEnv::from_environment(),
@@ -248,21 +258,21 @@ int main(int argc, char** argv) {
     usage_error(policy_error);
   }
   if (i >= argc) usage_error("no command given");
-  if (preload.empty()) preload = default_preload(argv[0]);
-  if (access(preload.c_str(), R_OK) != 0) {
-    std::fprintf(stderr, "flowtune-run: cannot load the shim %s: %s\n", preload.c_str(),
+  if (o.preload.empty()) o.preload = default_preload(argv[0]);
+  if (access(o.preload.c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "flowtune-run: cannot load the shim %s: %s\n", o.preload.c_str(),
                  std::strerror(errno));
     return 2;
   }
-  std::string ld = preload;
+  std::string ld = o.preload;
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') {
     ld += ":" + std::string(old);
   }
-  if (!pacer_dev.empty()) {
+  if (!o.pacer_dev.empty()) {
     if (geteuid() != 0) {
       std::fprintf(stderr, "flowtune-run: --pacer needs root (tc); running without it\n");
     } else {
-      start_pacer(argv[0], pacer_dev, link_rate);
+      start_pacer(argv[0], o.pacer_dev, o.link_rate);
     }
   }
   setenv("LD_PRELOAD", ld.c_str(), 1);
