@@ -17,11 +17,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <stdexcept>
 #include <unordered_map>
 
+#include "flowtune/common/fd.h"
 #include "flowtune/flowtune.h"
 #include "service.h"
 
@@ -68,7 +70,7 @@ struct FreeDeleter {
 
 // A map output, opened on first use.
 struct MapFile {
-  int fd = -1;
+  UniqueFd fd;
   MapIndex index;
 };
 
@@ -130,7 +132,7 @@ struct Conn {
   bool plain_sends = false;     // kReadZc: zero-copy refused on this connection (ENOMEM)
   // Data bytes read (or spliced into the pipe) and not yet sent.
   std::size_t buf_len = 0, buf_sent = 0;
-  int pipe_r = -1, pipe_w = -1;  // DataPath::kSplice
+  UniqueFd pipe_r, pipe_w;  // DataPath::kSplice
   char rbuf[2048];
 };
 
@@ -176,7 +178,9 @@ struct Server::Impl {
   bool zc_report = true;
   bool zc_warned = false;
   std::unordered_map<std::uint64_t, MapFile> maps;
-  std::vector<Conn*> conns;
+  // Every open connection; a record is freed only when nothing in flight
+  // can touch it (maybe_close).
+  std::vector<std::unique_ptr<Conn>> conns;
 
   io_uring_sqe* sqe() {
     io_uring_sqe* s = io_uring_get_sqe(&ring);
@@ -247,7 +251,7 @@ struct Server::Impl {
     }
     io_uring_sqe* s = sqe();
     if (cfg.data_path == DataPath::kSplice) {
-      io_uring_prep_splice(s, j.file, static_cast<std::int64_t>(at), c.pipe_w, -1,
+      io_uring_prep_splice(s, j.file, static_cast<std::int64_t>(at), c.pipe_w.get(), -1,
                            static_cast<unsigned>(n), 0);
     } else if (c.buf_slot >= 0) {
       io_uring_prep_read_fixed(s, j.file, chunk(c, c.half), static_cast<unsigned>(n), at,
@@ -262,7 +266,7 @@ struct Server::Impl {
     const std::size_t n = c.buf_len - c.buf_sent;
     if (cfg.data_path == DataPath::kSplice) {
       io_uring_sqe* s = sqe();
-      io_uring_prep_splice(s, c.pipe_r, -1, c.fd, -1, static_cast<unsigned>(n), 0);
+      io_uring_prep_splice(s, c.pipe_r.get(), -1, c.fd, -1, static_cast<unsigned>(n), 0);
       io_uring_sqe_set_data(s, &c.send_op);
       ++c.inflight;
       return;
@@ -361,22 +365,20 @@ struct Server::Impl {
     if (it == maps.end()) {
       MapFile m;
       const std::string ipath = index_path(cfg.dir, f.shuffle, f.map);
-      const int ifd = ::open(ipath.c_str(), O_RDONLY | O_CLOEXEC);
-      if (ifd < 0) return error(Status::kNotFound, "no map output " + ipath);
+      const UniqueFd ifd(::open(ipath.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!ifd) return error(Status::kNotFound, "no map output " + ipath);
       std::string bytes;
       char tmp[65536];
       ssize_t n;
-      while ((n = ::read(ifd, tmp, sizeof tmp)) > 0 && bytes.size() < (64u << 20)) bytes.append(tmp, static_cast<std::size_t>(n));
-      ::close(ifd);
+      while ((n = ::read(ifd.get(), tmp, sizeof tmp)) > 0 && bytes.size() < (64u << 20)) bytes.append(tmp, static_cast<std::size_t>(n));
       std::string why;
       auto ix = decode_index(bytes, &why);
       if (!ix) return error(Status::kServerError, ipath + ": " + why);
       const std::string dpath = data_path(cfg.dir, f.shuffle, f.map);
-      m.fd = ::open(dpath.c_str(), O_RDONLY | O_CLOEXEC);
+      m.fd.reset(::open(dpath.c_str(), O_RDONLY | O_CLOEXEC));
       struct stat st {};
-      if (m.fd < 0 || ::fstat(m.fd, &st) != 0 ||
+      if (!m.fd || ::fstat(m.fd.get(), &st) != 0 ||
           static_cast<std::uint64_t>(st.st_size) != ix->offsets.back()) {
-        if (m.fd >= 0) ::close(m.fd);
         return error(Status::kServerError, dpath + ": missing, or its size does not match its index");
       }
       m.index = std::move(*ix);
@@ -387,7 +389,7 @@ struct Server::Impl {
       return error(Status::kNotFound, "map " + std::to_string(f.map) + " has " +
                                           std::to_string(m.index.partitions()) + " partitions");
     }
-    j.file = m.fd;
+    j.file = m.fd.get();
     j.offset = m.index.offsets[f.partition];
     j.header = {Status::kOk, m.index.offsets[f.partition + 1] - j.offset, m.index.crcs[f.partition]};
     return j;
@@ -600,7 +602,7 @@ struct Server::Impl {
   // nothing, or stopped reading its answers.
   void sweep() {
     for (std::size_t i = conns.size(); i-- > 0;) {  // maybe_close() swaps in the back
-      Conn* c = conns[i];
+      Conn* c = conns[i].get();
       if (c->fd < 0 || now - c->last_active < idle_timeout) continue;
       if (!c->dead) ++stats.idle_closed;
       kill(*c);
@@ -608,27 +610,25 @@ struct Server::Impl {
     }
   }
 
-  // A connection's descriptors and registrations go, then the record.
-  void release(Conn* c) {
-    if (c->registered) (void)ft_socket_unregister(ft, c->fd);
-    if (c->fd >= 0) ::close(c->fd);
-    if (c->pipe_r >= 0) ::close(c->pipe_r);
-    if (c->pipe_w >= 0) ::close(c->pipe_w);
-    detach_buffer(*c);
-    delete c;
+  // A connection's descriptors and registrations go (its pipe with the
+  // record).
+  void close_conn(Conn& c) {
+    if (c.registered) (void)ft_socket_unregister(ft, c.fd);
+    if (c.fd >= 0) ::close(c.fd);
+    detach_buffer(c);
   }
 
   void maybe_close(Conn* c) {
     if (c->inflight > 0) return;
     if (!c->dead && !(c->eof && !c->active && c->jobs.empty())) return;
+    close_conn(*c);
     for (auto& p : conns) {
-      if (p == c) {
-        p = conns.back();
-        conns.pop_back();
+      if (p.get() == c) {
+        p = std::move(conns.back());
+        conns.pop_back();  // frees the record
         break;
       }
     }
-    release(c);
   }
 
   // ---- DataPath::kSendfile: the plain baseline, a thread per connection ----
@@ -713,6 +713,57 @@ struct Server::Impl {
     thread_fds.clear();
   }
 
+  // One completion of the ring: dispatched to its connection's handler,
+  // whose record goes once nothing is in flight. True for the stop wake-up.
+  bool complete(const io_uring_cqe& cqe) {
+    auto* op = static_cast<Op*>(io_uring_cqe_get_data(&cqe));
+    const int res = cqe.res;
+    switch (op->type) {
+      case OpType::kAccept: on_accept(res); break;
+      case OpType::kAcceptRetry:
+        accept_pending = false;
+        if (!stopping) post_accept();
+        break;
+      case OpType::kWake: return true;
+      case OpType::kSweep:
+        sweep_pending = false;
+        if (!stopping) {
+          sweep();
+          post_sweep();
+        }
+        break;
+      case OpType::kIgnore: break;
+      case OpType::kRecv:
+        --op->conn->inflight;
+        if (res > 0) op->conn->last_active = now;
+        on_recv(*op->conn, res);
+        maybe_close(op->conn);
+        break;
+      case OpType::kSendZc: {
+        Conn& c = *op->conn;
+        c.last_active = now;
+        if ((cqe.flags & IORING_CQE_F_NOTIF) != 0) {
+          on_notif(c, op->half, res);
+        } else {
+          on_send_zc(c, op->half, res, (cqe.flags & IORING_CQE_F_MORE) != 0);
+        }
+        maybe_close(&c);
+        break;
+      }
+      case OpType::kSend:
+      case OpType::kRead: {
+        Conn& c = *op->conn;
+        --c.inflight;
+        c.last_active = now;
+        // A connection being closed only waits for what is in flight.
+        if (!c.dead) op->type == OpType::kSend ? on_send(c, res) : on_read(c, res);
+        maybe_close(&c);
+        break;
+      }
+    }
+    return false;
+  }
+
   void on_accept(int res) {
     accept_pending = false;
     if (stopping) {
@@ -730,28 +781,28 @@ struct Server::Impl {
       std::fprintf(stderr, "flowtune-shuffle: accept: %s\n", errno_text(-res).c_str());
       return;
     }
-    auto* c = new Conn;
+    auto c = std::make_unique<Conn>();
+    Conn* const raw = c.get();
     c->fd = res;
-    c->recv_op.conn = c->send_op.conn = c->read_op.conn = c->zc_op[0].conn = c->zc_op[1].conn = c;
+    c->recv_op.conn = c->send_op.conn = c->read_op.conn = c->zc_op[0].conn = c->zc_op[1].conn = raw;
     c->last_active = now;
     if (cfg.data_path == DataPath::kSplice) {
       int p[2];
       if (::pipe2(p, O_CLOEXEC) != 0) {
         std::fprintf(stderr, "flowtune-shuffle: pipe: %s\n", errno_text(errno).c_str());
         ::close(c->fd);
-        delete c;
         return;
       }
-      c->pipe_r = p[0];
-      c->pipe_w = p[1];
+      c->pipe_r.reset(p[0]);
+      c->pipe_w.reset(p[1]);
       // A chunk must fit the pipe (1 MiB unless fs.pipe-max-size allows more).
       // A splice moves what the pipe holds: the larger, the fewer rounds.
       (void)::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(cfg.chunk_bytes));
     }
     if (ft != nullptr) c->registered = ft_socket_register(ft, c->fd) == FT_OK;
-    conns.push_back(c);
+    conns.push_back(std::move(c));
     ++stats.connections;
-    post_recv(*c);
+    post_recv(*raw);
   }
 };
 
@@ -837,17 +888,20 @@ Server::~Server() {
   // handed back to the heap while the kernel could write into it.
   if (s.ring_ready) io_uring_queue_exit(&s.ring);
   s.ring_ready = false;
-  for (Conn* c : s.conns) {
+  for (std::unique_ptr<Conn>& c : s.conns) {
     c->buf_slot = -1;  // the ring and its table are gone
     if (c->inflight > 0) {
       // Its receive buffer, headers and buffer may still be written by the
-      // kernel's cancellation: the whole record is left allocated.
+      // kernel's cancellation: the whole record is left allocated, on
+      // purpose (its pipe too).
       if (c->fd >= 0) ::close(c->fd);
+      (void)c.release();
       continue;
     }
-    s.release(c);
+    s.close_conn(*c);
   }
-  for (auto& [k, m] : s.maps) ::close(m.fd);
+  s.conns.clear();
+  s.maps.clear();
   if (s.ft != nullptr) ft_client_close(s.ft);
   ::close(s.listen_fd);
   ::close(s.wake_fd);
@@ -884,7 +938,9 @@ void Server::run() {
     s.stopping = true;
     ::shutdown(s.listen_fd, SHUT_RDWR);
     s.cancel_sweep();
-    for (Conn* c : std::vector<Conn*>(s.conns)) {
+    std::vector<Conn*> all;
+    for (const std::unique_ptr<Conn>& c : s.conns) all.push_back(c.get());
+    for (Conn* c : all) {
       s.kill(*c);
       s.maybe_close(c);
     }
@@ -902,51 +958,7 @@ void Server::run() {
     bool stop_now = false;
     io_uring_for_each_cqe(&s.ring, head, cqe) {
       ++seen;
-      auto* op = static_cast<Op*>(io_uring_cqe_get_data(cqe));
-      const int res = cqe->res;
-      switch (op->type) {
-        case OpType::kAccept: s.on_accept(res); break;
-        case OpType::kAcceptRetry:
-          s.accept_pending = false;
-          if (!s.stopping) s.post_accept();
-          break;
-        case OpType::kWake: stop_now = true; break;
-        case OpType::kSweep:
-          s.sweep_pending = false;
-          if (!s.stopping) {
-            s.sweep();
-            s.post_sweep();
-          }
-          break;
-        case OpType::kIgnore: break;
-        case OpType::kRecv:
-          --op->conn->inflight;
-          if (res > 0) op->conn->last_active = s.now;
-          s.on_recv(*op->conn, res);
-          s.maybe_close(op->conn);
-          break;
-        case OpType::kSendZc: {
-          Conn& c = *op->conn;
-          c.last_active = s.now;
-          if ((cqe->flags & IORING_CQE_F_NOTIF) != 0) {
-            s.on_notif(c, op->half, res);
-          } else {
-            s.on_send_zc(c, op->half, res, (cqe->flags & IORING_CQE_F_MORE) != 0);
-          }
-          s.maybe_close(&c);
-          break;
-        }
-        case OpType::kSend:
-        case OpType::kRead: {
-          Conn& c = *op->conn;
-          --c.inflight;
-          c.last_active = s.now;
-          // A connection being closed only waits for what is in flight.
-          if (!c.dead) op->type == OpType::kSend ? s.on_send(c, res) : s.on_read(c, res);
-          s.maybe_close(&c);
-          break;
-        }
-      }
+      if (s.complete(*cqe)) stop_now = true;
     }
     io_uring_cq_advance(&s.ring, seen);
     if (stop_now && !s.stopping) begin_stop();
