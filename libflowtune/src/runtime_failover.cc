@@ -15,7 +15,8 @@
 namespace flowtune::client {
 
 int Runtime::open_monitor() {
-  const std::string addr = "inproc://flowtune-monitor-" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
+  const std::string addr =
+      "inproc://flowtune-monitor-" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
   if (zmq_socket_monitor(zmq_sock_.get(), addr.c_str(),
                          ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED) != 0) {
     return FT_ERUNTIME;
@@ -42,8 +43,10 @@ void Runtime::read_monitor() {
     zmq_msg_init(&address);
     const bool two = zmq_msg_more(&event) != 0 && zmq_msg_recv(&address, monitor_.get(), 0) >= 0;
     if (two) {
-      const std::string where(static_cast<const char*>(zmq_msg_data(&address)), zmq_msg_size(&address));
-      const bool listed = std::find(endpoints_.begin(), endpoints_.end(), where) != endpoints_.end();
+      const std::string where(static_cast<const char*>(zmq_msg_data(&address)),
+                              zmq_msg_size(&address));
+      const bool listed =
+          std::find(endpoints_.begin(), endpoints_.end(), where) != endpoints_.end();
       // A name resolved by ZeroMQ may read differently: taken as ours.
       if (where == endpoints_[current_] || !listed) endpoint_lost_ = true;
     }
@@ -59,8 +62,10 @@ bool Runtime::failover_wanted(std::uint64_t now) const {
 void Runtime::watch_connection(std::uint64_t now) {
   read_monitor();
   if (endpoint_lost_) follow_server_key(now);
-  if (endpoints_.size() > 1) failover(now);
-  else endpoint_lost_ = false;  // libzmq reconnects on its own
+  if (endpoints_.size() > 1)
+    failover(now);
+  else
+    endpoint_lost_ = false;  // libzmq reconnects on its own
 }
 
 // The connection dropped or its handshake failed: if the allocator's key
@@ -88,7 +93,8 @@ void Runtime::follow_server_key(std::uint64_t now) {
   key_error_logged_.clear();
   const std::string& ep = endpoints_[current_];
   if (int e = curve::reconnect(zmq_sock_.get(), *curve_, ep); e != 0) {
-    log(1, "CURVE: cannot reconnect to " + ep + " with the allocator's new key: " + zmq_strerror(e));
+    log(1,
+        "CURVE: cannot reconnect to " + ep + " with the allocator's new key: " + zmq_strerror(e));
     return;
   }
   log(2, "the allocator's key changed (" + curve_->server_file + "); reconnected to " + ep);
@@ -113,8 +119,10 @@ void Runtime::rotate(std::uint64_t now) {
   (void)zmq_disconnect(zmq_sock_.get(), left.c_str());
   current_ = (current_ + 1) % endpoints_.size();
   // Checked at start: a failure here (out of memory) is retried next round.
-  if (zmq_connect(zmq_sock_.get(), endpoints_[current_].c_str()) != 0) endpoint_lost_ = true;
-  else endpoint_lost_ = false;
+  if (zmq_connect(zmq_sock_.get(), endpoints_[current_].c_str()) != 0)
+    endpoint_lost_ = true;
+  else
+    endpoint_lost_ = false;
   session_.on_allocator_switched(now);
   was_registered_ = false;
   next_move_us_ = now;

@@ -77,7 +77,8 @@ SessionConfig with_failover(SessionConfig s, const std::string& allocators) {
 }  // namespace
 
 Runtime::Runtime(RuntimeConfig config, SessionConfig session, SocketTable& table)
-    : config_(std::move(config)), table_(table),
+    : config_(std::move(config)),
+      table_(table),
       session_(with_failover(std::move(session), config_.allocator)),
       queue_(config_.queue_capacity),
       start_ns_(std::chrono::steady_clock::now().time_since_epoch().count()) {}
@@ -201,7 +202,8 @@ bool Runtime::open_socket() {
   const int ping_ms = static_cast<int>(hb_ms / 2);
   const int silent_ms = static_cast<int>(hb_ms);
   return zmq_setsockopt(zmq_sock_.get(), ZMQ_HEARTBEAT_IVL, &ping_ms, sizeof ping_ms) == 0 &&
-         zmq_setsockopt(zmq_sock_.get(), ZMQ_HEARTBEAT_TIMEOUT, &silent_ms, sizeof silent_ms) == 0 &&
+         zmq_setsockopt(zmq_sock_.get(), ZMQ_HEARTBEAT_TIMEOUT, &silent_ms, sizeof silent_ms) ==
+             0 &&
          zmq_setsockopt(zmq_sock_.get(), ZMQ_CONNECT_TIMEOUT, &silent_ms, sizeof silent_ms) == 0 &&
          // A hung allocator accepts connections (the kernel does) but never
          // completes the handshake: given up after a heartbeat, not 30 s.
@@ -250,7 +252,8 @@ bool Runtime::apply_curve() {
     return false;
   }
   if (curve_on && curve::apply_client(zmq_sock_.get(), keys) != 0) {
-    log(1, std::string("CURVE: ") + zmq_strerror(zmq_errno()) + "; not connecting to the allocator");
+    log(1,
+        std::string("CURVE: ") + zmq_strerror(zmq_errno()) + "; not connecting to the allocator");
     return false;
   }
   if (curve_on) curve_ = std::move(keys);
@@ -270,14 +273,14 @@ bool Runtime::open_wakeups() {
   if (zmq_getsockopt(zmq_sock_.get(), ZMQ_FD, &zfd, &len) != 0 || zfd < 0) return false;
 
   if (loop_.init() != 0) return false;
-  if (loop_.watch(signal_fd_.get(), [this] {
-        signalfd_siginfo info[8];
-        while (::read(signal_fd_.get(), info, sizeof info) > 0) {
-        }
-        turn();
-      }) != 0 ||
-      loop_.watch(zfd, [this] { turn(); }) != 0 ||
-      loop_.watch(timer_fd_.get(), [this] {
+  if (loop_.watch(signal_fd_.get(),
+                  [this] {
+                    signalfd_siginfo info[8];
+                    while (::read(signal_fd_.get(), info, sizeof info) > 0) {
+                    }
+                    turn();
+                  }) != 0 ||
+      loop_.watch(zfd, [this] { turn(); }) != 0 || loop_.watch(timer_fd_.get(), [this] {
         std::uint64_t expirations;
         (void)::read(timer_fd_.get(), &expirations, sizeof expirations);
         turn();

@@ -4,10 +4,9 @@
 #include "flowtune/common/sys.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -99,7 +98,8 @@ TEST(ReadBounded, ReadsAWholeFileWithinItsBound) {
 TEST(ReadBounded, RefusesWhatItMustWithThePathInTheMessage) {
   TempDir d;
   const std::string big = d.file("big", std::string(101, 'x'));
-  Result<std::string> r = read_bounded(big, {.max_bytes = 100, .too_large = "too large for a test"});
+  Result<std::string> r =
+      read_bounded(big, {.max_bytes = 100, .too_large = "too large for a test"});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().cause, ErrorCause::kTooLarge);
   EXPECT_EQ(r.error().message, big + ": too large for a test");
@@ -119,7 +119,8 @@ TEST(ReadBounded, RefusesWhatItMustWithThePathInTheMessage) {
   EXPECT_EQ(r.error().cause, ErrorCause::kNotFound);
 
   const std::string shared = d.file("shared", "secret", 0644);
-  r = read_bounded(shared, {.max_bytes = 100, .forbidden_mode = S_IROTH, .forbidden_why = "shared"});
+  r = read_bounded(shared,
+                   {.max_bytes = 100, .forbidden_mode = S_IROTH, .forbidden_why = "shared"});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().cause, ErrorCause::kRefused);
   EXPECT_EQ(r.error().message, shared + ": shared");

@@ -36,12 +36,18 @@ enum class ErrorCause : std::uint8_t {
 // A short lower-case name for an ErrorCause ("invalid", "io", ...).
 constexpr std::string_view cause_name(ErrorCause c) {
   switch (c) {
-    case ErrorCause::kInvalid: return "invalid";
-    case ErrorCause::kNotFound: return "not found";
-    case ErrorCause::kIo: return "io";
-    case ErrorCause::kTooLarge: return "too large";
-    case ErrorCause::kRefused: return "refused";
-    case ErrorCause::kUnavailable: return "unavailable";
+    case ErrorCause::kInvalid:
+      return "invalid";
+    case ErrorCause::kNotFound:
+      return "not found";
+    case ErrorCause::kIo:
+      return "io";
+    case ErrorCause::kTooLarge:
+      return "too large";
+    case ErrorCause::kRefused:
+      return "refused";
+    case ErrorCause::kUnavailable:
+      return "unavailable";
   }
   return "unknown";
 }
@@ -139,6 +145,8 @@ class [[nodiscard]] Result<void> {
 inline Result<void> ok() { return {}; }
 
 // Shorthand for a failed Result of any T: `return fail(ErrorCause::kIo, path + ": ...");`.
-inline Error fail(ErrorCause cause, std::string message) { return Error{cause, std::move(message)}; }
+inline Error fail(ErrorCause cause, std::string message) {
+  return Error{cause, std::move(message)};
+}
 
 }  // namespace flowtune

@@ -6,13 +6,13 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <string>
-#include <sys/types.h>
 
 #include "flowtune/common/fd.h"
 #include "flowtune/common/result.h"
@@ -47,13 +47,18 @@ struct ReadBounds {
 // the path: "PATH: not a regular file", "PATH: <strerror>", "PATH: <b.too_large>".
 inline Result<std::string> read_bounded(const std::string& path, const ReadBounds& b) {
   const auto io = [&](int err) { return fail(ErrorCause::kIo, path + ": " + std::strerror(err)); };
-  UniqueFd fd(retry_eintr([&] { return ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC); }));
-  if (!fd) return errno == ENOENT ? fail(ErrorCause::kNotFound, path + ": " + std::strerror(errno)) : io(errno);
-  struct stat st{};
+  UniqueFd fd(retry_eintr(
+      [&] { return ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC); }));
+  if (!fd)
+    return errno == ENOENT ? fail(ErrorCause::kNotFound, path + ": " + std::strerror(errno))
+                           : io(errno);
+  struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return io(errno);
   if (!S_ISREG(st.st_mode)) return fail(ErrorCause::kInvalid, path + ": not a regular file");
-  if (st.st_size > static_cast<off_t>(b.max_bytes)) return fail(ErrorCause::kTooLarge, path + ": " + b.too_large);
-  if ((st.st_mode & b.forbidden_mode) != 0) return fail(ErrorCause::kRefused, path + ": " + b.forbidden_why);
+  if (st.st_size > static_cast<off_t>(b.max_bytes))
+    return fail(ErrorCause::kTooLarge, path + ": " + b.too_large);
+  if ((st.st_mode & b.forbidden_mode) != 0)
+    return fail(ErrorCause::kRefused, path + ": " + b.forbidden_why);
   std::string text;
   char buf[4096];
   for (;;) {
