@@ -17,6 +17,8 @@ packages=(
   libtomlplusplus-dev
   # clang + its runtime: libFuzzer targets and sanitizer runtimes.
   clang libclang-rt-14-dev
+  # The linters scripts/lint.sh runs in CI: formatting and function size.
+  clang-format clang-tidy
   python3
   # PNG plots from the simulator's and benchmarks' JSON.
   python3-matplotlib
