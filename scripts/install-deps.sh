@@ -22,6 +22,8 @@ packages=(
   python3
   # PNG plots from the simulator's and benchmarks' JSON.
   python3-matplotlib
+  # ns-3.37 and the GSL it links: the packet-level simulator (allocator/packet).
+  libns3-dev libgsl-dev
   # Real programs the preload shim is tested with (and trickle, the baseline
   # of the shim's benchmark); the JVM for the Java NIO test.
   iperf3 curl trickle openjdk-17-jdk-headless
