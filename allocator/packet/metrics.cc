@@ -191,14 +191,16 @@ const char* bucket_name(int b) {
 
 namespace flowtune::packet {
 
-// For each join or leave at t, the first told-rate event after which every
-// flow active then holds a rate within `tolerance` of an equal share of the
-// receiver's link (host rate x 0.99, the engine's scheduled capacity).
+// For each join (a flow's start) or leave (its last byte's arrival) at t,
+// the time to the told-rate event after which every flow active then holds
+// a rate within `tolerance` of an equal share of the receiver's link (host
+// rate x (1 - threshold), the engine's scheduled capacity).
 std::vector<double> rate_convergence_us(const Config& c, const Result& r, double tolerance) {
+  auto ends = [](const FlowResult& f) { return f.end_s < 0 ? 1e300 : f.end_s; };
   std::vector<double> events;
   for (const auto& f : r.flows) {
     events.push_back(f.spec.start_s);
-    if (f.spec.stop_s > 0) events.push_back(f.spec.stop_s);
+    if (f.end_s >= 0) events.push_back(f.end_s);
   }
   std::sort(events.begin(), events.end());
   std::vector<double> out;
@@ -209,8 +211,7 @@ std::vector<double> rate_convergence_us(const Config& c, const Result& r, double
     for (; k < r.rates.size() && r.rates[k].t_s < t; ++k) held[r.rates[k].flow] = r.rates[k].bps;
     std::vector<std::uint32_t> active;
     for (std::uint32_t i = 0; i < r.flows.size(); ++i) {
-      const auto& s = r.flows[i].spec;
-      if (s.start_s <= t && (s.stop_s <= 0 || s.stop_s > t)) active.push_back(i);
+      if (r.flows[i].spec.start_s <= t && ends(r.flows[i]) > t) active.push_back(i);
     }
     if (active.empty()) continue;
     const double share = capacity / static_cast<double>(active.size());

@@ -23,6 +23,8 @@ constexpr std::uint16_t kDataPort = 5001;
 constexpr std::uint16_t kControlPort = 7000;
 // Per data packet on a link: IPv4 20 + TCP 20 + timestamps 12 + PPP 2.
 constexpr std::uint32_t kHeaderBytes = 54;
+constexpr std::uint32_t kSendBufferBytes = 4u << 20;
+constexpr std::uint32_t kStreamAheadBytes = 32u << 10;
 // Per control packet: IPv4 20 + UDP 8 + PPP 2.
 constexpr std::uint32_t kControlHeaderBytes = 30;
 
@@ -74,7 +76,7 @@ class FlowtunePacing : public TcpCongestionOps {
 
 void set_defaults(const Config& c) {
   ns3::Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(c.mss));
-  ns3::Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(4u << 20));
+  ns3::Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(kSendBufferBytes));
   ns3::Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(4u << 20));
   ns3::Config::SetDefault("ns3::TcpSocket::DelAckCount", UintegerValue(1));
   ns3::Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
@@ -205,8 +207,14 @@ void Run::pump(std::uint32_t i) {
   Sender& s = senders_[i];
   const std::uint64_t bytes = flows_[i].spec.bytes;
   if (!s.connected || s.ended || (c_.scheme == Scheme::kFlowtune && !s.has_rate)) return;
+  // A streaming sender (one that leaves at stop_s) keeps at most
+  // kStreamAheadBytes in its socket, so its flowlet ends soon after it stops.
+  const bool streaming = flows_[i].spec.stop_s > 0;
   while (s.written < bytes) {
-    const std::uint32_t room = s.socket->GetTxAvailable();
+    const std::uint32_t free = s.socket->GetTxAvailable();
+    const std::uint32_t queued = kSendBufferBytes - free;
+    std::uint32_t room = free;
+    if (streaming) room = queued >= kStreamAheadBytes ? 0 : std::min(free, kStreamAheadBytes - queued);
     if (room == 0) break;
     const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>({room, bytes - s.written, 1u << 16}));
     const int sent = s.socket->Send(Create<Packet>(n));
