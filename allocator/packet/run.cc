@@ -436,7 +436,10 @@ Result Run::go() {
     if (flows_[i].spec.stop_s > 0) Simulator::Schedule(Seconds(flows_[i].spec.stop_s), &Run::stop_flow, this, i);
   }
   if (c_.queue_host >= 0) Simulator::Schedule(Seconds(0), &Run::sample_queue, this);
-  Simulator::Stop(Seconds((c_.duration_ms + c_.drain_ms) * 1e-3));
+  // Arrivals and leaves happen by then; the drain is on top.
+  double last = c_.duration_ms * 1e-3;
+  for (const auto& f : flows_) last = std::max({last, f.spec.start_s, f.spec.stop_s});
+  Simulator::Stop(Seconds(last + c_.drain_ms * 1e-3));
   if (!flows_.empty()) Simulator::Run();
   r_.simulated_s = Simulator::Now().GetSeconds();
   r_.engine_iterations = model_.iterations();
