@@ -229,6 +229,47 @@ std::vector<double> rate_convergence_us(const Config& c, const Result& r, double
   return out;
 }
 
+// For each join or leave at t (as rate_convergence_us), the end of the
+// first whole bin after t in which every active flow received within
+// `tolerance` of the active flows' mean: convergence of what the packets
+// did, for every scheme, at the resolution of Config::bin_us.
+std::vector<double> throughput_convergence_us(const Config& c, const Result& r, double tolerance) {
+  std::vector<double> out;
+  if (c.bin_us <= 0) return out;
+  const double bin_s = c.bin_us * 1e-6;
+  auto ends = [](const FlowResult& f) { return f.end_s < 0 ? 1e300 : f.end_s; };
+  auto at = [](const FlowResult& f, std::size_t j) { return j < f.bins.size() ? static_cast<double>(f.bins[j]) : 0.0; };
+  for (const auto& e : r.flows) {
+    for (double t : {e.spec.start_s, e.end_s}) {
+      if (t < 0) continue;
+      std::vector<const FlowResult*> active;
+      for (const auto& f : r.flows) {
+        if (f.spec.start_s <= t && ends(f) > t) active.push_back(&f);
+      }
+      if (active.empty()) continue;
+      for (auto j = static_cast<std::size_t>(std::ceil(t / bin_s));; ++j) {
+        double sum = 0;
+        bool live = false;
+        for (const auto* f : active) {
+          sum += at(*f, j);
+          live = live || ends(*f) > (static_cast<double>(j) + 1) * bin_s;
+        }
+        if (!live) break;  // someone left before the flows evened out
+        const double mean = sum / static_cast<double>(active.size());
+        const bool even = std::all_of(active.begin(), active.end(), [&](const FlowResult* f) {
+          return std::fabs(at(*f, j) - mean) <= tolerance * mean;
+        });
+        if (mean > 0 && even) {
+          out.push_back(((static_cast<double>(j) + 1) * bin_s - t) * 1e6);
+          break;
+        }
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 namespace {
 nlohmann::json dist(const Distribution& d) {
   return {{"mean", d.mean}, {"p50", d.p50}, {"p99", d.p99}, {"max", d.max}, {"count", d.count}};
@@ -303,6 +344,9 @@ nlohmann::json summary_json(const Config& c, const Result& r) {
       {"wall_s_per_simulated_ms", r.simulated_s > 0 ? r.wall_s / (r.simulated_s * 1e3) : 0.0}};
   if (c.traffic == Traffic::kJoinLeave && c.scheme == Scheme::kFlowtune) {
     j["rate_convergence_us"] = dist(summarize(rate_convergence_us(c, r, 0.1)));
+  }
+  if (c.traffic == Traffic::kJoinLeave && c.bin_us > 0) {
+    j["throughput_convergence_us"] = dist(summarize(throughput_convergence_us(c, r, 0.25)));
   }
   if (!r.queue_samples.empty()) j["queue_packets"] = dist(summarize(r.queue_samples));
   return j;

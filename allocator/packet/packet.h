@@ -135,6 +135,11 @@ inline constexpr int kBuckets = 5;
 // Time from each join or leave to when every active flow's told rate is within
 // `tolerance` of an equal share of the bottleneck (join/leave traffic).
 std::vector<double> rate_convergence_us(const Config& c, const Result& r, double tolerance);
+// The same read from the packets (every scheme): for each join or leave,
+// the end of the first whole bin (Config::bin_us) after it in which every
+// active flow received within `tolerance` of their mean. Events after which
+// a flow leaves before that are left out. Empty without bins.
+std::vector<double> throughput_convergence_us(const Config& c, const Result& r, double tolerance);
 nlohmann::json to_json(const Config& c);
 nlohmann::json summary_json(const Config& c, const Result& r);
 

@@ -177,6 +177,26 @@ TEST(PacketMetrics, ConvergenceIsTheLastRateThatMadeSharesFair) {
   EXPECT_NEAR(conv[1], 80.0, 1e-6);
 }
 
+TEST(PacketMetrics, ThroughputConvergenceIsTheFirstEvenBinAfterAnEvent) {
+  Config c = star(3, Scheme::kCubic);
+  c.bin_us = 100;
+  Result r;
+  r.flows.resize(2);
+  r.flows[0].spec = {1, 0, 1, 0.0, 0};
+  r.flows[0].end_s = 1e-3;
+  r.flows[0].bins = {50, 100, 100, 100, 70, 50, 50, 50, 50, 50};
+  r.flows[1].spec = {2, 0, 1, 0.00025, 0};
+  r.flows[1].end_s = 1e-3;
+  r.flows[1].bins = {0, 0, 0, 10, 30, 50, 50, 50, 50, 50};
+  const auto conv = throughput_convergence_us(c, r, 0.25);
+  // Flow 0's start: bin 0 alone (100 µs). Flow 1's start at 250 µs: bins
+  // 3 (10 vs 100) and 4 (30 vs 70, 40% off their mean) are not even, bin
+  // 5 is: 600 - 250 = 350 µs. The ends at 1 ms leave nobody.
+  ASSERT_EQ(conv.size(), 2u);
+  EXPECT_NEAR(conv[0], 100.0, 1e-6);
+  EXPECT_NEAR(conv[1], 350.0, 1e-6);
+}
+
 int run_cli(const std::string& args, std::string* out) {
   const std::string path = ::testing::TempDir() + "packet_cli.json";
   std::remove(path.c_str());
