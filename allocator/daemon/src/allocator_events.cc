@@ -163,15 +163,19 @@ bool Allocator::may_speak_for(const Principal* who, std::optional<alloc::HostId>
                                   [&](const Principal* r) { return one(*r); });
 }
 
-Cause Allocator::resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::FlowSpec* spec,
-                         alloc::HostId* src, alloc::HostId* dst, const PolicyRule** rule,
-                         std::string* why) {
+std::variant<Allocator::Resolved, Allocator::Refusal> Allocator::resolve(
+    const Endpoint& e, const wire::FlowletStart& s) {
+  Resolved out;
+  alloc::HostId* src = &out.src;
+  alloc::HostId* dst = &out.dst;
+  alloc::FlowSpec* spec = &out.spec;
   std::uint64_t hash;
   if (const auto* hp = std::get_if<wire::HostPair>(&s.endpoints)) {
     if (!network_.has_host(hp->src) || !network_.has_host(hp->dst)) {
-      *why = "host pair " + std::to_string(hp->src) + "->" + std::to_string(hp->dst) +
-             ": not hosts of the topology (" + std::to_string(network_.live_hosts()) + " hosts)";
-      return Cause::kUnknownHost;
+      return Refusal{Cause::kUnknownHost, "host pair " + std::to_string(hp->src) + "->" +
+                                              std::to_string(hp->dst) +
+                                              ": not hosts of the topology (" +
+                                              std::to_string(network_.live_hosts()) + " hosts)"};
     }
     *src = hp->src;
     *dst = hp->dst;
@@ -182,63 +186,62 @@ Cause Allocator::resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::
     std::optional<alloc::HostId> d = network_.find_host_by_ip(t.dst_ip);
     std::string no_slot;
     if (!d && config_.unknown_hosts == UnknownHosts::kAdd) {
-      d = add_host(format_ipv4(t.dst_ip), {e.host_source, e.address_source, e.key_source}, &no_slot);
+      d = add_host(format_ipv4(t.dst_ip), {e.host_source, e.address_source, e.key_source},
+                   &no_slot);
     }
     if (!d) {
-      *why = "destination " + format_ipv4(t.dst_ip) + " is not in the topology" +
-             (no_slot.empty() ? std::string() : " and " + no_slot);
-      return Cause::kUnknownHost;
+      return Refusal{Cause::kUnknownHost,
+                     "destination " + format_ipv4(t.dst_ip) + " is not in the topology" +
+                         (no_slot.empty() ? std::string() : " and " + no_slot)};
     }
     *dst = *d;
     hash = alloc::ecmp_hash({t.src_ip, t.dst_ip, t.src_port, t.dst_port, t.protocol});
   }
   if (*src != e.host && !may_speak_for(sender_, *src, {})) {
-    *why = "key \"" + sender_->name + "\" may not speak for host " + network_.host_name(*src) +
-           ", the flow's source";
-    return Cause::kNotAuthorized;
+    return Refusal{Cause::kNotAuthorized, "key \"" + sender_->name + "\" may not speak for host " +
+                                              network_.host_name(*src) + ", the flow's source"};
   }
-  if (const auto* t = std::get_if<wire::FiveTuple>(&s.endpoints); t != nullptr && sender_ != nullptr) {
+  if (const auto* t = std::get_if<wire::FiveTuple>(&s.endpoints);
+      t != nullptr && sender_ != nullptr) {
     // Joining a socket's flow takes its holder's class, tenant and rates:
     // only under the holder's own key (forked children share their
     // parent's), or a key's class ceiling could be worn through another's.
     const auto it = by_socket_.find(SocketId{*src, *t});
     if (it != by_socket_.end() && flows_[it->second].live() &&
         endpoints_[flows_[it->second].endpoint]->key != e.key) {
-      *why = "the socket's flow is held under another key";
-      return Cause::kNotAuthorized;
+      return Refusal{Cause::kNotAuthorized, "the socket's flow is held under another key"};
     }
   }
   if (*src == *dst) {
-    *why = "source and destination are both host " + network_.host_name(*src) +
-           ": traffic within a host is not scheduled";
-    return Cause::kBadValue;
+    return Refusal{Cause::kBadValue, "source and destination are both host " +
+                                         network_.host_name(*src) +
+                                         ": traffic within a host is not scheduled"};
   }
   const std::optional<alloc::Path> path = network_.path(*src, *dst, hash);
   if (!path) {
-    *why = "no route from " + network_.host_name(*src) + " to " + network_.host_name(*dst);
-    return Cause::kUnknownHost;
+    return Refusal{Cause::kUnknownHost,
+                   "no route from " + network_.host_name(*src) + " to " + network_.host_name(*dst)};
   }
   spec->path = *path;
   spec->weight = s.weight;
   // The operator's rule for this flowlet, if any, picks its default and top
   // class; an endpoint never gets above the top class it allows.
-  const PolicyRule* r = *rule = match_rule(e, *src, *dst, s);
+  const PolicyRule* r = out.rule = match_rule(e, *src, *dst, s);
   const std::uint8_t top = r && r->top_class ? *r->top_class : config_.top_class;
   const std::uint8_t dflt =
       std::max(top, r && r->default_class ? *r->default_class : config_.default_class);
   if (s.priority_class != wire::kClassUnset && s.priority_class < top) {
     ++counters_.classes_lowered;
   }
-  spec->priority = s.priority_class == wire::kClassUnset
-                       ? dflt
-                       : std::max<std::uint8_t>(s.priority_class, top);
+  spec->priority =
+      s.priority_class == wire::kClassUnset ? dflt : std::max<std::uint8_t>(s.priority_class, top);
   spec->max_bps = 0;
   spec->src_site = network_.site_of_host(*src);
   spec->dst_site = network_.site_of_host(*dst);
   const alloc::FlowError err = engine_->check_flow(*spec);
-  if (err == alloc::FlowError::kOk) return Cause::kCount;
-  *why = std::string("engine refused the flow: ") + alloc::to_string(err);
-  return err == alloc::FlowError::kBlockFull ? Cause::kTooManyFlows : Cause::kBadValue;
+  if (err == alloc::FlowError::kOk) return out;
+  return Refusal{err == alloc::FlowError::kBlockFull ? Cause::kTooManyFlows : Cause::kBadValue,
+                 std::string("engine refused the flow: ") + alloc::to_string(err)};
 }
 
 void Allocator::on_start(Endpoint& e, const wire::FlowletStart& s, std::uint64_t now_us) {
@@ -263,19 +266,17 @@ void Allocator::on_start(Endpoint& e, const wire::FlowletStart& s, std::uint64_t
            s.flow_key, now_us);
     return;
   }
-  alloc::FlowSpec spec;
-  alloc::HostId src = 0, dst = 0;
-  const PolicyRule* rule = nullptr;
-  std::string why;
-  if (Cause c = resolve(e, s, &spec, &src, &dst, &rule, &why); c != Cause::kCount) {
-    refuse(e.peer, &e, c, "start: " + why, s.flow_key, now_us);
+  auto resolved = resolve(e, s);
+  if (const auto* no = std::get_if<Refusal>(&resolved)) {
+    refuse(e.peer, &e, no->cause, "start: " + no->why, s.flow_key, now_us);
     return;
   }
+  const Resolved& r = std::get<Resolved>(resolved);
   // A repeated start (a retransmission, or the next flowlet on the same key)
   // replaces the hold: a sole holder's flow is replaced, a shared one is
   // rejoined.
   if (existing != e.flows.end()) release(e, s.flow_key);
-  hold(e, s, spec, src, dst, rule, now_us);
+  hold(e, s, r.spec, r.src, r.dst, r.rule, now_us);
 }
 
 void Allocator::on_end(Endpoint& e, std::uint64_t key, std::uint64_t now_us) {
@@ -307,24 +308,22 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
   for (std::uint64_t key : gone) release(e, key);
   for (const wire::FlowletStart& s : list) {
     const auto existing = e.flows.find(s.flow_key);
-    alloc::FlowSpec spec;
-    alloc::HostId src = 0, dst = 0;
-    const PolicyRule* rule = nullptr;
-    std::string why;
-    if (Cause c = resolve(e, s, &spec, &src, &dst, &rule, &why); c != Cause::kCount) {
-      refuse(e.peer, &e, c, "resync: " + why, s.flow_key, now_us);
+    auto resolved = resolve(e, s);
+    if (const auto* no = std::get_if<Refusal>(&resolved)) {
+      refuse(e.peer, &e, no->cause, "resync: " + no->why, s.flow_key, now_us);
       if (existing != e.flows.end()) release(e, s.flow_key);
       continue;
     }
+    const Resolved& r = std::get<Resolved>(resolved);
     if (existing != e.flows.end()) {
       const alloc::FlowId id = existing->second;
       Flow& f = flows_[id];
       const auto* t = std::get_if<wire::FiveTuple>(&s.endpoints);
-      const bool same_socket = t != nullptr ? f.has_socket && f.socket == SocketId{src, *t}
+      const bool same_socket = t != nullptr ? f.has_socket && f.socket == SocketId{r.src, *t}
                                             : !f.has_socket;
       // A shared flow keeps its first holder's weight whatever a joiner says.
-      if (same_socket && same_path(f.path, spec.path) &&
-          ((f.weight == s.weight && f.priority_class == spec.priority) || f.co_holders > 0)) {
+      if (same_socket && same_path(f.path, r.spec.path) &&
+          ((f.weight == s.weight && f.priority_class == r.spec.priority) || f.co_holders > 0)) {
         // Unchanged: keep its prices' history, but tell the endpoint its rate
         // again (it may have lost it with the connection). The next iteration
         // tells every holder.
@@ -350,7 +349,7 @@ void Allocator::on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& li
       refuse(e.peer, &e, Cause::kTooManyFlows, "resync: " + full, s.flow_key, now_us);
       continue;
     }
-    hold(e, s, spec, src, dst, rule, now_us);
+    hold(e, s, r.spec, r.src, r.dst, r.rule, now_us);
   }
 }
 

@@ -29,6 +29,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "flowtune/alloc/engine.h"
@@ -412,10 +413,21 @@ class Allocator {
                      std::size_t* unpacked, std::uint64_t now_us);
 
   // Flow table.
-  // The flow's spec and the operator's rule for it, or the cause (and *why) it
-  // cannot be scheduled; kCount = ok.
-  Cause resolve(const Endpoint& e, const wire::FlowletStart& s, alloc::FlowSpec* spec,
-                alloc::HostId* src, alloc::HostId* dst, const PolicyRule** rule, std::string* why);
+  // Where a flowlet runs: its engine spec, its hosts, and the operator's rule
+  // for it (null if none matched).
+  struct Resolved {
+    alloc::FlowSpec spec;
+    alloc::HostId src = 0;
+    alloc::HostId dst = 0;
+    const PolicyRule* rule = nullptr;
+  };
+  // Why a flowlet cannot be scheduled: the counter it is charged to and a
+  // message for the log.
+  struct Refusal {
+    Cause cause;
+    std::string why;
+  };
+  std::variant<Resolved, Refusal> resolve(const Endpoint& e, const wire::FlowletStart& s);
   // True when s names a socket that already has a live flow (joining it adds
   // no engine flow).
   bool joins_live_socket(const Endpoint& e, const wire::FlowletStart& s) const;
