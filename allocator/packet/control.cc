@@ -41,7 +41,8 @@ constexpr alloc::FlowId kNone = ~alloc::FlowId{0};
 
 struct AllocatorModel::Impl {
   explicit Impl(const Config& c)
-      : config(c), topo(engine_topology(c)),
+      : config(c),
+        topo(engine_topology(c)),
         engine(scheduled(topo, c.threshold), topo.num_sites(), alloc::EngineConfig{}) {}
   struct Held {
     alloc::FlowId id = kNone;
@@ -52,7 +53,7 @@ struct AllocatorModel::Impl {
   Config config;
   alloc::Topology topo;
   alloc::Engine engine;
-  std::vector<Held> flows;       // by run flow index
+  std::vector<Held> flows;  // by run flow index
   std::vector<std::uint32_t> live;
   bool changed = false;
 };
@@ -60,8 +61,8 @@ struct AllocatorModel::Impl {
 AllocatorModel::AllocatorModel(const Config& c) : impl_(std::make_unique<Impl>(c)) {}
 AllocatorModel::~AllocatorModel() = default;
 
-void AllocatorModel::start(std::uint32_t flow, std::uint64_t key, std::uint32_t src, std::uint32_t dst,
-                           std::uint64_t hash) {
+void AllocatorModel::start(std::uint32_t flow, std::uint64_t key, std::uint32_t src,
+                           std::uint32_t dst, std::uint64_t hash) {
   Impl& m = *impl_;
   if (m.flows.size() <= flow) m.flows.resize(flow + 1);
   Impl::Held& h = m.flows[flow];
@@ -83,7 +84,9 @@ void AllocatorModel::end(std::uint32_t flow) {
 }
 
 // As the daemon: busy while the flow set changed or prices have not settled.
-bool AllocatorModel::busy() const { return impl_->changed || (!impl_->live.empty() && !impl_->engine.stats().converged); }
+bool AllocatorModel::busy() const {
+  return impl_->changed || (!impl_->live.empty() && !impl_->engine.stats().converged);
+}
 
 AllocatorModel::Turn AllocatorModel::turn() {
   Impl& m = *impl_;
@@ -131,8 +134,9 @@ EndpointCodec::EndpointCodec(std::uint32_t hosts) : impl_(std::make_unique<Impl>
 }
 EndpointCodec::~EndpointCodec() = default;
 
-std::size_t EndpointCodec::start(std::uint32_t host, std::uint64_t key, std::uint32_t src_ip, std::uint32_t dst_ip,
-                                 std::uint16_t src_port, std::uint16_t dst_port, std::uint64_t bytes) {
+std::size_t EndpointCodec::start(std::uint32_t host, std::uint64_t key, std::uint32_t src_ip,
+                                 std::uint32_t dst_ip, std::uint16_t src_port,
+                                 std::uint16_t dst_port, std::uint64_t bytes) {
   wire::FlowletStart s;
   s.flow_key = key;
   s.endpoints = wire::FiveTuple{src_ip, dst_ip, src_port, dst_port, 6};

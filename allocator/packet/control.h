@@ -32,7 +32,8 @@ class AllocatorModel {
   AllocatorModel& operator=(const AllocatorModel&) = delete;
 
   // `flow` is the run's flow index; key what the endpoint calls it.
-  void start(std::uint32_t flow, std::uint64_t key, std::uint32_t src, std::uint32_t dst, std::uint64_t hash);
+  void start(std::uint32_t flow, std::uint64_t key, std::uint32_t src, std::uint32_t dst,
+             std::uint64_t hash);
   void end(std::uint32_t flow);
   bool busy() const;
   // One engine iteration, then the rates to send: (flow, bytes/s) grouped by
@@ -58,8 +59,9 @@ class EndpointCodec {
   ~EndpointCodec();
   EndpointCodec(const EndpointCodec&) = delete;
   EndpointCodec& operator=(const EndpointCodec&) = delete;
-  std::size_t start(std::uint32_t host, std::uint64_t key, std::uint32_t src_ip, std::uint32_t dst_ip,
-                    std::uint16_t src_port, std::uint16_t dst_port, std::uint64_t bytes);
+  std::size_t start(std::uint32_t host, std::uint64_t key, std::uint32_t src_ip,
+                    std::uint32_t dst_ip, std::uint16_t src_port, std::uint16_t dst_port,
+                    std::uint64_t bytes);
   std::size_t end(std::uint32_t host, std::uint64_t key);
 
  private:

@@ -38,42 +38,61 @@ double number(const std::string& flag, const std::string& v) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != v.size() || v.empty()) throw std::invalid_argument(flag + " needs a number (got '" + v + "')");
+  if (used != v.size() || v.empty())
+    throw std::invalid_argument(flag + " needs a number (got '" + v + "')");
   return x;
 }
 
 using Setter = std::function<void(Config&, const std::string&, const std::string&)>;
 template <typename T>
 Setter num(T Config::*field) {
-  return [field](Config& c, const std::string& f, const std::string& v) { c.*field = static_cast<T>(number(f, v)); };
+  return [field](Config& c, const std::string& f, const std::string& v) {
+    c.*field = static_cast<T>(number(f, v));
+  };
 }
 
 const std::map<std::string, Setter>& setters() {
   using namespace flowtune::packet;
   static const std::map<std::string, Setter> m = {
-      {"--topology", [](Config& c, const std::string&, const std::string& v) { c.shape = parse_shape(v); }},
-      {"--traffic", [](Config& c, const std::string&, const std::string& v) { c.traffic = parse_traffic(v); }},
+      {"--topology",
+       [](Config& c, const std::string&, const std::string& v) { c.shape = parse_shape(v); }},
+      {"--traffic",
+       [](Config& c, const std::string&, const std::string& v) { c.traffic = parse_traffic(v); }},
       {"--workload", [](Config& c, const std::string&, const std::string& v) { c.workload = v; }},
-      {"--racks", num(&Config::racks)}, {"--hosts-per-rack", num(&Config::hosts_per_rack)},
-      {"--spines", num(&Config::spines)}, {"--star-hosts", num(&Config::star_hosts)},
-      {"--host-gbps", num(&Config::host_gbps)}, {"--core-gbps", num(&Config::core_gbps)},
-      {"--allocator-gbps", num(&Config::allocator_gbps)}, {"--link-delay-us", num(&Config::link_delay_us)},
-      {"--buffer-packets", num(&Config::buffer_packets)}, {"--dctcp-k", num(&Config::dctcp_k_packets)},
+      {"--racks", num(&Config::racks)},
+      {"--hosts-per-rack", num(&Config::hosts_per_rack)},
+      {"--spines", num(&Config::spines)},
+      {"--star-hosts", num(&Config::star_hosts)},
+      {"--host-gbps", num(&Config::host_gbps)},
+      {"--core-gbps", num(&Config::core_gbps)},
+      {"--allocator-gbps", num(&Config::allocator_gbps)},
+      {"--link-delay-us", num(&Config::link_delay_us)},
+      {"--buffer-packets", num(&Config::buffer_packets)},
+      {"--dctcp-k", num(&Config::dctcp_k_packets)},
       {"--codel-target-us", num(&Config::codel_target_us)},
-      {"--codel-interval-us", num(&Config::codel_interval_us)}, {"--min-rto-us", num(&Config::min_rto_us)},
-      {"--mss", num(&Config::mss)}, {"--load", num(&Config::load)}, {"--duration-ms", num(&Config::duration_ms)},
-      {"--drain-ms", num(&Config::drain_ms)}, {"--incast-senders", num(&Config::incast_senders)},
-      {"--incast-receivers", num(&Config::incast_receivers)}, {"--incast-bytes", num(&Config::incast_bytes)},
-      {"--join-interval-ms", num(&Config::join_interval_ms)}, {"--seed", num(&Config::seed)},
-      {"--turn-us", num(&Config::turn_us)}, {"--threshold", num(&Config::threshold)},
-      {"--bin-us", num(&Config::bin_us)}, {"--queue-host", num(&Config::queue_host)}};
+      {"--codel-interval-us", num(&Config::codel_interval_us)},
+      {"--min-rto-us", num(&Config::min_rto_us)},
+      {"--mss", num(&Config::mss)},
+      {"--load", num(&Config::load)},
+      {"--duration-ms", num(&Config::duration_ms)},
+      {"--drain-ms", num(&Config::drain_ms)},
+      {"--incast-senders", num(&Config::incast_senders)},
+      {"--incast-receivers", num(&Config::incast_receivers)},
+      {"--incast-bytes", num(&Config::incast_bytes)},
+      {"--join-interval-ms", num(&Config::join_interval_ms)},
+      {"--seed", num(&Config::seed)},
+      {"--turn-us", num(&Config::turn_us)},
+      {"--threshold", num(&Config::threshold)},
+      {"--bin-us", num(&Config::bin_us)},
+      {"--queue-host", num(&Config::queue_host)}};
   return m;
 }
 
 std::vector<flowtune::packet::Scheme> split_schemes(const std::string& list) {
   std::vector<flowtune::packet::Scheme> out;
   std::stringstream ss(list);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(flowtune::packet::parse_scheme(item));
+  for (std::string item; std::getline(ss, item, ',');)
+    out.push_back(flowtune::packet::parse_scheme(item));
   return out;
 }
 
@@ -120,8 +139,8 @@ int run_main(int argc, char** argv) {
     validate(c);
     Result r = run(c);
     nlohmann::json j = summary_json(c, r);
-    std::fprintf(stderr, "%s: %llu/%llu flows finished, %.1f ms simulated in %.1f s\n", to_string(s),
-                 static_cast<unsigned long long>(j["finished"].get<std::uint64_t>()),
+    std::fprintf(stderr, "%s: %llu/%llu flows finished, %.1f ms simulated in %.1f s\n",
+                 to_string(s), static_cast<unsigned long long>(j["finished"].get<std::uint64_t>()),
                  static_cast<unsigned long long>(r.flows.size()), r.simulated_s * 1e3, r.wall_s);
     runs.push_back(std::move(j));
   }

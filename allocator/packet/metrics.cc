@@ -10,21 +10,30 @@ namespace flowtune::packet {
 
 const char* to_string(Scheme s) {
   switch (s) {
-    case Scheme::kFlowtune: return "flowtune";
-    case Scheme::kDctcp: return "dctcp";
-    case Scheme::kCubic: return "cubic";
-    case Scheme::kBbr: return "bbr";
-    case Scheme::kFqCodel: return "fqcodel";
+    case Scheme::kFlowtune:
+      return "flowtune";
+    case Scheme::kDctcp:
+      return "dctcp";
+    case Scheme::kCubic:
+      return "cubic";
+    case Scheme::kBbr:
+      return "bbr";
+    case Scheme::kFqCodel:
+      return "fqcodel";
   }
   return "?";
 }
 const char* to_string(Shape s) { return s == Shape::kClos ? "clos" : "star"; }
 const char* to_string(Traffic t) {
   switch (t) {
-    case Traffic::kPoisson: return "poisson";
-    case Traffic::kJoinLeave: return "joinleave";
-    case Traffic::kIncast: return "incast";
-    case Traffic::kGiven: return "given";
+    case Traffic::kPoisson:
+      return "poisson";
+    case Traffic::kJoinLeave:
+      return "joinleave";
+    case Traffic::kIncast:
+      return "incast";
+    case Traffic::kGiven:
+      return "given";
   }
   return "?";
 }
@@ -38,7 +47,8 @@ E parse(const std::string& s, const E (&all)[N], const char* what) {
     names += names.empty() ? "" : ", ";
     names += to_string(e);
   }
-  throw std::invalid_argument(std::string(what) + " must be one of " + names + " (got '" + s + "')");
+  throw std::invalid_argument(std::string(what) + " must be one of " + names + " (got '" + s +
+                              "')");
 }
 }  // namespace
 
@@ -67,14 +77,16 @@ void validate(const Config& c) {
   need(c.racks >= 1 && c.hosts_per_rack >= 1 && c.spines >= 1 && c.star_hosts >= 2,
        "racks, hosts per rack and spines must be >= 1, star hosts >= 2");
   need(num_hosts(c) >= 2 && num_hosts(c) <= 4096, "the network needs 2 to 4,096 hosts");
-  need(c.hosts_per_rack <= 250 && c.racks <= 250 && c.spines <= 64, "at most 250 racks, 250 hosts per rack, 64 spines");
+  need(c.hosts_per_rack <= 250 && c.racks <= 250 && c.spines <= 64,
+       "at most 250 racks, 250 hosts per rack, 64 spines");
   need(c.host_gbps > 0 && c.host_gbps <= 400 && c.core_gbps > 0 && c.core_gbps <= 1600 &&
            c.allocator_gbps > 0 && c.allocator_gbps <= 1600,
        "link rates must be positive (at most 400 Gbit/s at hosts)");
   need(c.link_delay_us >= 0 && c.link_delay_us <= 1e5, "link delay must be in [0, 100 ms]");
   need(c.buffer_packets >= 4 && c.dctcp_k_packets >= 1 && c.dctcp_k_packets < c.buffer_packets,
        "buffers need >= 4 packets and DCTCP's K below the buffer");
-  need(c.codel_target_us > 0 && c.codel_interval_us > c.codel_target_us, "CoDel target must be in (0, interval)");
+  need(c.codel_target_us > 0 && c.codel_interval_us > c.codel_target_us,
+       "CoDel target must be in (0, interval)");
   need(c.min_rto_us >= 10, "minimum RTO must be at least 10 µs");
   need(c.mss >= 64 && c.mss <= 8960, "MSS must be in [64, 8960]");
   need(c.load > 0 && c.load <= 1, "load must be in (0, 1]");
@@ -89,7 +101,8 @@ void validate(const Config& c) {
   need(c.bin_us >= 0 && c.queue_sample_us > 0, "bins must be >= 0 and queue samples > 0 µs");
   need(c.queue_host < static_cast<int>(num_hosts(c)), "queue host must be a host");
   for (const auto& f : c.flows) {
-    need(f.src != f.dst && f.src < num_hosts(c) && f.dst < num_hosts(c) && f.bytes > 0 && f.start_s >= 0,
+    need(f.src != f.dst && f.src < num_hosts(c) && f.dst < num_hosts(c) && f.bytes > 0 &&
+             f.start_s >= 0,
          "a given flow needs two distinct hosts, bytes and a start");
   }
 }
@@ -107,7 +120,8 @@ std::vector<FlowSpec> poisson_flows(const Config& c) {
     f.src = rng.below(hosts);
     f.dst = rng.below(hosts - 1);
     if (f.dst >= f.src) ++f.dst;
-    f.bytes = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(sizes.sample(rng))));
+    f.bytes =
+        std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(sizes.sample(rng))));
     f.start_s = t;
     out.push_back(f);
   }
@@ -147,10 +161,14 @@ std::vector<FlowSpec> incast_flows(const Config& c) {
 
 std::vector<FlowSpec> make_flows(const Config& c) {
   switch (c.traffic) {
-    case Traffic::kPoisson: return poisson_flows(c);
-    case Traffic::kJoinLeave: return join_leave_flows(c);
-    case Traffic::kIncast: return incast_flows(c);
-    case Traffic::kGiven: return c.flows;
+    case Traffic::kPoisson:
+      return poisson_flows(c);
+    case Traffic::kJoinLeave:
+      return join_leave_flows(c);
+    case Traffic::kIncast:
+      return incast_flows(c);
+    case Traffic::kGiven:
+      return c.flows;
   }
   return {};
 }
@@ -238,7 +256,9 @@ std::vector<double> throughput_convergence_us(const Config& c, const Result& r, 
   if (c.bin_us <= 0) return out;
   const double bin_s = c.bin_us * 1e-6;
   auto ends = [](const FlowResult& f) { return f.end_s < 0 ? 1e300 : f.end_s; };
-  auto at = [](const FlowResult& f, std::size_t j) { return j < f.bins.size() ? static_cast<double>(f.bins[j]) : 0.0; };
+  auto at = [](const FlowResult& f, std::size_t j) {
+    return j < f.bins.size() ? static_cast<double>(f.bins[j]) : 0.0;
+  };
   for (const auto& e : r.flows) {
     for (double t : {e.spec.start_s, e.end_s}) {
       if (t < 0) continue;
@@ -277,16 +297,33 @@ nlohmann::json dist(const Distribution& d) {
 }  // namespace
 
 nlohmann::json to_json(const Config& c) {
-  return {{"scheme", to_string(c.scheme)}, {"topology", to_string(c.shape)}, {"racks", c.racks},
-          {"hosts_per_rack", c.hosts_per_rack}, {"spines", c.spines}, {"star_hosts", c.star_hosts},
-          {"host_gbps", c.host_gbps}, {"core_gbps", c.core_gbps}, {"allocator_gbps", c.allocator_gbps},
-          {"link_delay_us", c.link_delay_us}, {"buffer_packets", c.buffer_packets},
-          {"dctcp_k_packets", c.dctcp_k_packets}, {"codel_target_us", c.codel_target_us},
-          {"codel_interval_us", c.codel_interval_us}, {"min_rto_us", c.min_rto_us}, {"mss", c.mss},
-          {"traffic", to_string(c.traffic)}, {"workload", c.workload}, {"load", c.load},
-          {"duration_ms", c.duration_ms}, {"drain_ms", c.drain_ms}, {"incast_senders", c.incast_senders},
-          {"incast_receivers", c.incast_receivers}, {"incast_bytes", c.incast_bytes},
-          {"join_interval_ms", c.join_interval_ms}, {"seed", c.seed}, {"turn_us", c.turn_us},
+  return {{"scheme", to_string(c.scheme)},
+          {"topology", to_string(c.shape)},
+          {"racks", c.racks},
+          {"hosts_per_rack", c.hosts_per_rack},
+          {"spines", c.spines},
+          {"star_hosts", c.star_hosts},
+          {"host_gbps", c.host_gbps},
+          {"core_gbps", c.core_gbps},
+          {"allocator_gbps", c.allocator_gbps},
+          {"link_delay_us", c.link_delay_us},
+          {"buffer_packets", c.buffer_packets},
+          {"dctcp_k_packets", c.dctcp_k_packets},
+          {"codel_target_us", c.codel_target_us},
+          {"codel_interval_us", c.codel_interval_us},
+          {"min_rto_us", c.min_rto_us},
+          {"mss", c.mss},
+          {"traffic", to_string(c.traffic)},
+          {"workload", c.workload},
+          {"load", c.load},
+          {"duration_ms", c.duration_ms},
+          {"drain_ms", c.drain_ms},
+          {"incast_senders", c.incast_senders},
+          {"incast_receivers", c.incast_receivers},
+          {"incast_bytes", c.incast_bytes},
+          {"join_interval_ms", c.join_interval_ms},
+          {"seed", c.seed},
+          {"turn_us", c.turn_us},
           {"threshold", c.threshold}};
 }
 
@@ -318,8 +355,10 @@ nlohmann::json summary_json(const Config& c, const Result& r) {
   nlohmann::json hops = nlohmann::json::object();
   for (const auto& h : r.hops) {
     dropped += h.dropped_bytes;
-    hops[h.name] = {{"queue_delay_us", dist(h.queue_delay_us)}, {"dropped_bytes", h.dropped_bytes},
-                    {"dropped_packets", h.dropped_packets}, {"marked_packets", h.marked_packets}};
+    hops[h.name] = {{"queue_delay_us", dist(h.queue_delay_us)},
+                    {"dropped_bytes", h.dropped_bytes},
+                    {"dropped_packets", h.dropped_packets},
+                    {"marked_packets", h.marked_packets}};
   }
   const double capacity_bits = num_hosts(c) * c.host_gbps * 1e9 * std::max(r.simulated_s, 1e-12);
   nlohmann::json j = {

@@ -81,15 +81,16 @@ class FabricRouting : public Ipv4RoutingProtocol {
   int choose(Ptr<const Packet> p, const Ipv4Header& header) const {
     const Ipv4Address dst = header.GetDestination();
     const int h = host_of(dst);
-    if (h >= 0 && static_cast<std::size_t>(h) < to_host_.size() && to_host_[h] >= 0) return to_host_[h];
+    if (h >= 0 && static_cast<std::size_t>(h) < to_host_.size() && to_host_[h] >= 0)
+      return to_host_[h];
     if (dst.Get() == kAllocatorNet + 1 && to_allocator_ >= 0) return to_allocator_;
     if (uplinks_.empty()) return -1;
     if (uplinks_.size() == 1) return static_cast<int>(uplinks_[0]);
     std::uint8_t ports[4] = {0, 0, 0, 0};
     if (p && header.GetFragmentOffset() == 0 && p->GetSize() >= 4) p->CopyData(ports, 4);
-    const std::uint64_t hash =
-        flow_hash(header.GetSource().Get(), dst.Get(), static_cast<std::uint16_t>(ports[0] << 8 | ports[1]),
-                  static_cast<std::uint16_t>(ports[2] << 8 | ports[3]), header.GetProtocol());
+    const std::uint64_t hash = flow_hash(
+        header.GetSource().Get(), dst.Get(), static_cast<std::uint16_t>(ports[0] << 8 | ports[1]),
+        static_cast<std::uint16_t>(ports[2] << 8 | ports[3]), header.GetProtocol());
     return static_cast<int>(uplinks_[hash % uplinks_.size()]);
   }
 
@@ -111,7 +112,9 @@ class FabricRouting : public Ipv4RoutingProtocol {
 class FabricRoutingHelper : public Ipv4RoutingHelper {
  public:
   Ipv4RoutingHelper* Copy() const override { return new FabricRoutingHelper(*this); }
-  Ptr<Ipv4RoutingProtocol> Create(Ptr<Node>) const override { return CreateObject<FabricRouting>(); }
+  Ptr<Ipv4RoutingProtocol> Create(Ptr<Node>) const override {
+    return CreateObject<FabricRouting>();
+  }
 };
 
 Ptr<FabricRouting> routing_of(Ptr<Node> n) {
@@ -125,9 +128,10 @@ TrafficControlHelper queue_helper(const Config& c, double gbps) {
   switch (c.scheme) {
     case Scheme::kDctcp: {
       const double k = c.dctcp_k_packets;
-      tc.SetRootQueueDisc("ns3::RedQueueDisc", "MaxSize", StringValue(size), "MinTh", DoubleValue(k),
-                          "MaxTh", DoubleValue(k), "LinkBandwidth",
-                          DataRateValue(DataRate(static_cast<std::uint64_t>(gbps * 1e9))), "LinkDelay",
+      tc.SetRootQueueDisc("ns3::RedQueueDisc", "MaxSize", StringValue(size), "MinTh",
+                          DoubleValue(k), "MaxTh", DoubleValue(k), "LinkBandwidth",
+                          DataRateValue(DataRate(static_cast<std::uint64_t>(gbps * 1e9))),
+                          "LinkDelay",
                           TimeValue(MicroSeconds(static_cast<std::int64_t>(c.link_delay_us))));
       break;
     }
@@ -142,23 +146,27 @@ TrafficControlHelper queue_helper(const Config& c, double gbps) {
   return tc;
 }
 
-void record_sojourn(std::vector<float>* out, Time t) { out->push_back(static_cast<float>(t.GetSeconds() * 1e6)); }
+void record_sojourn(std::vector<float>* out, Time t) {
+  out->push_back(static_cast<float>(t.GetSeconds() * 1e6));
+}
 
 // A point-to-point link a-b at `gbps` with the scheme's queues; returns the
 // two devices. hop_a / hop_b: where each end's queue sits.
-NetDeviceContainer link(const Config& c, Network* net, Ptr<Node> a, Ptr<Node> b, double gbps, int hop_a,
-                        int hop_b, std::uint32_t subnet) {
+NetDeviceContainer link(const Config& c, Network* net, Ptr<Node> a, Ptr<Node> b, double gbps,
+                        int hop_a, int hop_b, std::uint32_t subnet) {
   PointToPointHelper p2p;
-  p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(static_cast<std::uint64_t>(gbps * 1e9))));
-  p2p.SetChannelAttribute("Delay", TimeValue(NanoSeconds(static_cast<std::int64_t>(c.link_delay_us * 1e3))));
+  p2p.SetDeviceAttribute("DataRate",
+                         DataRateValue(DataRate(static_cast<std::uint64_t>(gbps * 1e9))));
+  p2p.SetChannelAttribute("Delay",
+                          TimeValue(NanoSeconds(static_cast<std::int64_t>(c.link_delay_us * 1e3))));
   p2p.SetQueue("ns3::DropTailQueue", "MaxSize", StringValue("1p"));
   NetDeviceContainer d = p2p.Install(a, b);
   QueueDiscContainer q = queue_helper(c, gbps).Install(d);
   const int hops[2] = {hop_a, hop_b};
   for (std::uint32_t i = 0; i < 2; ++i) {
     net->ports.push_back({q.Get(i), hops[i]});
-    q.Get(i)->TraceConnectWithoutContext("SojournTime",
-                                         MakeBoundCallback(&record_sojourn, &net->sojourn_us[hops[i]]));
+    q.Get(i)->TraceConnectWithoutContext(
+        "SojournTime", MakeBoundCallback(&record_sojourn, &net->sojourn_us[hops[i]]));
   }
   Ipv4AddressHelper addr;
   addr.SetBase(Ipv4Address(subnet), Ipv4Mask("255.255.255.252"));
@@ -212,7 +220,8 @@ void build_network(const Config& c, Network* net) {
       for (std::uint32_t h = r * per_rack; h < (r + 1) * per_rack; ++h) {
         to_host[racks + s][h] = static_cast<int>(if_of(d.Get(1)));
       }
-      if (r == 0) up[racks + s].push_back(if_of(d.Get(1)));  // spines reach the allocator via rack 0
+      if (r == 0)
+        up[racks + s].push_back(if_of(d.Get(1)));  // spines reach the allocator via rack 0
     }
   }
   auto d = link(c, net, net->allocator, net->switches.Get(0), c.allocator_gbps, kControl, kControl,
@@ -220,8 +229,8 @@ void build_network(const Config& c, Network* net) {
   net->allocator_addr = Ipv4Address(kAllocatorNet + 1);
   routing_of(net->allocator)->configure({}, -1, {if_of(d.Get(0))});
   for (std::uint32_t n = 0; n < racks + spines; ++n) {
-    routing_of(net->switches.Get(n))->configure(to_host[n], n == 0 ? static_cast<int>(if_of(d.Get(1))) : -1,
-                                                 up[n]);
+    routing_of(net->switches.Get(n))
+        ->configure(to_host[n], n == 0 ? static_cast<int>(if_of(d.Get(1))) : -1, up[n]);
   }
 }
 

@@ -11,10 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "flowtune/common/rules.h"
 
@@ -48,8 +47,8 @@ struct Config {
   // host links and 40 Gbit/s ToR-spine links. A star is hosts on one switch.
   std::uint32_t racks = 9, hosts_per_rack = 16, spines = 4, star_hosts = 9;
   double host_gbps = 10, core_gbps = 40;
-  double allocator_gbps = 40;  // the allocator's own link (to rack 0's ToR)
-  double link_delay_us = 1.0;  // propagation, every link, one way
+  double allocator_gbps = 40;          // the allocator's own link (to rack 0's ToR)
+  double link_delay_us = 1.0;          // propagation, every link, one way
   std::uint32_t buffer_packets = 250;  // every port's queue
   std::uint32_t dctcp_k_packets = 65;  // ECN marking threshold (DCTCP at 10G)
   double codel_target_us = 50, codel_interval_us = 1000;
@@ -59,8 +58,8 @@ struct Config {
   Traffic traffic = Traffic::kPoisson;
   std::string workload = "web";  // allocator/sim's CDF names or a CDF file
   double load = 0.5;
-  double duration_ms = 5;    // arrivals happen in [0, duration)
-  double drain_ms = 100;     // then at most this long for the rest to finish
+  double duration_ms = 5;  // arrivals happen in [0, duration)
+  double drain_ms = 100;   // then at most this long for the rest to finish
   std::uint32_t incast_senders = 8, incast_receivers = 1;
   std::uint64_t incast_bytes = 1'000'000;
   double join_interval_ms = 1;  // join/leave: a sender joins, later leaves, every interval
@@ -93,8 +92,8 @@ Distribution summarize(std::vector<double> v);
 
 struct FlowResult {
   FlowSpec spec;
-  double end_s = -1;    // last byte at the receiver; < 0: not finished
-  double ideal_s = 0;   // the FCT alone on the empty network (closed form)
+  double end_s = -1;   // last byte at the receiver; < 0: not finished
+  double ideal_s = 0;  // the FCT alone on the empty network (closed form)
   std::uint64_t received = 0;
   std::vector<std::uint64_t> bins;  // bytes received per bin (Config::bin_us)
 };
@@ -116,8 +115,8 @@ struct Result {
   std::vector<FlowResult> flows;
   std::vector<HopStats> hops;
   std::vector<RateEvent> rates;
-  std::vector<double> queue_samples;    // packets, Config::queue_host
-  std::vector<double> control_delay_us; // start sent -> allocator received
+  std::vector<double> queue_samples;     // packets, Config::queue_host
+  std::vector<double> control_delay_us;  // start sent -> allocator received
   double simulated_s = 0;
   double wall_s = 0;
   std::uint64_t bytes_to_allocator = 0, bytes_from_allocator = 0;  // on the wire

@@ -3,8 +3,8 @@
 // pacing in the loop (docs/packet.md).
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <unordered_map>
 
@@ -80,7 +80,8 @@ void set_defaults(const Config& c) {
   ns3::Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(4u << 20));
   ns3::Config::SetDefault("ns3::TcpSocket::DelAckCount", UintegerValue(1));
   ns3::Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(10));
-  ns3::Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MicroSeconds(static_cast<std::int64_t>(c.min_rto_us))));
+  ns3::Config::SetDefault("ns3::TcpSocketBase::MinRto",
+                          TimeValue(MicroSeconds(static_cast<std::int64_t>(c.min_rto_us))));
   ns3::Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MicroSeconds(1)));
   ns3::Config::SetDefault("ns3::RedQueueDisc::UseEcn", BooleanValue(true));
   ns3::Config::SetDefault("ns3::RedQueueDisc::UseHardDrop", BooleanValue(false));
@@ -91,8 +92,10 @@ void set_defaults(const Config& c) {
   if (c.scheme == Scheme::kDctcp) tcp = "ns3::TcpDctcp";
   if (c.scheme == Scheme::kBbr) tcp = "ns3::TcpBbr";
   ns3::Config::SetDefault("ns3::TcpL4Protocol::SocketType", TypeIdValue(TypeId::LookupByName(tcp)));
-  if (c.scheme == Scheme::kDctcp) ns3::Config::SetDefault("ns3::TcpSocketBase::UseEcn", StringValue("On"));
-  ns3::Config::SetDefault("ns3::TcpSocketState::EnablePacing", BooleanValue(c.scheme == Scheme::kBbr));
+  if (c.scheme == Scheme::kDctcp)
+    ns3::Config::SetDefault("ns3::TcpSocketBase::UseEcn", StringValue("On"));
+  ns3::Config::SetDefault("ns3::TcpSocketState::EnablePacing",
+                          BooleanValue(c.scheme == Scheme::kBbr));
 }
 
 struct Sender {
@@ -108,14 +111,13 @@ struct ControlMessage {
   bool to_allocator = true;
   std::uint32_t host = 0;
   double sent_s = 0;
-  std::vector<std::uint32_t> starts, ends;        // flow indices
+  std::vector<std::uint32_t> starts, ends;                     // flow indices
   std::vector<std::pair<std::uint32_t, std::uint64_t>> rates;  // flow, bytes/s
 };
 
 class Run {
  public:
-  explicit Run(const Config& c)
-      : c_(c), model_(c), codec_(num_hosts(c)) {}
+  explicit Run(const Config& c) : c_(c), model_(c), codec_(num_hosts(c)) {}
   Result go();
 
  private:
@@ -143,8 +145,8 @@ class Run {
   Network net_;
   std::vector<FlowResult> flows_;
   std::vector<Sender> senders_;
-  std::vector<Ptr<Socket>> control_sockets_;  // per host, then the allocator's
-  std::unordered_map<std::uint64_t, std::uint32_t> by_peer_;  // (ip, port) -> flow
+  std::vector<Ptr<Socket>> control_sockets_;                    // per host, then the allocator's
+  std::unordered_map<std::uint64_t, std::uint32_t> by_peer_;    // (ip, port) -> flow
   std::unordered_map<const Socket*, std::uint32_t> by_socket_;  // receiving socket -> flow
   std::unordered_map<const Socket*, std::uint32_t> by_sender_;  // sending socket -> flow
   std::vector<ControlMessage> messages_;
@@ -154,7 +156,9 @@ class Run {
   Result r_;
 };
 
-std::uint64_t peer_key(Ipv4Address a, std::uint16_t port) { return std::uint64_t{a.Get()} << 16 | port; }
+std::uint64_t peer_key(Ipv4Address a, std::uint16_t port) {
+  return std::uint64_t{a.Get()} << 16 | port;
+}
 
 void Run::start_flow(std::uint32_t i) {
   Sender& s = senders_[i];
@@ -174,7 +178,8 @@ void Run::start_flow(std::uint32_t i) {
   s.socket->GetSockName(local);
   const std::uint16_t port = InetSocketAddress::ConvertFrom(local).GetPort();
   by_peer_[peer_key(net_.host_addr[f.src], port)] = i;
-  s.socket->SetConnectCallback(MakeCallback(&Run::on_connected, this), MakeNullCallback<void, Ptr<Socket>>());
+  s.socket->SetConnectCallback(MakeCallback(&Run::on_connected, this),
+                               MakeNullCallback<void, Ptr<Socket>>());
   s.socket->SetSendCallback(MakeCallback(&Run::on_send, this));
   by_sender_[PeekPointer(s.socket)] = i;
   s.socket->Connect(InetSocketAddress(net_.host_addr[f.dst], kDataPort));
@@ -183,11 +188,11 @@ void Run::start_flow(std::uint32_t i) {
   ControlMessage m;
   m.host = f.src;
   m.starts.push_back(i);
-  const std::size_t size = codec_.start(f.src, s.key, net_.host_addr[f.src].Get(), net_.host_addr[f.dst].Get(),
-                                        port, kDataPort, f.stop_s > 0 ? 0 : f.bytes);
+  const std::size_t size =
+      codec_.start(f.src, s.key, net_.host_addr[f.src].Get(), net_.host_addr[f.dst].Get(), port,
+                   kDataPort, f.stop_s > 0 ? 0 : f.bytes);
   send_control(std::move(m), size);
 }
-
 
 void Run::on_connected(Ptr<Socket> s) {
   const std::uint32_t i = by_sender_.at(PeekPointer(s));
@@ -214,9 +219,11 @@ void Run::pump(std::uint32_t i) {
     const std::uint32_t free = s.socket->GetTxAvailable();
     const std::uint32_t queued = kSendBufferBytes - free;
     std::uint32_t room = free;
-    if (streaming) room = queued >= kStreamAheadBytes ? 0 : std::min(free, kStreamAheadBytes - queued);
+    if (streaming)
+      room = queued >= kStreamAheadBytes ? 0 : std::min(free, kStreamAheadBytes - queued);
     if (room == 0) break;
-    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>({room, bytes - s.written, 1u << 16}));
+    const auto n =
+        static_cast<std::uint32_t>(std::min<std::uint64_t>({room, bytes - s.written, 1u << 16}));
     const int sent = s.socket->Send(Create<Packet>(n));
     if (sent <= 0) break;
     s.written += static_cast<std::uint64_t>(sent);
@@ -309,7 +316,8 @@ void Run::on_control(Ptr<Socket> s) {
 }
 
 void Run::allocator_receive(const ControlMessage& m) {
-  if (!m.starts.empty()) r_.control_delay_us.push_back((Simulator::Now().GetSeconds() - m.sent_s) * 1e6);
+  if (!m.starts.empty())
+    r_.control_delay_us.push_back((Simulator::Now().GetSeconds() - m.sent_s) * 1e6);
   pending_starts_.insert(pending_starts_.end(), m.starts.begin(), m.starts.end());
   pending_ends_.insert(pending_ends_.end(), m.ends.begin(), m.ends.end());
 }
@@ -339,8 +347,9 @@ void Run::turn() {
     const FlowSpec& f = flows_[i].spec;
     Address local;
     senders_[i].socket->GetSockName(local);
-    const std::uint64_t hash = flow_hash(net_.host_addr[f.src].Get(), net_.host_addr[f.dst].Get(),
-                                         InetSocketAddress::ConvertFrom(local).GetPort(), kDataPort, 6);
+    const std::uint64_t hash =
+        flow_hash(net_.host_addr[f.src].Get(), net_.host_addr[f.dst].Get(),
+                  InetSocketAddress::ConvertFrom(local).GetPort(), kDataPort, 6);
     model_.start(i, senders_[i].key, f.src, f.dst, hash);
   }
   pending_starts_.clear();
@@ -356,12 +365,15 @@ void Run::turn() {
       send_control(std::move(m), t.message_bytes[h]);
     }
   }
-  turn_event_ = Simulator::Schedule(MicroSeconds(static_cast<std::int64_t>(c_.turn_us)), &Run::turn, this);
+  turn_event_ =
+      Simulator::Schedule(MicroSeconds(static_cast<std::int64_t>(c_.turn_us)), &Run::turn, this);
 }
 
 void Run::sample_queue() {
-  r_.queue_samples.push_back(static_cast<double>(net_.into_host[static_cast<std::size_t>(c_.queue_host)]->GetNPackets()));
-  Simulator::Schedule(NanoSeconds(static_cast<std::int64_t>(c_.queue_sample_us * 1e3)), &Run::sample_queue, this);
+  r_.queue_samples.push_back(
+      static_cast<double>(net_.into_host[static_cast<std::size_t>(c_.queue_host)]->GetNPackets()));
+  Simulator::Schedule(NanoSeconds(static_cast<std::int64_t>(c_.queue_sample_us * 1e3)),
+                      &Run::sample_queue, this);
 }
 
 void Run::install_apps() {
@@ -380,17 +392,20 @@ void Run::install_apps() {
     u->SetRecvCallback(MakeCallback(&Run::on_control, this));
     control_sockets_.push_back(u);
   }
-  turn_event_ = Simulator::Schedule(MicroSeconds(static_cast<std::int64_t>(c_.turn_us)), &Run::turn, this);
+  turn_event_ =
+      Simulator::Schedule(MicroSeconds(static_cast<std::int64_t>(c_.turn_us)), &Run::turn, this);
 }
 
 // Alone on the empty network: the handshake's round trip, then the first
 // packet stored and forwarded at every hop, the rest at the slowest link.
 double Run::ideal_fct_s(const FlowSpec& f) const {
-  const bool same_rack = c_.shape == Shape::kStar || f.src / c_.hosts_per_rack == f.dst / c_.hosts_per_rack;
+  const bool same_rack =
+      c_.shape == Shape::kStar || f.src / c_.hosts_per_rack == f.dst / c_.hosts_per_rack;
   std::vector<double> gbps = {c_.host_gbps, c_.host_gbps};
   if (!same_rack) gbps = {c_.host_gbps, c_.core_gbps, c_.core_gbps, c_.host_gbps};
   const double d = c_.link_delay_us * 1e-6;
-  const double first = static_cast<double>(std::min<std::uint64_t>(f.bytes, c_.mss) + kHeaderBytes) * 8;
+  const double first =
+      static_cast<double>(std::min<std::uint64_t>(f.bytes, c_.mss) + kHeaderBytes) * 8;
   const double full = static_cast<double>(c_.mss + kHeaderBytes) * 8;
   const double packets = std::ceil(static_cast<double>(f.bytes) / c_.mss);
   double t = 0, slowest = 1e18;
@@ -406,7 +421,8 @@ void Run::collect(Result* r) const {
   for (int h = 0; h < kNumHops; ++h) {
     HopStats s;
     s.name = hop_name(h);
-    s.queue_delay_us = summarize(std::vector<double>(net_.sojourn_us[h].begin(), net_.sojourn_us[h].end()));
+    s.queue_delay_us =
+        summarize(std::vector<double>(net_.sojourn_us[h].begin(), net_.sojourn_us[h].end()));
     for (const auto& port : net_.ports) {
       if (port.hop != h) continue;
       const QueueDisc::Stats& st = port.qdisc->GetStats();
@@ -433,7 +449,8 @@ Result Run::go() {
   install_apps();
   for (std::uint32_t i = 0; i < flows_.size(); ++i) {
     Simulator::Schedule(Seconds(flows_[i].spec.start_s), &Run::start_flow, this, i);
-    if (flows_[i].spec.stop_s > 0) Simulator::Schedule(Seconds(flows_[i].spec.stop_s), &Run::stop_flow, this, i);
+    if (flows_[i].spec.stop_s > 0)
+      Simulator::Schedule(Seconds(flows_[i].spec.stop_s), &Run::stop_flow, this, i);
   }
   if (c_.queue_host >= 0) Simulator::Schedule(Seconds(0), &Run::sample_queue, this);
   // Arrivals and leaves happen by then; the drain is on top.

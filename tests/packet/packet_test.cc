@@ -1,6 +1,8 @@
 // flowtune-packet against closed forms (one flow at line rate, N flows at 1/N
 // under Flowtune, DCTCP's queue near K, control messages after their path's
 // delay), the quick run's robust facts, the metrics and the CLI.
+#include "packet.h"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -10,8 +12,6 @@
 #include <numeric>
 #include <sstream>
 #include <string>
-
-#include "packet.h"
 
 namespace flowtune::packet {
 namespace {
@@ -33,7 +33,8 @@ Config star(std::uint32_t hosts, Scheme s) {
 // Mean goodput of a flow over bins [from, to), Gbit/s.
 double goodput_gbps(const Config& c, const FlowResult& f, std::size_t from, std::size_t to) {
   if (f.bins.size() < to) return 0;
-  const double bytes = std::accumulate(f.bins.begin() + static_cast<long>(from), f.bins.begin() + static_cast<long>(to), 0.0);
+  const double bytes = std::accumulate(f.bins.begin() + static_cast<long>(from),
+                                       f.bins.begin() + static_cast<long>(to), 0.0);
   return bytes * 8 / (static_cast<double>(to - from) * c.bin_us * 1e-6) / 1e9;
 }
 
@@ -124,14 +125,16 @@ TEST(PacketQuick, EveryFlowFinishesAndFlowtuneDropsNothing) {
   c.spines = 2;
   c.core_gbps = 20;
   c.duration_ms = 1;
-  for (Scheme s : {Scheme::kFlowtune, Scheme::kDctcp, Scheme::kCubic, Scheme::kBbr, Scheme::kFqCodel}) {
+  for (Scheme s :
+       {Scheme::kFlowtune, Scheme::kDctcp, Scheme::kCubic, Scheme::kBbr, Scheme::kFqCodel}) {
     c.scheme = s;
     Result r = run(c);
     const nlohmann::json j = summary_json(c, r);
     ASSERT_GT(r.flows.size(), 20u);
     EXPECT_EQ(j["finished"].get<std::uint64_t>(), r.flows.size()) << to_string(s);
-    for (const char* key : {"fct_slowdown", "hops", "dropped_bytes", "pf_score", "allocator_traffic_fraction",
-                            "wall_s_per_simulated_ms", "control_delay_us"}) {
+    for (const char* key :
+         {"fct_slowdown", "hops", "dropped_bytes", "pf_score", "allocator_traffic_fraction",
+          "wall_s_per_simulated_ms", "control_delay_us"}) {
       EXPECT_TRUE(j.contains(key)) << key;
     }
     for (int b = 0; b < kBuckets; ++b) EXPECT_TRUE(j["fct_slowdown"].contains(bucket_name(b)));
@@ -200,7 +203,8 @@ TEST(PacketMetrics, ThroughputConvergenceIsTheFirstEvenBinAfterAnEvent) {
 int run_cli(const std::string& args, std::string* out) {
   const std::string path = ::testing::TempDir() + "packet_cli.json";
   std::remove(path.c_str());
-  const int st = std::system((std::string(FT_PACKET_BINARY) + " " + args + " --out " + path + " 2>/dev/null").c_str());
+  const int st = std::system(
+      (std::string(FT_PACKET_BINARY) + " " + args + " --out " + path + " 2>/dev/null").c_str());
   std::stringstream buf;
   buf << std::ifstream(path).rdbuf();
   *out = buf.str();
@@ -209,7 +213,9 @@ int run_cli(const std::string& args, std::string* out) {
 
 TEST(PacketCli, WritesOneRunPerScheme) {
   std::string out;
-  ASSERT_EQ(run_cli("--topology star --star-hosts 4 --duration-ms 0.5 --schemes flowtune,dctcp", &out), 0);
+  ASSERT_EQ(
+      run_cli("--topology star --star-hosts 4 --duration-ms 0.5 --schemes flowtune,dctcp", &out),
+      0);
   const auto j = nlohmann::json::parse(out);
   ASSERT_EQ(j["runs"].size(), 2u);
   EXPECT_EQ(j["runs"][0]["config"]["scheme"], "flowtune");

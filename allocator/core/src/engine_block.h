@@ -54,7 +54,8 @@ struct BasicEngine<Real>::Block {
   AlignedVector<Real> price = AlignedVector<Real>(detail::kNullSlots, Real{0});
   AlignedVector<Real> ratio = AlignedVector<Real>(detail::kNullSlots, Real{0});
   // Σ x and Σ -dx/dP (the Hessian diagonal's share) of this block's flows.
-  AlignedVector<detail::LinkAcc<Real>> acc = AlignedVector<detail::LinkAcc<Real>>(detail::kNullSlots, detail::LinkAcc<Real>{});
+  AlignedVector<detail::LinkAcc<Real>> acc =
+      AlignedVector<detail::LinkAcc<Real>>(detail::kNullSlots, detail::LinkAcc<Real>{});
 
   std::size_t size() const { return id.size(); }
 
@@ -62,7 +63,7 @@ struct BasicEngine<Real>::Block {
   // remove_flow and set_blocks move each of them alike.
   static constexpr auto per_slot() {
     return std::array{&Block::weight, &Block::floor_price, &Block::cap, &Block::limit,
-                      &Block::floor, &Block::x, &Block::xn};
+                      &Block::floor,  &Block::x,           &Block::xn};
   }
 
   // Spare capacity back to the heap (after a burst of flows has gone).
@@ -74,9 +75,10 @@ struct BasicEngine<Real>::Block {
   }
 
   detail::FlowArrays<Real> arrays() {
-    return {size(),
-            {path[0].data(), path[1].data(), path[2].data(), path[3].data()},
-            weight.data(), floor_price.data(), cap.data(), x.data(), xn.data()};
+    return {size(),        {path[0].data(), path[1].data(), path[2].data(), path[3].data()},
+            weight.data(), floor_price.data(),
+            cap.data(),    x.data(),
+            xn.data()};
   }
 
   // Drops the copies of links none of its flows uses any more (the flows
@@ -100,7 +102,8 @@ struct BasicEngine<Real>::Block {
     for (auto& p : path) {
       for (detail::LocalLink& loc : p) loc = static_cast<detail::LocalLink>(remap[loc]);
     }
-    for (std::size_t loc = detail::kNullSlots; loc < n; ++loc) global_to_local[local_to_global[loc]] = 0;
+    for (std::size_t loc = detail::kNullSlots; loc < n; ++loc)
+      global_to_local[local_to_global[loc]] = 0;
     AlignedVector<Real> new_price(l2g.size()), new_ratio(l2g.size());
     AlignedVector<detail::LinkAcc<Real>> new_acc(l2g.size());
     for (std::size_t loc = 0; loc < n; ++loc) {

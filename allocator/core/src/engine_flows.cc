@@ -1,6 +1,8 @@
 // The engine's flow store: flows added, removed and re-limited, floors
 // reserved on links, and FlowBlocks re-partitioned (BasicEngine's
 // mutators). The iteration that reads what they leave is in engine.cc.
+#include "flowtune/alloc/engine.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,7 +10,6 @@
 #include <stdexcept>
 
 #include "engine_block.h"
-#include "flowtune/alloc/engine.h"
 #include "flowtune/common/assert.h"
 #include "kernels.h"
 
@@ -69,8 +70,8 @@ Path BasicEngine<Real>::path_of(const Block& k, std::size_t s) const {
 
 template <typename Real>
 void BasicEngine<Real>::refresh_cap(Block& k, std::size_t s) {
-  const double cap = std::max(static_cast<double>(k.limit[s]) - static_cast<double>(k.floor[s]),
-                              kMinCapGbps);
+  const double cap =
+      std::max(static_cast<double>(k.limit[s]) - static_cast<double>(k.floor[s]), kMinCapGbps);
   k.cap[s] = static_cast<Real>(cap);
   k.floor_price[s] = static_cast<Real>(utility_.marginal(static_cast<double>(k.weight[s]), cap));
 }
@@ -207,12 +208,14 @@ template <typename Real>
 bool BasicEngine<Real>::set_blocks(std::uint32_t blocks) {
   if (blocks == 0 || blocks > 64) throw std::invalid_argument("blocks must be between 1 and 64");
   if (blocks == layout_) return true;
-  if (blocks == 1 && capacity_.size() * kNumClasses > detail::kMaxLocalLinks - kNullSlots) return false;
+  if (blocks == 1 && capacity_.size() * kNumClasses > detail::kMaxLocalLinks - kNullSlots)
+    return false;
   // Placed by the new count; layout_ changes only once the new blocks are
   // whole, so a refusal or a failed allocation leaves the engine as it was.
   const auto place = [&](const Slot& sl) { return block_in(blocks, sl.src_site, sl.dst_site); };
   std::vector<std::unique_ptr<Block>> fresh;
-  for (std::size_t b = 0; b < std::size_t{blocks} * blocks; ++b) fresh.push_back(std::make_unique<Block>());
+  for (std::size_t b = 0; b < std::size_t{blocks} * blocks; ++b)
+    fresh.push_back(std::make_unique<Block>());
   // Sized once: growing a dozen arrays flow by flow would copy each again.
   std::vector<std::size_t> count(fresh.size(), 0);
   for (const auto& kp : blocks_) {
@@ -273,20 +276,20 @@ void BasicEngine<Real>::count_uses(const Path& p, bool add) {
 }
 
 // engine.cc instantiates the class; these members are defined here.
-#define FT_ENGINE_FLOW_STORE(Real)                                                          \
-  template FlowError BasicEngine<Real>::check_flow(const FlowSpec&) const;                 \
-  template FlowError BasicEngine<Real>::set_limits(FlowId, double, double);               \
-  template bool BasicEngine<Real>::set_floor(FlowId, double);                              \
-  template double BasicEngine<Real>::floor_bps(FlowId) const;                              \
-  template double BasicEngine<Real>::reserved_bps(LinkId) const;                           \
-  template FlowId BasicEngine<Real>::add_flow(const FlowSpec&);                            \
-  template void BasicEngine<Real>::remove_flow(FlowId);                                    \
-  template void BasicEngine<Real>::compact();                                              \
-  template bool BasicEngine<Real>::set_blocks(std::uint32_t);                              \
-  template double BasicEngine<Real>::min_path_capacity(const Path&) const;                 \
-  template Path BasicEngine<Real>::path_of(const Block&, std::size_t) const;               \
-  template void BasicEngine<Real>::refresh_cap(Block&, std::size_t);                       \
-  template void BasicEngine<Real>::set_reserved(LinkId, double);                           \
+#define FT_ENGINE_FLOW_STORE(Real)                                           \
+  template FlowError BasicEngine<Real>::check_flow(const FlowSpec&) const;   \
+  template FlowError BasicEngine<Real>::set_limits(FlowId, double, double);  \
+  template bool BasicEngine<Real>::set_floor(FlowId, double);                \
+  template double BasicEngine<Real>::floor_bps(FlowId) const;                \
+  template double BasicEngine<Real>::reserved_bps(LinkId) const;             \
+  template FlowId BasicEngine<Real>::add_flow(const FlowSpec&);              \
+  template void BasicEngine<Real>::remove_flow(FlowId);                      \
+  template void BasicEngine<Real>::compact();                                \
+  template bool BasicEngine<Real>::set_blocks(std::uint32_t);                \
+  template double BasicEngine<Real>::min_path_capacity(const Path&) const;   \
+  template Path BasicEngine<Real>::path_of(const Block&, std::size_t) const; \
+  template void BasicEngine<Real>::refresh_cap(Block&, std::size_t);         \
+  template void BasicEngine<Real>::set_reserved(LinkId, double);             \
   template void BasicEngine<Real>::count_uses(const Path&, bool);
 FT_ENGINE_FLOW_STORE(float)
 FT_ENGINE_FLOW_STORE(double)

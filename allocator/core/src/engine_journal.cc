@@ -44,7 +44,8 @@ bool replay_one(BasicEngine<Real>& e, Op op, Reader& in) {
   std::uint32_t u = 0;
   std::uint8_t c = 0;
   switch (op) {
-    case Op::kAdd: return replay_add(e, in);
+    case Op::kAdd:
+      return replay_add(e, in);
     case Op::kRemove:
       if (!in.get(id) || !e.has_flow(id)) return false;
       e.remove_flow(id);
@@ -58,10 +59,13 @@ bool replay_one(BasicEngine<Real>& e, Op op, Reader& in) {
       (void)e.set_floor(id, a);
       return true;
     case Op::kPrice:
-      if (!in.get(u) || !in.get(a) || !in.get(c) || u >= e.num_links() || c >= kNumClasses) return false;
+      if (!in.get(u) || !in.get(a) || !in.get(c) || u >= e.num_links() || c >= kNumClasses)
+        return false;
       e.set_price(u, a, c);
       return true;
-    case Op::kCompact: e.compact(); return true;
+    case Op::kCompact:
+      e.compact();
+      return true;
     case Op::kBlocks:
       if (!in.get(u) || u == 0 || u > 64) return false;
       (void)e.set_blocks(u);

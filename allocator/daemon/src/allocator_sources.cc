@@ -27,7 +27,8 @@ std::string Allocator::source_full_for_endpoint(alloc::HostId host, std::string_
     return it != sources_.end() && it->second.endpoints >= cap;
   };
   const std::string limit = std::to_string(cap) + " endpoints (--max-endpoints-per-source)";
-  if (full("h:" + std::to_string(host))) return "host " + network_.host_name(host) + " has " + limit;
+  if (full("h:" + std::to_string(host)))
+    return "host " + network_.host_name(host) + " has " + limit;
   if (!address_.empty() && full("a:" + std::string(address_))) {
     return "address " + std::string(address_) + " has " + limit;
   }
@@ -80,7 +81,8 @@ void Allocator::leave_sources(Endpoint& e) {
   for (auto* s : {&e.host_source, &e.address_source, &e.key_source}) {
     if (*s == nullptr) continue;
     FT_ASSERT((*s)->second.endpoints > 0, (*s)->first);
-    if (--(*s)->second.endpoints == 0) FT_ASSERT((*s)->second.holds == 0, (*s)->first, (*s)->second.holds);
+    if (--(*s)->second.endpoints == 0)
+      FT_ASSERT((*s)->second.holds == 0, (*s)->first, (*s)->second.holds);
     *s = nullptr;
   }
 }
@@ -94,7 +96,9 @@ void Allocator::sweep_sources(std::uint64_t now_us) {
 
 void Allocator::count_holds(Endpoint& e, std::int64_t delta) {
   for (auto* s : {e.host_source, e.address_source, e.key_source}) {
-    if (s != nullptr) s->second.holds = static_cast<std::uint32_t>(static_cast<std::int64_t>(s->second.holds) + delta);
+    if (s != nullptr)
+      s->second.holds =
+          static_cast<std::uint32_t>(static_cast<std::int64_t>(s->second.holds) + delta);
   }
 }
 
@@ -172,7 +176,8 @@ void Allocator::release_unused_hosts() {
     // starts from the engine's initial price, not the last host's.
     const alloc::Topology& t = network_.topology();
     for (const alloc::LinkId l : {t.host_uplink(h), t.host_downlink(h)}) {
-      for (std::uint8_t k = 0; k < alloc::kNumClasses; ++k) engine_->set_price(l, alloc::kInitialPrice, k);
+      for (std::uint8_t k = 0; k < alloc::kNumClasses; ++k)
+        engine_->set_price(l, alloc::kInitialPrice, k);
     }
   }
   maybe_unused_.clear();

@@ -14,7 +14,6 @@
 
 namespace flowtune::daemon {
 
-
 namespace {
 
 // Handshakes answered (and monitor events read) per turn: a connection storm
@@ -46,11 +45,11 @@ void Server::enable_curve(zmq::context_t& ctx) {
   own_ = own;
   auth_info_.public_key = own.public_key;
   router_.set(zmq::sockopt::zap_domain, "flowtune");
-  const std::string monitor = "inproc://flowtune-handshakes-" +
-                              std::to_string(reinterpret_cast<std::uintptr_t>(this));
-  if (zmq_socket_monitor(router_.handle(), monitor.c_str(),
-                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
+  const std::string monitor =
+      "inproc://flowtune-handshakes-" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
+  if (zmq_socket_monitor(
+          router_.handle(), monitor.c_str(),
+          ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
     throw ConfigError(std::string("cannot monitor handshakes: ") + zmq_strerror(zmq_errno()));
   }
   monitor_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::pair);
@@ -96,7 +95,8 @@ Server::Reload Server::reload_keys() {
                      std::to_string(auth_info_.reader_keys) + " ctl (" +
                      std::to_string(auth_info_.admin_keys) + " admin)";
   if (dropped > 0) {
-    text += "; " + std::to_string(dropped) + " endpoints dropped (their key or host is no longer allowed)";
+    text += "; " + std::to_string(dropped) +
+            " endpoints dropped (their key or host is no longer allowed)";
   }
   if (!rotated.empty()) text += "; " + rotated;
   return {true, text};
@@ -136,11 +136,13 @@ std::string Server::rotate_key(const curve::KeyPair& own) {
     bind_again(router_, bound_);
   } catch (const zmq::error_t& e) {
     router_.set(zmq::sockopt::curve_secretkey, own_.secret_key);
-    std::string why = std::string("the new key is not in use: cannot listen again on ") + bound_ + ": " + e.what();
+    std::string why = std::string("the new key is not in use: cannot listen again on ") + bound_ +
+                      ": " + e.what();
     try {
       bind_again(router_, bound_);
     } catch (const zmq::error_t& again) {
-      why += "; nor with the old key: " + std::string(again.what()) + " (listening nowhere; restart)";
+      why +=
+          "; nor with the old key: " + std::string(again.what()) + " (listening nowhere; restart)";
     }
     log_.write(LogLevel::kError, why);
     ++auth_info_.reload_failures;

@@ -66,7 +66,8 @@ void Server::trim_if_worth_it(std::uint64_t now, bool compacted) {
 bool Server::weigh_heap(std::uint64_t now, std::int64_t* gap) {
   const struct mallinfo2 m = ::mallinfo2();
   const std::int64_t resident = resident_bytes();
-  heap_ = {static_cast<std::int64_t>(m.uordblks + m.hblkhd), static_cast<std::int64_t>(m.fordblks), now};
+  heap_ = {static_cast<std::int64_t>(m.uordblks + m.hblkhd), static_cast<std::int64_t>(m.fordblks),
+           now};
   *gap = resident - heap_.in_use_bytes;
   return resident >= 0;
 }

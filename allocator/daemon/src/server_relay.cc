@@ -14,8 +14,8 @@
 
 namespace flowtune::daemon {
 
-
-std::string Server::relay_refusal(const zmq::message_t& tag, bool keyed, const KeyEntry** sender_out) const {
+std::string Server::relay_refusal(const zmq::message_t& tag, bool keyed,
+                                  const KeyEntry** sender_out) const {
   // Relays are trusted with the address quotas of every endpoint behind
   // them: only those the operator named (--relay-from) may send batches.
   // With CURVE on, the relay's key must also be an endpoint key, and its
@@ -28,7 +28,8 @@ std::string Server::relay_refusal(const zmq::message_t& tag, bool keyed, const K
     if (sender == nullptr) {
       why = "this relay's key is in no allow-list";
     } else if ((sender->roles & kRoleEndpoint) == 0) {
-      why = "key \"" + sender->principal.name + "\" is a flowtune-ctl key, not a relay's (--curve-clients)";
+      why = "key \"" + sender->principal.name +
+            "\" is a flowtune-ctl key, not a relay's (--curve-clients)";
     }
   }
   *sender_out = sender;
@@ -44,7 +45,8 @@ std::string Server::relay_refusal(const zmq::message_t& tag, bool keyed, const K
   if (why.empty() && keyed && !zap_) {
     why = "keyed relay batches need CURVE on the allocator (--curve-secret)";
   } else if (why.empty() && keyed && !sender->principal.relay) {
-    why = "key \"" + sender->principal.name + "\" may not vouch for the keys behind it (relay = true)";
+    why = "key \"" + sender->principal.name +
+          "\" may not vouch for the keys behind it (relay = true)";
   }
   return why;
 }
@@ -54,7 +56,8 @@ std::string Server::relay_refusal(const zmq::message_t& tag, bool keyed, const K
 // speaks for each, so it must be allowed the hosts behind it. Source quotas
 // by address do not apply (every endpoint behind it shares the relay's);
 // quotas by host do.
-int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool more, std::uint64_t now) {
+int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool more,
+                        std::uint64_t now) {
   const bool keyed = tag.to_string_view() == wire::kKeyedRelayTag;
   const KeyEntry* sender = nullptr;
   std::string why = relay_refusal(tag, keyed, &sender);
@@ -76,13 +79,15 @@ int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool 
     }
     if (!more || static_cast<std::size_t>(++pairs) > wire::kMaxRelayBatch) {
       drain_rest(router_, more);
-      allocator_.on_bad_frames(relay, frames * static_cast<std::size_t>(pairs) + 1, now);  // a route without its message, or too many
+      allocator_.on_bad_frames(relay, frames * static_cast<std::size_t>(pairs) + 1,
+                               now);  // a route without its message, or too many
       return pairs;
     }
     recv_part(router_, body);
     more = body.more();
-    const std::string peer = wire::valid_route(route.to_string_view()) ? wire::relayed_peer(relay, route.to_string_view())
-                                                                        : std::string();
+    const std::string peer = wire::valid_route(route.to_string_view())
+                                 ? wire::relayed_peer(relay, route.to_string_view())
+                                 : std::string();
     if (!wire::is_relayed_peer(peer) || (keyed && !wire::valid_key_chain(keys.to_string_view()))) {
       allocator_.on_bad_frames(relay, frames * static_cast<std::size_t>(pairs) + 1, now);
       continue;
@@ -111,7 +116,8 @@ const Principal* Server::vouched(std::string_view chain, const KeyEntry& top, st
   std::vector<const Principal*> chain_keys;
   for (std::size_t i = 0; i < chain.size(); i += wire::kCurveKeyBytes) {
     char z85[curve::kZ85KeyChars + 1] = {};
-    zmq_z85_encode(z85, reinterpret_cast<const std::uint8_t*>(chain.data() + i), wire::kCurveKeyBytes);
+    zmq_z85_encode(z85, reinterpret_cast<const std::uint8_t*>(chain.data() + i),
+                   wire::kCurveKeyBytes);
     const KeyEntry* k = keys_.find(z85);
     if (k == nullptr || (k->roles & kRoleEndpoint) == 0) {
       *why = std::string(i == 0 ? "the endpoint's key " : "a relay's key ") + z85 +
@@ -174,7 +180,8 @@ bool Server::send_relay_batch(const std::string& relay, const RelayOut& out, std
       std::string_view relay_id, route;
       (void)wire::split_relayed_peer(out.peers[i], &relay_id, &route);
       router_.send(zmq::buffer(route), zmq::send_flags::sndmore);
-      router_.send(zmq::buffer(out.bytes[i]), i + 1 < end ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      router_.send(zmq::buffer(out.bytes[i]),
+                   i + 1 < end ? zmq::send_flags::sndmore : zmq::send_flags::none);
       ++c.messages_out;
       c.bytes_out += out.bytes[i].size();
     }

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <iterator>
 #include <vector>
-
 #include <zmq_addon.hpp>
 
 #include "allocator_internal.h"
@@ -27,7 +26,8 @@ void Server::enable_standby(zmq::context_t& ctx, Standby s) {
   // says how the peer is now, and a stale one would hide its silence.
   probe_->set(zmq::sockopt::immediate, 1);
   probe_->set(zmq::sockopt::sndhwm, 4);
-  probe_->set(zmq::sockopt::reconnect_ivl, static_cast<int>(std::max<std::uint64_t>(s.probe_us / 1000, 1)));
+  probe_->set(zmq::sockopt::reconnect_ivl,
+              static_cast<int>(std::max<std::uint64_t>(s.probe_us / 1000, 1)));
   if (auth_.enabled()) {
     curve::KeyPair own;
     if (const std::string why = curve::read_key_file(auth_.secret_file, true, &own); !why.empty()) {
@@ -53,10 +53,13 @@ void Server::enable_standby(zmq::context_t& ctx, Standby s) {
     // As the probe: a claim goes only to a live connection, none piles up.
     witness_->set(zmq::sockopt::immediate, 1);
     witness_->set(zmq::sockopt::sndhwm, 4);
-    witness_->set(zmq::sockopt::reconnect_ivl, static_cast<int>(std::max<std::uint64_t>(s.probe_us / 1000, 1)));
+    witness_->set(zmq::sockopt::reconnect_ivl,
+                  static_cast<int>(std::max<std::uint64_t>(s.probe_us / 1000, 1)));
     // The witness speaks the pair's key pair, as the peer does.
-    if (auth_.enabled() && curve::apply_client(witness_->handle(), {probe_key_.public_key, probe_key_, {}}) != 0) {
-      throw ConfigError(std::string("CURVE on the witness's connection: ") + zmq_strerror(zmq_errno()));
+    if (auth_.enabled() &&
+        curve::apply_client(witness_->handle(), {probe_key_.public_key, probe_key_, {}}) != 0) {
+      throw ConfigError(std::string("CURVE on the witness's connection: ") +
+                        zmq_strerror(zmq_errno()));
     }
     try {
       witness_->connect(s.witness);
@@ -84,7 +87,8 @@ void each_control_answer(zmq::socket_t& s, F f) {
     } catch (const zmq::error_t&) {
       return;
     }
-    if (frames.size() == 2 && frames[0].to_string_view() == kControlTag) f(frames[1].to_string_view());
+    if (frames.size() == 2 && frames[0].to_string_view() == kControlTag)
+      f(frames[1].to_string_view());
   }
 }
 
@@ -102,7 +106,8 @@ void Server::read_probe_answers(std::uint64_t now) {
     takeover_->on_heard(now);
     if (now >= next_peer_warning_us_) {
       next_peer_warning_us_ = now + 10'000'000;
-      log_.write(LogLevel::kWarn, "the standby peer " + standby_->peer + " answers the role probe with " +
+      log_.write(LogLevel::kWarn, "the standby peer " + standby_->peer +
+                                      " answers the role probe with " +
                                       std::string(text.substr(0, 200)) +
                                       (peer ? " (it was started without --standby-of)" : "") +
                                       "; both may serve at once until this is fixed");
@@ -150,7 +155,8 @@ void Server::claim(std::uint64_t now) {
   if (!takeover_->wants_claim(now)) return;
   const wire::ClaimRequest c{takeover_->id(), takeover_->term(), standby_->takeover_us / 1000, now};
   try {
-    if (witness_->send(zmq::buffer(std::string_view(kControlTag)), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+    if (witness_->send(zmq::buffer(std::string_view(kControlTag)),
+                       zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
       (void)witness_->send(zmq::buffer(wire::claim_request(c)), zmq::send_flags::dontwait);
     }
   } catch (const zmq::error_t&) {
@@ -192,23 +198,27 @@ void Server::standby_turn(std::uint64_t now) {
   const std::string term = std::to_string(takeover_->term());
   if (now_role == PairRole::kActive) {
     allocator_.activate(standby_->new_epoch());
-    const char* why = takeover_->why() == Takeover::Why::kTieBreak ? "both stood by; this one has the lower id"
+    const char* why = takeover_->why() == Takeover::Why::kTieBreak
+                          ? "both stood by; this one has the lower id"
                       : witness_ ? "the peer did not answer; the witness granted the lease"
                                  : "the peer did not answer";
     log_.write(LogLevel::kWarn, "taking over from " + standby_->peer + " (" + why + ") as term " +
                                     term + ", epoch " + std::to_string(allocator_.epoch()));
     return;
   }
-  if (takeover_->why() == Takeover::Why::kIsolated || takeover_->why() == Takeover::Why::kWitnessRefused) {
+  if (takeover_->why() == Takeover::Why::kIsolated ||
+      takeover_->why() == Takeover::Why::kWitnessRefused) {
     const bool isolated = takeover_->why() == Takeover::Why::kIsolated;
     allocator_.stand_by(std::string("this allocator stood down: ") +
-                            (isolated ? "it hears neither its peer nor the witness" : "the witness holds a newer lease"),
+                            (isolated ? "it hears neither its peer nor the witness"
+                                      : "the witness holds a newer lease"),
                         now);
-    log_.write(LogLevel::kWarn, std::string("standing down (term ") + term + "): " +
-                                    (isolated ? "neither " + standby_->peer + " nor the witness " + standby_->witness +
-                                                    " answered within half the takeover time"
-                                              : "the witness " + standby_->witness +
-                                                    " granted the lease to a newer term"));
+    log_.write(
+        LogLevel::kWarn,
+        std::string("standing down (term ") + term + "): " +
+            (isolated ? "neither " + standby_->peer + " nor the witness " + standby_->witness +
+                            " answered within half the takeover time"
+                      : "the witness " + standby_->witness + " granted the lease to a newer term"));
     return;
   }
   const PeerView& p = *takeover_->peer();
@@ -224,12 +234,14 @@ HaInfo Server::ha_info(std::uint64_t now) const {
   h.term = takeover_->term();
   if (takeover_->peer()) {
     h.peer_role = to_string(takeover_->peer()->role);
-    h.peer_heard_s_ago = static_cast<double>(now - std::min(now, takeover_->peer_heard_us())) * 1e-6;
+    h.peer_heard_s_ago =
+        static_cast<double>(now - std::min(now, takeover_->peer_heard_us())) * 1e-6;
   }
   if (witness_) {
     h.witness = standby_->witness;
     if (takeover_->witness_heard_us() > 0) {
-      h.witness_heard_s_ago = static_cast<double>(now - std::min(now, takeover_->witness_heard_us())) * 1e-6;
+      h.witness_heard_s_ago =
+          static_cast<double>(now - std::min(now, takeover_->witness_heard_us())) * 1e-6;
     }
     const std::uint64_t until = takeover_->lease_until_us();
     h.lease_left_s = static_cast<double>(until > now ? until - now : 0) * 1e-6;

@@ -1,9 +1,9 @@
 // The allreduce exchange (Exchange::kAllreduce): every rank sums its
 // blocks over all links and one MPI_Allreduce adds the ranks' sums.
-#include "mpi_internal.h"
-
 #include <cstddef>
 #include <cstdint>
+
+#include "mpi_internal.h"
 
 namespace flowtune::alloc {
 

@@ -1,8 +1,6 @@
 // The diagonal exchange (Exchange::kDiagonal, paper §4, Fig. 5): the
 // LinkBlocks summed onto the grid's diagonals in log2(side) steps, the
 // price steps there, and the answers back the same way.
-#include "mpi_internal.h"
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -10,6 +8,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "mpi_internal.h"
 
 namespace flowtune::alloc {
 
@@ -39,14 +39,18 @@ DiagonalStep diagonal_step(int row, int col, int m, At at) {
   // Upward sums gather on the main diagonal, within each row: the
   // off-diagonal quadrants' diagonals hand theirs across.
   if (sr == sc) {
-    if (top != left) s.send_up = at(row, top ? col - m : col + m);
-    else s.recv_up = at(row, top ? col + m : col - m);
+    if (top != left)
+      s.send_up = at(row, top ? col - m : col + m);
+    else
+      s.recv_up = at(row, top ? col + m : col - m);
   }
   // Downward sums gather on the secondary diagonal, within each column: the
   // diagonal quadrants' secondary diagonals hand theirs up or down.
   if (sr + sc == m - 1) {
-    if (top == left) s.send_down = at(top ? row + m : row - m, col);
-    else s.recv_down = at(top ? row + m : row - m, col);
+    if (top == left)
+      s.send_down = at(top ? row + m : row - m, col);
+    else
+      s.recv_down = at(top ? row + m : row - m, col);
   }
   return s;
 }
@@ -82,9 +86,9 @@ struct MpiDriver::Impl::DiagonalRound {
   // The classes every rank uses, in the same layers.
   void agree_on_classes() {
     if (m.link_sites.size() != links) {
-      throw std::logic_error("MpiDriver: the diagonal exchange needs every link's site (set_link_sites), " +
-                             std::to_string(m.link_sites.size()) + " given for " + std::to_string(links) +
-                             " links");
+      throw std::logic_error(
+          "MpiDriver: the diagonal exchange needs every link's site (set_link_sites), " +
+          std::to_string(m.link_sites.size()) + " given for " + std::to_string(links) + " links");
     }
     std::uint32_t mask = e.class_mask(), all_mask = 0;
     watch.mpi([&] {
@@ -100,7 +104,8 @@ struct MpiDriver::Impl::DiagonalRound {
     if (m.diag_links == links && m.diag_layout == layout) return;
     // A site's group: its block along one side, scaled to the grid's.
     auto group = [&](std::uint32_t site) {
-      return static_cast<int>(std::size_t{e.block_of_sites(site, site) / layout} * static_cast<std::size_t>(n) / layout);
+      return static_cast<int>(std::size_t{e.block_of_sites(site, site) / layout} *
+                              static_cast<std::size_t>(n) / layout);
     };
     m.up_links.clear();
     m.down_links.clear();
@@ -129,7 +134,8 @@ struct MpiDriver::Impl::DiagonalRound {
     for (std::uint32_t lay = 0; lay < layers; ++lay) {
       const std::size_t pos = pos_of[e.class_of_layer(lay)];
       for (std::size_t k = 0; k < nu; ++k) m.up_virtual[pos * nu + k] = lay * nl + m.up_links[k];
-      for (std::size_t k = 0; k < nd; ++k) m.down_virtual[pos * nd + k] = lay * nl + m.down_links[k];
+      for (std::size_t k = 0; k < nd; ++k)
+        m.down_virtual[pos * nd + k] = lay * nl + m.down_links[k];
     }
     up = Impl::room<Real>(m.up_sums, 2 * layers * nu);
     down = Impl::room<Real>(m.down_sums, 2 * layers * nd);
@@ -162,7 +168,8 @@ struct MpiDriver::Impl::DiagonalRound {
   // arrays are (sum or answer) pairs per layer and link, the same size at
   // both ends of a row's or a column's exchange.
   void exchange(int group, bool answers) {
-    Real* up_in = Impl::room<Real>(m.step_in, static_cast<std::size_t>(up_count) + static_cast<std::size_t>(down_count));
+    Real* up_in = Impl::room<Real>(
+        m.step_in, static_cast<std::size_t>(up_count) + static_cast<std::size_t>(down_count));
     Real* down_in = up_in + up_count;
     DiagonalStep st = diagonal_step(row, col, group, [this](int r, int c) { return m.at(r, c); });
     if (answers) {
@@ -176,17 +183,23 @@ struct MpiDriver::Impl::DiagonalRound {
     const MPI_Datatype type = mpi_type<Real>();
     watch.mpi([&] {
       if (st.recv_up >= 0) {
-        check(MPI_Irecv(answers ? up : up_in, up_count, type, st.recv_up, kUp, m.comm, &req[k++]), "Irecv");
+        check(MPI_Irecv(answers ? up : up_in, up_count, type, st.recv_up, kUp, m.comm, &req[k++]),
+              "Irecv");
       }
       if (st.recv_down >= 0) {
-        check(MPI_Irecv(answers ? down : down_in, down_count, type, st.recv_down, kDown, m.comm, &req[k++]), "Irecv");
+        check(MPI_Irecv(answers ? down : down_in, down_count, type, st.recv_down, kDown, m.comm,
+                        &req[k++]),
+              "Irecv");
       }
-      if (st.send_up >= 0) check(MPI_Isend(up, up_count, type, st.send_up, kUp, m.comm, &req[k++]), "Isend");
-      if (st.send_down >= 0) check(MPI_Isend(down, down_count, type, st.send_down, kDown, m.comm, &req[k++]), "Isend");
+      if (st.send_up >= 0)
+        check(MPI_Isend(up, up_count, type, st.send_up, kUp, m.comm, &req[k++]), "Isend");
+      if (st.send_down >= 0)
+        check(MPI_Isend(down, down_count, type, st.send_down, kDown, m.comm, &req[k++]), "Isend");
       check(MPI_Waitall(k, req.data(), MPI_STATUSES_IGNORE), "Waitall");
     });
     m.times.bytes_sent += static_cast<std::uint64_t>((st.send_up >= 0 ? up_count : 0) +
-                                                     (st.send_down >= 0 ? down_count : 0)) * sizeof(Real);
+                                                     (st.send_down >= 0 ? down_count : 0)) *
+                          sizeof(Real);
     m.times.arrays_sent += static_cast<std::uint64_t>((st.send_up >= 0) + (st.send_down >= 0));
     if (answers) return;
     if (st.recv_up >= 0) {
@@ -199,7 +212,8 @@ struct MpiDriver::Impl::DiagonalRound {
 
   // The price steps of one LinkBlock's links from its summed array, whose
   // answers are written over it.
-  void step_prices(const std::vector<LinkId>& list, Real* sums, const std::vector<std::uint32_t>& virtual_links,
+  void step_prices(const std::vector<LinkId>& list, Real* sums,
+                   const std::vector<std::uint32_t>& virtual_links,
                    typename BasicEngine<Real>::LinkPartial* part) {
     Real* yh = m.sums<Real>(2 * layers * links);
     const std::size_t count = list.size();

@@ -19,7 +19,6 @@
 namespace flowtune::alloc {
 namespace mpi_detail {
 
-
 inline void check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
@@ -31,9 +30,13 @@ inline void check(int rc, const char* what) {
 template <typename Real>
 MPI_Datatype mpi_type();
 template <>
-inline MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
+inline MPI_Datatype mpi_type<float>() {
+  return MPI_FLOAT;
+}
 template <>
-inline MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+inline MPI_Datatype mpi_type<double>() {
+  return MPI_DOUBLE;
+}
 
 // One block's sums for one link, on its way to the link's owner. key is
 // the class (top bits) and the link: ranks may have made their layers in
@@ -63,7 +66,8 @@ inline LayerLink split(std::uint32_t v, std::uint32_t links) {
 class Stopwatch {
  public:
   // count: an iteration's watch (else a part of one, after it).
-  explicit Stopwatch(MpiDriver::Times* t, bool count = true) : t_(t), count_(count), start_(now()) {}
+  explicit Stopwatch(MpiDriver::Times* t, bool count = true)
+      : t_(t), count_(count), start_(now()) {}
   ~Stopwatch() {
     t_->compute_s += seconds(now() - start_) - in_mpi_;
     t_->exchange_s += in_mpi_;
@@ -85,7 +89,6 @@ class Stopwatch {
   Clock::time_point start_;
   double in_mpi_ = 0;
 };
-
 
 }  // namespace mpi_detail
 
@@ -109,7 +112,7 @@ struct MpiDriver::Impl {
   // owners; the links asked for now, as keys and as virtual links here.
   std::vector<std::size_t> priced;
   std::vector<std::uint32_t> asked_keys, asked_links, keys_in;
-  std::vector<char> yh;  // Real[2 * layers * links], as bytes
+  std::vector<char> yh;                   // Real[2 * layers * links], as bytes
   std::vector<char> rates_out, rates_in;  // Real[], as bytes (gather_rates)
   // Mirrors with a gather threshold: on a follower, the normalized rate it
   // last sent rank 0 per slot of its blocks (valid after a full gather).
@@ -134,8 +137,8 @@ struct MpiDriver::Impl {
   std::vector<LinkSite> link_sites;
   std::size_t diag_links = 0;
   std::uint32_t diag_layout = 0;
-  std::vector<LinkId> up_links, down_links;  // row's upward, column's downward
-  std::vector<std::uint32_t> place;          // per link: index in its LinkBlock, or kNowhere
+  std::vector<LinkId> up_links, down_links;       // row's upward, column's downward
+  std::vector<std::uint32_t> place;               // per link: index in its LinkBlock, or kNowhere
   std::vector<char> up_sums, down_sums, step_in;  // Real[2 * layers * size], as bytes
   std::vector<std::uint32_t> up_virtual, down_virtual;
 
@@ -147,7 +150,8 @@ struct MpiDriver::Impl {
   // only the later ones cross the network, as in the paper's Fig. 5.
   int at(int r, int c) const {
     int z = 0;
-    for (int b = 0; (1 << b) < side; ++b) z |= ((c >> b) & 1) << (2 * b) | ((r >> b) & 1) << (2 * b + 1);
+    for (int b = 0; (1 << b) < side; ++b)
+      z |= ((c >> b) & 1) << (2 * b) | ((r >> b) & 1) << (2 * b + 1);
     return z;
   }
   void set_grid() {
@@ -164,7 +168,8 @@ struct MpiDriver::Impl {
     std::size_t layout = 1;
     while (layout * layout < num_blocks) ++layout;
     const auto n = static_cast<std::size_t>(side);
-    return at(static_cast<int>(block / layout * n / layout), static_cast<int>(block % layout * n / layout));
+    return at(static_cast<int>(block / layout * n / layout),
+              static_cast<int>(block % layout * n / layout));
   }
   // The blocks rank r holds of nb, in block order (kept per block count).
   const std::vector<std::uint32_t>& blocks_of(int r, std::size_t nb) {

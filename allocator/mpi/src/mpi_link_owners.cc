@@ -1,13 +1,13 @@
 // The link owners' exchange (Exchange::kLinkOwners, and kNeighbors with
 // mpi_neighbors.cc): each rank owns a range of links and steps their prices
 // from every block's entries.
-#include "mpi_internal.h"
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <vector>
+
+#include "mpi_internal.h"
 
 namespace flowtune::alloc {
 
@@ -92,7 +92,8 @@ struct MpiDriver::Impl::OwnersRound {
     if (!neighbors || m.counts_changed(watch)) {
       m.counts_in.resize(kInts * static_cast<std::size_t>(R));
       watch.mpi([&] {
-        check(MPI_Alltoall(m.counts_out.data(), kInts, MPI_INT, m.counts_in.data(), kInts, MPI_INT, m.comm),
+        check(MPI_Alltoall(m.counts_out.data(), kInts, MPI_INT, m.counts_in.data(), kInts, MPI_INT,
+                           m.comm),
               "Alltoall");
       });
       ++m.times.counts_exchanges;
@@ -114,8 +115,8 @@ struct MpiDriver::Impl::OwnersRound {
 
   // MPI_Alltoallv of items of `unit` bytes, rank q's at item offsets
   // out_at[q]..out_at[q + 1] (sent) and in_at[q]..in_at[q + 1] (received).
-  void alltoallv(const void* out, const std::vector<int>& out_at, void* in, const std::vector<int>& in_at,
-                 int unit) {
+  void alltoallv(const void* out, const std::vector<int>& out_at, void* in,
+                 const std::vector<int>& in_at, int unit) {
     m.send_bytes.resize(R);
     m.send_disp.resize(R);
     m.recv_bytes.resize(R);
@@ -172,7 +173,8 @@ struct MpiDriver::Impl::OwnersRound {
     e.save_links(m.keys_in.data(), m.keys_in.size(), reinterpret_cast<Real*>(m.answers_out.data()));
     const int answer = static_cast<int>(2 * sizeof(Real));
     alltoallv(m.answers_out.data(), m.recv_at, m.answers_in.data(), m.send_at, answer);
-    e.load_links(m.asked_links.data(), m.asked_links.size(), reinterpret_cast<const Real*>(m.answers_in.data()));
+    e.load_links(m.asked_links.data(), m.asked_links.size(),
+                 reinterpret_cast<const Real*>(m.answers_in.data()));
     for (int q = 0; q < R; ++q) {
       if (q == m.rank) continue;
       m.times.bytes_sent += static_cast<std::uint64_t>(m.counts_out[kInts * q + 2]) * 4 +
@@ -246,8 +248,9 @@ struct MpiDriver::Impl::OwnersRound {
     });
     for (int q = 0; q < R; ++q) {
       if (q == m.rank) continue;
-      m.times.bytes_sent += static_cast<std::uint64_t>(m.counts_out[kInts * q]) * sizeof(Entry<Real>) +
-                            static_cast<std::uint64_t>(m.counts_in[kInts * q]) * 2 * sizeof(Real);
+      m.times.bytes_sent +=
+          static_cast<std::uint64_t>(m.counts_out[kInts * q]) * sizeof(Entry<Real>) +
+          static_cast<std::uint64_t>(m.counts_in[kInts * q]) * 2 * sizeof(Real);
     }
     e.load_links(m.sent_links.data(), sent, reinterpret_cast<const Real*>(m.answers_in.data()));
     e.finish_links({all[0], all[1], all[2]});

@@ -1,8 +1,6 @@
 // Mirrors (flowtune-allocator --mpi): rank 0 leads, sending its engine's
 // journal (engine_journal.h); the other ranks replay it, iterate their
 // blocks and gather their rates to rank 0, all of them or those that moved.
-#include "mpi_internal.h"
-
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "flowtune/alloc/engine_journal.h"
+#include "mpi_internal.h"
 
 namespace flowtune::alloc {
 
@@ -39,7 +38,8 @@ void MpiDriver::lead(BasicEngine<Real>& e, std::vector<std::uint8_t>* journal) {
 }
 
 void MpiDriver::set_gather_threshold(double t) {
-  if (!(t >= 0 && t < 1)) throw std::invalid_argument("MpiDriver: a gather threshold is within [0, 1)");
+  if (!(t >= 0 && t < 1))
+    throw std::invalid_argument("MpiDriver: a gather threshold is within [0, 1)");
   impl_->gather_threshold = t;
 }
 
@@ -171,7 +171,8 @@ void MpiDriver::gather_moved_rates(BasicEngine<Real>& e, bool intact) {
       Real* xn = x + n;
       e.copy_block_rates(b, x, xn);
       for (std::size_t i = 0; i < n; ++i, ++slot) {
-        if (slot >= m.last_sent.size()) throw std::logic_error("MpiDriver: a slot past the last full gather");
+        if (slot >= m.last_sent.size())
+          throw std::logic_error("MpiDriver: a slot past the last full gather");
         double& last = m.last_sent[slot];
         const double now = static_cast<double>(xn[i]);
         if (std::fabs(now - last) > m.gather_threshold * std::fabs(last)) {
@@ -185,9 +186,8 @@ void MpiDriver::gather_moved_rates(BasicEngine<Real>& e, bool intact) {
   std::vector<int> heads(m.rank == 0 ? 2 * static_cast<std::size_t>(m.ranks) : 0);
   std::vector<int> bytes, disp;
   Stopwatch watch(&m.times, /*count=*/false);
-  watch.mpi([&] {
-    check(MPI_Gather(head, 2, MPI_INT, heads.data(), 2, MPI_INT, 0, m.comm), "Gather");
-  });
+  watch.mpi(
+      [&] { check(MPI_Gather(head, 2, MPI_INT, heads.data(), 2, MPI_INT, 0, m.comm), "Gather"); });
   const int unit = static_cast<int>(sizeof(Moved<Real>));
   if (m.rank == 0) {
     bytes.resize(m.ranks);
@@ -216,8 +216,10 @@ void MpiDriver::gather_moved_rates(BasicEngine<Real>& e, bool intact) {
     // Entries come in slot order: walk the blocks alongside.
     std::size_t i = 0, first = 0;
     for (int k = 0; k < heads[2 * r + 1]; ++k) {
-      while (i < held.size() && in[k].slot >= first + e.block_size(held[i])) first += e.block_size(held[i++]);
-      if (i == held.size()) throw std::runtime_error("MPI rank " + std::to_string(r) + " sent a rate past its blocks");
+      while (i < held.size() && in[k].slot >= first + e.block_size(held[i]))
+        first += e.block_size(held[i++]);
+      if (i == held.size())
+        throw std::runtime_error("MPI rank " + std::to_string(r) + " sent a rate past its blocks");
       e.load_block_rate(held[i], in[k].slot - first, in[k].x, in[k].xn);
     }
     m.times.rates_received += static_cast<std::uint64_t>(heads[2 * r + 1]);

@@ -1,12 +1,12 @@
 // The neighbours' exchange (Exchange::kNeighbors): the link owners' sums
 // and answers (mpi_link_owners.cc) over a graph of the ranks a rank trades
 // with, and the all-to-all of the counts only when some rank's changed.
-#include "mpi_internal.h"
-
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
+
+#include "mpi_internal.h"
 
 namespace flowtune::alloc {
 
@@ -60,7 +60,8 @@ void MpiDriver::Impl::neighbor_alltoallv(Stopwatch& watch, const void* out, void
   if (send_bytes[rank] != recv_bytes[rank]) throw std::logic_error("MpiDriver: own entries differ");
   if (send_bytes[rank] > 0) {
     std::memcpy(static_cast<char*>(in) + recv_disp[rank],
-                static_cast<const char*>(out) + send_disp[rank], static_cast<std::size_t>(send_bytes[rank]));
+                static_cast<const char*>(out) + send_disp[rank],
+                static_cast<std::size_t>(send_bytes[rank]));
   }
   const std::size_t n = neighbors.size();
   // At least one element each: a rank with no neighbours still calls the

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cerrno>
-
 #include <zmq.hpp>
 
 namespace flowtune {

@@ -50,7 +50,9 @@ class JournaledEngine : public BasicEngine<Real> {
   bool set_blocks(std::uint32_t blocks);
 
   // replay_journal() on this engine.
-  bool replay(const std::uint8_t* data, std::size_t size) { return replay_journal(*this, data, size); }
+  bool replay(const std::uint8_t* data, std::size_t size) {
+    return replay_journal(*this, data, size);
+  }
 
  private:
   template <typename... Args>
