@@ -166,9 +166,9 @@ bool Allocator::may_speak_for(const Principal* who, std::optional<alloc::HostId>
 std::variant<Allocator::Resolved, Allocator::Refusal> Allocator::resolve(
     const Endpoint& e, const wire::FlowletStart& s) {
   Resolved out;
-  alloc::HostId* src = &out.src;
-  alloc::HostId* dst = &out.dst;
-  alloc::FlowSpec* spec = &out.spec;
+  alloc::HostId& src = out.src;
+  alloc::HostId& dst = out.dst;
+  alloc::FlowSpec& spec = out.spec;
   std::uint64_t hash;
   if (const auto* hp = std::get_if<wire::HostPair>(&s.endpoints)) {
     if (!network_.has_host(hp->src) || !network_.has_host(hp->dst)) {
@@ -177,12 +177,12 @@ std::variant<Allocator::Resolved, Allocator::Refusal> Allocator::resolve(
                                               ": not hosts of the topology (" +
                                               std::to_string(network_.live_hosts()) + " hosts)"};
     }
-    *src = hp->src;
-    *dst = hp->dst;
+    src = hp->src;
+    dst = hp->dst;
     hash = mix(s.flow_key ^ mix(e.idx));
   } else {
     const auto& t = std::get<wire::FiveTuple>(s.endpoints);
-    *src = network_.find_host_by_ip(t.src_ip).value_or(e.host);
+    src = network_.find_host_by_ip(t.src_ip).value_or(e.host);
     std::optional<alloc::HostId> d = network_.find_host_by_ip(t.dst_ip);
     std::string no_slot;
     if (!d && config_.unknown_hosts == UnknownHosts::kAdd) {
@@ -194,51 +194,51 @@ std::variant<Allocator::Resolved, Allocator::Refusal> Allocator::resolve(
                      "destination " + format_ipv4(t.dst_ip) + " is not in the topology" +
                          (no_slot.empty() ? std::string() : " and " + no_slot)};
     }
-    *dst = *d;
+    dst = *d;
     hash = alloc::ecmp_hash({t.src_ip, t.dst_ip, t.src_port, t.dst_port, t.protocol});
   }
-  if (*src != e.host && !may_speak_for(sender_, *src, {})) {
+  if (src != e.host && !may_speak_for(sender_, src, {})) {
     return Refusal{Cause::kNotAuthorized, "key \"" + sender_->name + "\" may not speak for host " +
-                                              network_.host_name(*src) + ", the flow's source"};
+                                              network_.host_name(src) + ", the flow's source"};
   }
   if (const auto* t = std::get_if<wire::FiveTuple>(&s.endpoints);
       t != nullptr && sender_ != nullptr) {
     // Joining a socket's flow takes its holder's class, tenant and rates:
     // only under the holder's own key (forked children share their
     // parent's), or a key's class ceiling could be worn through another's.
-    const auto it = by_socket_.find(SocketId{*src, *t});
+    const auto it = by_socket_.find(SocketId{src, *t});
     if (it != by_socket_.end() && flows_[it->second].live() &&
         endpoints_[flows_[it->second].endpoint]->key != e.key) {
       return Refusal{Cause::kNotAuthorized, "the socket's flow is held under another key"};
     }
   }
-  if (*src == *dst) {
+  if (src == dst) {
     return Refusal{Cause::kBadValue, "source and destination are both host " +
-                                         network_.host_name(*src) +
+                                         network_.host_name(src) +
                                          ": traffic within a host is not scheduled"};
   }
-  const std::optional<alloc::Path> path = network_.path(*src, *dst, hash);
+  const std::optional<alloc::Path> path = network_.path(src, dst, hash);
   if (!path) {
     return Refusal{Cause::kUnknownHost,
-                   "no route from " + network_.host_name(*src) + " to " + network_.host_name(*dst)};
+                   "no route from " + network_.host_name(src) + " to " + network_.host_name(dst)};
   }
-  spec->path = *path;
-  spec->weight = s.weight;
+  spec.path = *path;
+  spec.weight = s.weight;
   // The operator's rule for this flowlet, if any, picks its default and top
   // class; an endpoint never gets above the top class it allows.
-  const PolicyRule* r = out.rule = match_rule(e, *src, *dst, s);
+  const PolicyRule* r = out.rule = match_rule(e, src, dst, s);
   const std::uint8_t top = r && r->top_class ? *r->top_class : config_.top_class;
   const std::uint8_t dflt =
       std::max(top, r && r->default_class ? *r->default_class : config_.default_class);
   if (s.priority_class != wire::kClassUnset && s.priority_class < top) {
     ++counters_.classes_lowered;
   }
-  spec->priority =
+  spec.priority =
       s.priority_class == wire::kClassUnset ? dflt : std::max<std::uint8_t>(s.priority_class, top);
-  spec->max_bps = 0;
-  spec->src_site = network_.site_of_host(*src);
-  spec->dst_site = network_.site_of_host(*dst);
-  const alloc::FlowError err = engine_->check_flow(*spec);
+  spec.max_bps = 0;
+  spec.src_site = network_.site_of_host(src);
+  spec.dst_site = network_.site_of_host(dst);
+  const alloc::FlowError err = engine_->check_flow(spec);
   if (err == alloc::FlowError::kOk) return out;
   return Refusal{err == alloc::FlowError::kBlockFull ? Cause::kTooManyFlows : Cause::kBadValue,
                  std::string("engine refused the flow: ") + alloc::to_string(err)};
