@@ -14,7 +14,8 @@
 //   - the sums over flows add up: status's classes, a whole listing of
 //     tenants (with the flows in none) and of endpoints come to every
 //     flow, a whole listing of links to two a flow (uplink and downlink);
-//   - status counts the allocator's flows.
+//   - status counts the allocator's flows;
+//   - histograms' buckets are cumulative over rising edges.
 // Run with -max_len=1024.
 #include <cstdint>
 #include <cstdio>
@@ -91,6 +92,27 @@ bool page_args(std::string_view request, std::size_t* limit, std::uint64_t* from
   return true;
 }
 
+// Every histogram: as many cumulative counts as edges, edges rising,
+// counts never falling and never past the histogram's count.
+void check_histograms(const json& j, std::string_view request, const std::string& reply) {
+  if (j.empty()) fail("histograms without a histogram", request, reply);
+  for (const auto& [name, h] : j.items()) {
+    const json& le = h["le_ns"];
+    const json& cum = h["cumulative"];
+    if (!le.is_array() || !cum.is_array() || le.size() != cum.size() || le.empty()) {
+      fail("a histogram's edges and counts differ in length", request, reply);
+    }
+    const std::uint64_t count = h["count"].get<std::uint64_t>();
+    for (std::size_t i = 0; i < le.size(); ++i) {
+      const std::uint64_t c = cum[i].get<std::uint64_t>();
+      if (c > count) fail("a bucket counts more than its histogram", request, reply);
+      if (i > 0 && (le[i] <= le[i - 1] || c < cum[i - 1].get<std::uint64_t>())) {
+        fail("a histogram's buckets are not cumulative", request, reply);
+      }
+    }
+  }
+}
+
 void check(const daemon::Allocator& a, std::string_view request, const std::string& reply) {
   const json j = json::parse(reply, nullptr, false);
   if (j.is_discarded() || !j.is_object()) fail("reply is not a JSON object", request, reply);
@@ -106,6 +128,10 @@ void check(const daemon::Allocator& a, std::string_view request, const std::stri
     std::uint64_t by_class = 0;
     for (const auto& [k, c] : j["policy"]["classes"].items()) by_class += c["flows"].get<std::uint64_t>();
     if (by_class != a.num_flows()) fail("status's classes do not add up to its flows", request, reply);
+    return;
+  }
+  if (cmd == "histograms") {
+    check_histograms(j, request, reply);
     return;
   }
   if (!j.contains(cmd)) fail("a page without its items", request, reply);
