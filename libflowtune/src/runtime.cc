@@ -25,47 +25,6 @@
 
 namespace flowtune::client {
 
-// ---- EventQueue ----
-
-EventQueue::EventQueue(std::size_t capacity_pow2)
-    : cells_(new Cell[capacity_pow2]), mask_(capacity_pow2 - 1) {
-  for (std::size_t i = 0; i < capacity_pow2; ++i) cells_[i].seq.store(i, std::memory_order_relaxed);
-}
-
-bool EventQueue::push(const Event& e) {
-  std::uint64_t pos = head_.load(std::memory_order_relaxed);
-  for (;;) {
-    Cell& c = cells_[pos & mask_];
-    const std::uint64_t seq = c.seq.load(std::memory_order_acquire);
-    if (seq == pos) {
-      if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
-        c.event = e;
-        c.seq.store(pos + 1, std::memory_order_release);
-        return true;
-      }
-    } else if (seq < pos) {
-      return false;  // the consumer has not freed this cell: full
-    } else {
-      pos = head_.load(std::memory_order_relaxed);
-    }
-  }
-}
-
-bool EventQueue::pop(Event* e) {
-  const std::uint64_t pos = tail_.load(std::memory_order_relaxed);
-  Cell& c = cells_[pos & mask_];
-  if (c.seq.load(std::memory_order_acquire) != pos + 1) return false;
-  *e = c.event;
-  c.seq.store(pos + mask_ + 1, std::memory_order_release);
-  tail_.store(pos + 1, std::memory_order_relaxed);
-  return true;
-}
-
-bool EventQueue::empty() const {
-  const std::uint64_t pos = tail_.load(std::memory_order_relaxed);
-  return cells_[pos & mask_].seq.load(std::memory_order_seq_cst) != pos + 1;
-}
-
 // ---- owners ----
 
 // libzmq and libsodium take process-wide locks while a context is made and
@@ -200,7 +159,7 @@ void Runtime::receive() {
 void Runtime::apply_actions() {
   for (const PacingAction& a : session_.take_actions()) {
     int err = 0;
-    const auto r = table_.set_rate(a.socket, a.bytes_per_sec, &err);
+    const auto r = port_->set_rate(a.socket, a.bytes_per_sec, &err);
     if (r == SocketTable::Result::kOk) {
       (a.bytes_per_sec != 0 ? published_.rates_applied : published_.rates_cleared)
           .fetch_add(1, std::memory_order_relaxed);
@@ -232,45 +191,26 @@ void Runtime::turn() {
   arm_timer();
 }
 
-void Runtime::reconcile(int fd, std::uint64_t now) {
-  const auto it = known_.find(fd);
-  if (it == known_.end()) return;
-  const auto cur = table_.lookup(fd);
-  if (cur && cur->gen == it->second) return;
-  session_.on_unregister(SocketRef{fd, it->second}, now);
-  known_.erase(it);
+void Runtime::on_register(SocketRef s, const wire::FiveTuple& tuple, std::uint32_t mss,
+                          const FlowletPolicy& defaults, std::uint64_t now) {
+  session_.on_register(s, tuple, mss, now, defaults);
+}
+void Runtime::on_unregister(SocketRef s, std::uint64_t now) { session_.on_unregister(s, now); }
+void Runtime::on_begin(SocketRef s, std::uint64_t bytes, const std::optional<FlowletPolicy>& policy,
+                       std::uint64_t now) {
+  session_.on_begin(s, bytes, policy, now);
+}
+void Runtime::on_sent(SocketRef s, std::uint64_t bytes, std::uint64_t now) {
+  session_.on_sent(s, bytes, now);
+}
+void Runtime::on_wrote(SocketRef s, std::uint64_t bytes, std::uint64_t now) {
+  session_.on_wrote(s, bytes, now);
+}
+void Runtime::on_unsent(SocketRef s, std::uint64_t unsent, bool writing, std::uint64_t now) {
+  session_.on_unsent(s, unsent, now, writing);
 }
 
-void Runtime::dispatch(const Event& e, std::uint64_t now) {
-  switch (e.kind) {
-    case Event::kRegister: {
-      // Taken up even if already released, so the events queued behind it
-      // count (a flowlet begun is reported and then ended). Its
-      // unregistration is applied only once swept (drain() sweeps before it
-      // pops, so every event queued before the release is dispatched first):
-      // a release seen any other way, say in the table while the queue still
-      // holds the socket's later events, would drop them.
-      const auto old = known_.find(e.ref.fd);
-      if (old != known_.end() && old->second != e.ref.gen) {
-        session_.on_unregister(SocketRef{e.ref.fd, old->second}, now);  // replaced
-      }
-      session_.on_register(e.ref, e.tuple, e.mss, now, e.policy.value_or(FlowletPolicy{}));
-      known_[e.ref.fd] = e.ref.gen;
-      return;
-    }
-    case Event::kUnregister: session_.on_unregister(e.ref, now); return;
-    case Event::kBegin: session_.on_begin(e.ref, e.bytes, e.policy, now); return;
-    case Event::kSent: session_.on_sent(e.ref, e.bytes, now); return;
-    case Event::kWrote: {
-      const std::uint64_t bytes = e.bytes + table_.take_unreported(e.ref);
-      if (bytes != 0) session_.on_wrote(e.ref, bytes, now);
-      return;
-    }
-    case Event::kEnd: app_end(e.ref, now); return;
-  }
-}
-
-void Runtime::app_end(SocketRef ref, std::uint64_t now) {
+void Runtime::on_end(SocketRef ref, std::uint64_t now) {
   // The Session lists every end in take_ended(), and the runtime clears the
   // application's flowlet bit for each. An end the application asked for
   // must not: the bit was cleared by ft_flowlet_end already, and the
@@ -282,87 +222,35 @@ void Runtime::app_end(SocketRef ref, std::uint64_t now) {
   (void)session_.take_ended();
 }
 
-void Runtime::apply_spill(int fd, const SocketTable::Spilled& p, std::uint64_t now) {
-  const auto it = known_.find(fd);
-  if (p.gen == 0 || it == known_.end() || it->second != p.gen) return;
-  const SocketRef ref{fd, p.gen};
-  if (p.end_first) app_end(ref, now);
-  if (p.begin_bytes != 0) session_.on_begin(ref, p.begin_bytes, p.policy, now);
-  if (p.sent != 0) session_.on_sent(ref, p.sent, now);
-  const std::uint64_t wrote = p.wrote + (p.collect ? table_.take_unreported(ref) : 0);
-  if (wrote != 0) session_.on_wrote(ref, wrote, now);
-  if (p.end_last) app_end(ref, now);
-}
-
 void Runtime::drain(std::uint64_t now) {
-  // Spilled events and unregistrations are taken before the queue is drained
-  // and applied after it: a socket spills only once an event of it found the
-  // queue full, and unregisters after its last event, so whatever the queue
-  // holds for it came first. "After" means up to the queue position claimed
-  // when the sweep saw the slot: pop() stops at a cell another producer has
-  // claimed but not yet written, and the socket's own events may sit behind
-  // it (applying the unregistration then dropped them). The socket keeps
-  // spilling until finish_spill, so nothing of it enters the queue meanwhile.
-  const std::size_t first_new = swept_.size();
-  table_.sweep([&](int fd) { swept_.push_back({fd, table_.take_spill(fd), 0}); });
-  const std::uint64_t horizon = queue_.claimed();
-  for (std::size_t i = first_new; i < swept_.size(); ++i) swept_[i].horizon = horizon;
-  Event e;
-  bool took = swept_.size() > first_new;
-  while (queue_.pop(&e)) {
-    dispatch(e, now);
-    took = true;
-  }
-  if (took) linger_until_us_ = now + kLingerUs;
-  apply_swept(now);
+  if (intake_.drain(now, *this)) linger_until_us_ = now + kLingerUs;
 }
 
-void Runtime::apply_swept(std::uint64_t now) {
-  const std::uint64_t popped = queue_.popped();
-  std::vector<Swept> waiting;
-  auto waits = [&](int fd) {
-    for (const Swept& w : waiting) {
-      if (w.fd == fd) return true;
-    }
-    return false;
-  };
-  for (std::size_t i = 0; i < swept_.size(); ++i) {
-    Swept& b = swept_[i];
-    // In order per socket: a later batch waits behind an earlier one.
-    if (popped < b.horizon || waits(b.fd)) {
-      waiting.push_back(std::move(b));
-      continue;
-    }
-    reconcile(b.fd, now);
-    apply_spill(b.fd, b.events, now);
-    bool later = false;
-    for (std::size_t j = i + 1; j < swept_.size() && !later; ++j) later = swept_[j].fd == b.fd;
-    if (!later) table_.finish_spill(b.fd);
-  }
-  swept_.swap(waiting);
+bool LocalPort::look(SocketRef ref, Look* out) {
+  // A socket that cannot be asked (closed under us) counts as drained.
+  if (table_.unsent_bytes(ref, &out->unsent) != SocketTable::Result::kOk) out->unsent = 0;
+  // Writing first, then the bytes gathered: bytes a call reported before
+  // it ended are then collected here, not left for a later event.
+  out->writing = table_.writing(ref);
+  out->unreported = table_.take_unreported(ref);
+  return true;
 }
 
 void Runtime::timers(std::uint64_t now) {
   session_.on_timer(now);
   // Drain checks may end flowlets, which queues more actions and events.
   for (const SocketRef& ref : session_.take_drain_queries()) {
-    // A socket that cannot be asked (closed under us) counts as drained.
-    std::uint64_t unsent = 0;
-    if (table_.unsent_bytes(ref, &unsent) != SocketTable::Result::kOk) unsent = 0;
-    // Writing first, then the bytes gathered: bytes a call reported before
-    // it ended are then collected here, not left for a later event.
-    const bool writing = table_.writing(ref);
-    if (const std::uint64_t bytes = table_.take_unreported(ref); bytes != 0) {
-      session_.on_wrote(ref, bytes, now);
-    }
-    session_.on_unsent(ref, unsent, now, writing);
+    SocketPort::Look look;
+    if (!port_->look(ref, &look)) continue;  // answered later (kUnsent)
+    if (look.unreported != 0) session_.on_wrote(ref, look.unreported, now);
+    session_.on_unsent(ref, look.unsent, now, look.writing);
   }
 }
 
 void Runtime::flush(std::uint64_t now, bool stopping) {
   apply_actions();
   for (const SocketRef& ref : session_.take_ended()) ended_.push_back(ref);
-  for (const SocketRef& ref : ended_) table_.clear_flowlet(ref);
+  for (const SocketRef& ref : ended_) port_->clear_flowlet(ref);
   ended_.clear();
   if (stopping) {
     // Last words: end every flowlet the allocator knows of.
@@ -376,6 +264,7 @@ void Runtime::flush(std::uint64_t now, bool stopping) {
       break;
     }
   }
+  port_->flush();
   receive();  // a send can consume ZMQ_FD's edge: look again
 }
 
@@ -400,7 +289,7 @@ void Runtime::arm_timer() {
   // while a flowlet is in progress or the last event is recent.
   // A swept batch waiting for a producer to finish writing its cell: soon.
   const std::uint64_t now = now_us();
-  if (session_.active_flowlets() > 0 || !swept_.empty() || now < linger_until_us_) {
+  if (session_.active_flowlets() > 0 || intake_.waiting() || now < linger_until_us_) {
     next = std::min(next, now + kPollUs);
   }
   if (endpoints_.size() > 1 && failover_wanted(now_us())) next = std::min(next, next_move_us_);

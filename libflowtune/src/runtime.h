@@ -52,49 +52,49 @@
 #include "flowtune/common/fd.h"
 #include "flowtune/flowtune.h"
 #include "event_loop.h"
+#include "event_queue.h"
+#include "intake.h"
 #include "pacing.h"
 #include "session.h"
 #include "wakeup.h"
 
 namespace flowtune::client {
 
-struct Event {
-  enum Kind : std::uint8_t { kRegister, kUnregister, kBegin, kSent, kWrote, kEnd };
-  Kind kind = kBegin;
-  SocketRef ref;
-  std::uint64_t bytes = 0;
-  // kBegin: the flowlet's (none: the socket's defaults); kRegister: the
-  // socket's defaults.
-  std::optional<FlowletPolicy> policy;
-  wire::FiveTuple tuple;
-  std::uint32_t mss = 0;
+// Where the runtime's decisions about sockets land: the process's own
+// sockets (through its SocketTable), or, in a host agent, the sockets of
+// the processes it serves (agent/). Runtime thread only.
+class SocketPort {
+ public:
+  virtual ~SocketPort() = default;
+  // Sets SO_MAX_PACING_RATE (0 clears it) if s is still registered.
+  virtual SocketTable::Result set_rate(SocketRef s, std::uint64_t bytes_per_sec, int* err) = 0;
+  struct Look {
+    std::uint64_t unsent = 0;      // bytes the kernel has not sent
+    bool writing = false;          // a write call is in progress
+    std::uint64_t unreported = 0;  // bytes written that no event reported yet
+  };
+  // A look at s's queue: true with the answer in *out, or false when it
+  // comes later (an event kWrote for the unreported bytes, then kUnsent).
+  virtual bool look(SocketRef s, Look* out) = 0;
+  // The library ended s's flowlet (advance end, lease): clear the
+  // application's flowlet bit.
+  virtual void clear_flowlet(SocketRef s) = 0;
+  // The end of a turn: hand over what the calls above gathered.
+  virtual void flush() {}
 };
 
-// Bounded multi-producer queue: each cell carries a sequence number that
-// says whose turn it is (producer at pos, consumer at pos + 1), so producers
-// claim cells with one CAS and never wait for each other's copies.
-class EventQueue {
+// The port of a process's own sockets.
+class LocalPort final : public SocketPort {
  public:
-  explicit EventQueue(std::size_t capacity_pow2);
-  bool push(const Event& e);  // any thread; false when full
-  bool pop(Event* e);         // the runtime thread only
-  bool empty() const;
-  // Positions: events claimed by producers so far (any thread), and events
-  // popped (the runtime thread). A cell claimed but not yet written stops
-  // pop() there, so popped() can lag behind an event another thread has
-  // already finished pushing.
-  std::uint64_t claimed() const { return head_.load(std::memory_order_acquire); }
-  std::uint64_t popped() const { return tail_.load(std::memory_order_relaxed); }
+  explicit LocalPort(SocketTable& table) : table_(table) {}
+  SocketTable::Result set_rate(SocketRef s, std::uint64_t bytes_per_sec, int* err) override {
+    return table_.set_rate(s, bytes_per_sec, err);
+  }
+  bool look(SocketRef s, Look* out) override;
+  void clear_flowlet(SocketRef s) override { table_.clear_flowlet(s); }
 
  private:
-  struct Cell {
-    std::atomic<std::uint64_t> seq;
-    Event event;
-  };
-  std::unique_ptr<Cell[]> cells_;
-  std::uint64_t mask_;
-  alignas(64) std::atomic<std::uint64_t> head_{0};  // next push
-  alignas(64) std::atomic<std::uint64_t> tail_{0};  // next pop
+  SocketTable& table_;
 };
 
 struct RuntimeConfig {
@@ -125,9 +125,11 @@ using ZmqSocket = std::unique_ptr<void, ZmqSocketCloser>;
 // close_range / close. Set before that runtime opens anything.
 bool runtime_shares_fd_table();
 
-class Runtime {
+class Runtime : private IntakeSink {
  public:
-  Runtime(RuntimeConfig config, SessionConfig session, SocketTable& table);
+  // port: where rates and looks go; null: the table's sockets.
+  Runtime(RuntimeConfig config, SessionConfig session, SocketTable& table,
+          SocketPort* port = nullptr);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -184,14 +186,17 @@ class Runtime {
   // One turn; see the top of this file.
   void turn();
   void drain(std::uint64_t now);
-  void apply_swept(std::uint64_t now);
-  void dispatch(const Event& e, std::uint64_t now);
+  // The application's events, from the intake into the session.
+  void on_register(SocketRef s, const wire::FiveTuple& tuple, std::uint32_t mss,
+                   const FlowletPolicy& defaults, std::uint64_t now) override;
+  void on_unregister(SocketRef s, std::uint64_t now) override;
+  void on_begin(SocketRef s, std::uint64_t bytes, const std::optional<FlowletPolicy>& policy,
+                std::uint64_t now) override;
+  void on_sent(SocketRef s, std::uint64_t bytes, std::uint64_t now) override;
+  void on_wrote(SocketRef s, std::uint64_t bytes, std::uint64_t now) override;
   // An end the application asked for (see the .cc for why it differs).
-  void app_end(SocketRef ref, std::uint64_t now);
-  void apply_spill(int fd, const SocketTable::Spilled& p, std::uint64_t now);
-  // Unregisters the session's registration of fd if the table no longer
-  // holds it.
-  void reconcile(int fd, std::uint64_t now);
+  void on_end(SocketRef s, std::uint64_t now) override;
+  void on_unsent(SocketRef s, std::uint64_t unsent, bool writing, std::uint64_t now) override;
   void timers(std::uint64_t now);
   void flush(std::uint64_t now, bool stopping);
   void publish();
@@ -237,19 +242,9 @@ class Runtime {
   // it took plus kLingerUs).
   std::uint64_t linger_until_us_ = 0;
   std::atomic<bool> stopping_{false};
-  // The registration the Session holds for each fd (fd -> generation), to
-  // compare with the table when a slot is dirty.
-  std::unordered_map<int, std::uint32_t> known_;
-  // What a sweep took from a socket's slot (spilled events, an
-  // unregistration), applied once the queue has been popped up to
-  // `horizon`: the queue's claim position when the sweep saw it, past every
-  // event the socket queued before it.
-  struct Swept {
-    int fd;
-    SocketTable::Spilled events;
-    std::uint64_t horizon;
-  };
-  std::vector<Swept> swept_;
+  Intake intake_{queue_, table_};
+  LocalPort local_port_{table_};
+  SocketPort* port_;
   // Flowlets the library ended, whose application bit flush() clears.
   std::vector<SocketRef> ended_;
   std::int64_t start_ns_;

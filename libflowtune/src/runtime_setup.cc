@@ -76,11 +76,13 @@ SessionConfig with_failover(SessionConfig s, const std::string& allocators) {
 }
 }  // namespace
 
-Runtime::Runtime(RuntimeConfig config, SessionConfig session, SocketTable& table)
+Runtime::Runtime(RuntimeConfig config, SessionConfig session, SocketTable& table,
+                 SocketPort* port)
     : config_(std::move(config)),
       table_(table),
       session_(with_failover(std::move(session), config_.allocator)),
       queue_(config_.queue_capacity),
+      port_(port != nullptr ? port : &local_port_),
       start_ns_(std::chrono::steady_clock::now().time_since_epoch().count()) {}
 
 Runtime::~Runtime() { (void)stop(); }
