@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstddef>
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -29,7 +29,6 @@ namespace {
 using flowtune::client::Event;
 using flowtune::client::FlowletPolicy;
 using flowtune::client::SocketRef;
-
 
 std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
@@ -58,8 +57,7 @@ bool valid_weight(float w) {
 }
 
 // Reads a caller's options of any version into *p; FT_EINVAL for bad values.
-int policy_of(const ft_flowlet_opts* o, flowtune::client::TenantNames& tenants,
-              FlowletPolicy* p) {
+int policy_of(const ft_flowlet_opts* o, flowtune::client::TenantNames& tenants, FlowletPolicy* p) {
   std::uint32_t size = 0;
   std::memcpy(&size, o, sizeof size);
   if (size >= kMaxOptsSize) {
@@ -141,9 +139,7 @@ struct ft_client {
   std::unique_ptr<flowtune::client::Runtime> runtime;
   std::uint64_t fork_generation = 0;
 
-  bool forked() const {
-    return flowtune::client::fork_generation() != fork_generation;
-  }
+  bool forked() const { return flowtune::client::fork_generation() != fork_generation; }
   int push(const Event& e, bool urgent = true) {
     return runtime->push(e, urgent) ? FT_OK : FT_ENOMEM;
   }
@@ -399,18 +395,30 @@ int ft_client_stats(ft_client* c, ft_stats* out) {
 
 const char* ft_strerror(int err) {
   switch (err) {
-    case FT_OK: return "success";
-    case FT_EINVAL: return "invalid argument";
-    case FT_EBADF: return "not an open socket";
-    case FT_ENOTTCP: return "not a connected IPv4 TCP socket";
-    case FT_ENOTREG: return "socket not registered with this client";
-    case FT_EEXIST: return "socket already registered";
-    case FT_ENOFLOWLET: return "no flowlet in progress";
-    case FT_ENOMEM: return "out of memory or event queue full";
-    case FT_ECONNECT: return "malformed allocator endpoint";
-    case FT_EFORKED: return "client belongs to the parent process";
-    case FT_ERUNTIME: return "runtime thread could not start";
-    default: return "unknown error";
+    case FT_OK:
+      return "success";
+    case FT_EINVAL:
+      return "invalid argument";
+    case FT_EBADF:
+      return "not an open socket";
+    case FT_ENOTTCP:
+      return "not a connected IPv4 TCP socket";
+    case FT_ENOTREG:
+      return "socket not registered with this client";
+    case FT_EEXIST:
+      return "socket already registered";
+    case FT_ENOFLOWLET:
+      return "no flowlet in progress";
+    case FT_ENOMEM:
+      return "out of memory or event queue full";
+    case FT_ECONNECT:
+      return "malformed allocator endpoint";
+    case FT_EFORKED:
+      return "client belongs to the parent process";
+    case FT_ERUNTIME:
+      return "runtime thread could not start";
+    default:
+      return "unknown error";
   }
 }
 

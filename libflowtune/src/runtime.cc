@@ -6,16 +6,16 @@
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
-#include <csignal>
-#include <cerrno>
 #include <unistd.h>
 #include <zmq.h>
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "flowtune/common/curve.h"
@@ -90,8 +90,9 @@ void Runtime::run(std::promise<int>* ready) {
   // it polls, and takes a turn if nothing else woke it.
   loop_.run(
       [this] {
-        return wake_flag_.prepare_to_sleep([this] { return !queue_.empty() || table_.has_dirty(); },
-                                           napping_ ? WakeFlag::Sleep::kNap : WakeFlag::Sleep::kDeep);
+        return wake_flag_.prepare_to_sleep(
+            [this] { return !queue_.empty() || table_.has_dirty(); },
+            napping_ ? WakeFlag::Sleep::kNap : WakeFlag::Sleep::kDeep);
       },
       [this] { wake_flag_.woke(); }, [this] { turn(); });
   loop_close_rc_ = close_all();

@@ -39,20 +39,20 @@
 
 #include <atomic>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
-#include <future>
 #include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "event_loop.h"
+#include "event_queue.h"
 #include "flowtune/common/curve.h"
 #include "flowtune/common/fd.h"
 #include "flowtune/flowtune.h"
-#include "event_loop.h"
-#include "event_queue.h"
 #include "intake.h"
 #include "pacing.h"
 #include "session.h"
@@ -175,10 +175,10 @@ class Runtime : private IntakeSink {
   // FT_OK, FT_ECONNECT (no usable allocator endpoint or CURVE key, logged)
   // or FT_ERUNTIME. The steps, each false/failing on the first error:
   int open_all();
-  bool open_socket();         // context, DEALER, queue and heartbeat options
-  int connect_allocators();   // endpoints checked, CURVE, connect, monitor
-  bool apply_curve();         // FLOWTUNE_CURVE_* keys onto the DEALER (logged)
-  bool open_wakeups();        // timerfd, signalfd and the loop's watches
+  bool open_socket();        // context, DEALER, queue and heartbeat options
+  int connect_allocators();  // endpoints checked, CURVE, connect, monitor
+  bool apply_curve();        // FLOWTUNE_CURVE_* keys onto the DEALER (logged)
+  bool open_wakeups();       // timerfd, signalfd and the loop's watches
   // Closes everything open_all opened (runtime thread: those numbers are
   // only meaningful in its table). Returns EventLoop::close()'s result.
   int close_all();
@@ -252,10 +252,10 @@ class Runtime : private IntakeSink {
   // The allocators listed, the one connected, and the failover's state.
   std::vector<std::string> endpoints_;
   std::size_t current_ = 0;
-  bool endpoint_lost_ = false;         // the monitor saw it drop or refuse
-  std::size_t tried_in_round_ = 0;     // moves since the last acknowledgement
+  bool endpoint_lost_ = false;      // the monitor saw it drop or refuse
+  std::size_t tried_in_round_ = 0;  // moves since the last acknowledgement
   std::uint64_t round_backoff_us_ = 0;
-  std::uint64_t next_move_us_ = 0;     // not before then
+  std::uint64_t next_move_us_ = 0;  // not before then
   bool was_registered_ = false;
   // CURVE's keys, the allocator's followed from its file when it rotates.
   std::optional<curve::ClientKeys> curve_;

@@ -7,15 +7,15 @@
 // 127.0.0.2 (all of 127/8 is loopback), so the allocator (big switch, hosts
 // added on first sight) sees two hosts and 100 Mbit/s links.
 #include <arpa/inet.h>
-#include <netinet/in.h>
-#include <linux/sockios.h>
-#include <sched.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -87,7 +87,8 @@ class Transfer {
     std::vector<char> buf(16384);
     std::uint64_t sum = 0, sent = 0;
     while (sent < bytes) {
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), bytes - sent));
+      const std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), bytes - sent));
       for (std::size_t i = 0; i < n; ++i) buf[i] = static_cast<char>((sent + i) * 7);
       std::size_t off = 0;
       while (off < n) {
@@ -189,12 +190,14 @@ TEST_F(ClientTest, FlowletsGetRatesTheKernelAppliesAndShareTheLink) {
   ASSERT_EQ(ft_socket_register(c, b.send_fd), FT_OK);
   ASSERT_EQ(ft_flowlet_begin(c, a.send_fd, 100 << 20, nullptr), FT_OK);
   EXPECT_TRUE(eventually([&] { return near(rate(c, a.send_fd), kLinkBytes); }))
-      << rate(c, a.send_fd) << "\n" << daemon_.log();
+      << rate(c, a.send_fd) << "\n"
+      << daemon_.log();
   // A second flowlet into the same host halves both.
   ASSERT_EQ(ft_flowlet_begin(c, b.send_fd, 100 << 20, nullptr), FT_OK);
   EXPECT_TRUE(eventually([&] {
     return near(rate(c, a.send_fd), kLinkBytes / 2) && near(rate(c, b.send_fd), kLinkBytes / 2);
-  })) << rate(c, a.send_fd) << " " << rate(c, b.send_fd);
+  })) << rate(c, a.send_fd)
+      << " " << rate(c, b.send_fd);
   // Ending one gives the other the link again, and removes the ended one's cap.
   ASSERT_EQ(ft_flowlet_end(c, b.send_fd), FT_OK);
   EXPECT_TRUE(eventually([&] { return near(rate(c, a.send_fd), kLinkBytes); }));
@@ -339,8 +342,10 @@ TEST_F(ClientTest, AfterAStallLongerThanTheLeaseTheCapComesBackWithinARoundTrip)
   ASSERT_EQ(::kill(daemon_.pid(), SIGCONT), 0);
   // Expect: the same cap again, within a control round trip of waking
   // (bounded here by 200 ms for a loaded 2-vCPU machine).
-  ASSERT_TRUE(eventually([&] { return rate(c, t.send_fd) > 0; }, 3000)) << "the cap never came back";
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - woke).count();
+  ASSERT_TRUE(eventually([&] { return rate(c, t.send_fd) > 0; }, 3000))
+      << "the cap never came back";
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - woke).count();
   std::printf("stall recovery: cap back %lld us after SIGCONT\n", static_cast<long long>(us));
   RecordProperty("stall_recovery_us", std::to_string(us));
   EXPECT_LT(us, 200'000);
@@ -455,8 +460,9 @@ TEST_F(ClientTest, BadUseGetsErrorCodes) {
   bad.struct_size = 8;  // too short to hold even the first version's fields
   EXPECT_EQ(ft_flowlet_begin(c, t.send_fd, 100, &bad), FT_EINVAL);
   const LegacyOpts legacy_bad{0.0f, 0};
-  EXPECT_EQ(ft_flowlet_begin(c, t.send_fd, 100, reinterpret_cast<const ft_flowlet_opts*>(&legacy_bad)),
-            FT_EINVAL);
+  EXPECT_EQ(
+      ft_flowlet_begin(c, t.send_fd, 100, reinterpret_cast<const ft_flowlet_opts*>(&legacy_bad)),
+      FT_EINVAL);
   EXPECT_EQ(ft_flowlet_end(c, t.send_fd), FT_ENOFLOWLET);
   EXPECT_EQ(ft_flowlet_begin(c, t.send_fd, 100, nullptr), FT_OK);
   EXPECT_EQ(ft_flowlet_end(c, t.send_fd), FT_OK);
@@ -513,8 +519,8 @@ TEST_F(ClientTest, ClassesWeightsAndTenantsReachTheAllocatorFromEveryOptionsVers
     return near(rate(c, urgent.send_fd), kLinkBytes, 0.05) &&
            static_cast<double>(rate(c, heavy.send_fd)) < kLinkBytes * 0.05 &&
            static_cast<double>(rate(c, light.send_fd)) < kLinkBytes * 0.05;
-  })) << rate(c, urgent.send_fd) << " " << rate(c, heavy.send_fd) << " "
-      << rate(c, light.send_fd);
+  })) << rate(c, urgent.send_fd)
+      << " " << rate(c, heavy.send_fd) << " " << rate(c, light.send_fd);
   // The allocator holds each flow with what the endpoint asked.
   const nlohmann::json flows = daemon_.control("flows 10").value_or(nlohmann::json{});
   ASSERT_EQ(flows["flows"].size(), 3u) << flows.dump();
@@ -615,8 +621,8 @@ TEST_F(ClientTest, AForkedChildDoesNotShareTheClient) {
   ASSERT_EQ(ft_socket_register(c, t.send_fd), FT_OK);
   const pid_t pid = ::fork();
   if (pid == 0) {
-    const bool ok = ft_flowlet_begin(c, t.send_fd, 100, nullptr) == FT_EFORKED &&
-                    ft_client_close(c) == FT_OK;
+    const bool ok =
+        ft_flowlet_begin(c, t.send_fd, 100, nullptr) == FT_EFORKED && ft_client_close(c) == FT_OK;
     ::_exit(ok ? 0 : 1);
   }
   int status = 0;
@@ -668,7 +674,8 @@ bool child_keeps_fds_and_runs(const std::vector<int>& fds, const std::string& al
   }
   for (int waited = 0; waited < 10000; waited += 5) {
     int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid)
+      return WIFEXITED(status) && WEXITSTATUS(status) == 0;
     ::usleep(5000);
   }
   ::kill(pid, SIGKILL);
@@ -760,7 +767,8 @@ TEST_F(ClientTest, ManyApplicationThreadsShareOneClient) {
     ft_client_stats(c, &st);
     return st.flowlets_started + st.flowlets_coalesced ==
            static_cast<std::uint64_t>(kThreads * kFlowlets);
-  })) << st.flowlets_started << " + " << st.flowlets_coalesced;
+  })) << st.flowlets_started
+      << " + " << st.flowlets_coalesced;
   EXPECT_EQ(st.queue_overflows, 0u);
   // Every reported flowlet ended (in advance or at unregister).
   EXPECT_TRUE(eventually([&] { return daemon_.status()["flows"] == 0; }));
@@ -798,7 +806,8 @@ TEST_F(ClientTest, UnderCurveTheLibraryUsesTheKeysTheEnvironmentNames) {
     ASSERT_EQ(ft_socket_register(c, t.send_fd), FT_OK);
     ASSERT_EQ(ft_flowlet_begin(c, t.send_fd, 100 << 20, nullptr), FT_OK);
     EXPECT_TRUE(eventually([&] { return near(rate(c, t.send_fd), kLinkBytes); }))
-        << rate(c, t.send_fd) << "\n" << daemon_.log();
+        << rate(c, t.send_fd) << "\n"
+        << daemon_.log();
     EXPECT_EQ(ft_client_close(c), FT_OK);
   }
   {
@@ -820,7 +829,9 @@ TEST_F(ClientTest, UnderCurveTheLibraryUsesTheKeysTheEnvironmentNames) {
   EXPECT_EQ(ft_client_close(c), FT_OK);
   const auto status = daemon_.status();
   EXPECT_EQ(status["counters"]["hellos"], 1) << status;  // the keyed client's only
-  EXPECT_GE(status["auth"]["unauthenticated"].get<int>() + status["auth"]["bad_handshakes"].get<int>(), 1);
+  EXPECT_GE(
+      status["auth"]["unauthenticated"].get<int>() + status["auth"]["bad_handshakes"].get<int>(),
+      1);
 }
 
 // The allocator's key rotates without a restart (docs/security.md): on a
@@ -837,8 +848,10 @@ TEST_F(ClientTest, UnderCurveTheAllocatorsKeyRotatesWithoutARestart) {
   daemon_.set_control_keys(op);
   const std::string server_pub = keys.public_file();
   const auto install = [&](const curve::KeyPair& k, bool secret) {
-    if (secret) keys.write_secret(k);
-    else keys.write_public(k);
+    if (secret)
+      keys.write_secret(k);
+    else
+      keys.write_public(k);
   };
   install(keys.server.own, false);
   start_allocator(keys.allocator_args());
@@ -864,7 +877,8 @@ TEST_F(ClientTest, UnderCurveTheAllocatorsKeyRotatesWithoutARestart) {
   const auto all_share = [&] {
     return eventually([&] {
       for (auto& f : flowlets) {
-        if (!near(rate(c, f->send_fd), kLinkBytes / static_cast<double>(flowlets.size()))) return false;
+        if (!near(rate(c, f->send_fd), kLinkBytes / static_cast<double>(flowlets.size())))
+          return false;
       }
       return true;
     });
@@ -885,7 +899,8 @@ TEST_F(ClientTest, UnderCurveTheAllocatorsKeyRotatesWithoutARestart) {
   ASSERT_TRUE(eventually([&] { return rotations() == 1; })) << daemon_.log();
   EXPECT_EQ(daemon_.status()["auth"]["public_key"], second.public_key);
   begin_one();
-  EXPECT_TRUE(all_share()) << rate(c, flowlets[0]->send_fd) << " " << rate(c, flowlets[1]->send_fd) << "\n"
+  EXPECT_TRUE(all_share()) << rate(c, flowlets[0]->send_fd) << " " << rate(c, flowlets[1]->send_fd)
+                           << "\n"
                            << daemon_.log();
 
   // When: the allocator rotates first, the clients' file a moment later.
@@ -979,7 +994,8 @@ TEST_F(ClientTest, ATinyEventQueueLosesNoEndAndNoUnregister) {
   EXPECT_TRUE(eventually([&] {
     ft_client_stats(c, &st);
     return st.flowlets_ended == st.flowlets_started;
-  })) << st.flowlets_started << " started, " << st.flowlets_ended << " ended";
+  })) << st.flowlets_started
+      << " started, " << st.flowlets_ended << " ended";
   EXPECT_EQ(ft_client_close(c), FT_OK);
 }
 
@@ -1020,8 +1036,9 @@ TEST(ClientCpp, RaiiWrapperRegistersAndCloses) {
 class StandbyPairTest : public ::testing::Test {
  protected:
   void start(int i) {
-    daemons_[i].start(eps_[i], {"--host-gbps", i == 0 ? "0.1" : "0.05", "--standby-of", eps_[1 - i],
-                                "--probe-ms", "50", "--takeover-ms", "300", "--log-level", "debug"});
+    daemons_[i].start(
+        eps_[i], {"--host-gbps", i == 0 ? "0.1" : "0.05", "--standby-of", eps_[1 - i], "--probe-ms",
+                  "50", "--takeover-ms", "300", "--log-level", "debug"});
   }
   std::string role(int i) {
     const auto s = daemons_[i].control("status", 500);
@@ -1058,7 +1075,8 @@ TEST_F(StandbyPairTest, StartedTogetherExactlyOneServes) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   const std::string a = role(0), b = role(1);
   EXPECT_TRUE((a == "active" && b == "standby") || (a == "standby" && b == "active"))
-      << a << " " << b << "\n" << daemons_[0].log() << daemons_[1].log();
+      << a << " " << b << "\n"
+      << daemons_[0].log() << daemons_[1].log();
 }
 
 // A pair shares one CURVE key. Rotated in the active one first (the new
@@ -1074,9 +1092,10 @@ TEST_F(StandbyPairTest, UnderCurveARotationOneAtATimeKeepsOneActive) {
   auto op = keys.op;
   for (int i = 0; i < 2; ++i) {
     daemons_[i].set_control_keys(op);
-    daemons_[i].start(eps_[i], {"--host-gbps", "0.1", "--standby-of", eps_[1 - i], "--probe-ms", "50",
-                                "--takeover-ms", "300", "--log-level", "debug", "--curve-secret",
-                                keys.secret_file(), "--curve-clients", keys.clients, "--curve-ctl", keys.ctl});
+    daemons_[i].start(
+        eps_[i], {"--host-gbps", "0.1", "--standby-of", eps_[1 - i], "--probe-ms", "50",
+                  "--takeover-ms", "300", "--log-level", "debug", "--curve-secret",
+                  keys.secret_file(), "--curve-clients", keys.clients, "--curve-ctl", keys.ctl});
     if (i == 0) {
       ASSERT_TRUE(eventually([&] { return role(0) == "active"; })) << daemons_[0].log();
     }
@@ -1130,7 +1149,8 @@ TEST_F(StandbyPairTest, AfterThePrimaryIsKilledTheStandbyRatesEveryFlowletWithin
   daemons_[0].kill9();
   // Expect: the standby's rates (its links are half as fast) within two heartbeats.
   const bool moved = eventually([&] { return all_near(kLinkBytes / 2 / 3); }, 10'000);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed).count();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed).count();
   std::printf("standby takeover: every flowlet rated by the standby %lld ms after kill -9\n",
               static_cast<long long>(ms));
   RecordProperty("takeover_ms", std::to_string(ms));
@@ -1164,14 +1184,17 @@ TEST_F(StandbyPairTest, AHungPrimaryIsLeftAndStandsDownWhenItWakes) {
   Transfer t;
   ASSERT_EQ(ft_socket_register(c, t.send_fd), FT_OK);
   ASSERT_EQ(ft_flowlet_begin(c, t.send_fd, 1ull << 30, nullptr), FT_OK);
-  ASSERT_TRUE(eventually([&] { return near(rate(c, t.send_fd), kLinkBytes); })) << daemons_[0].log();
+  ASSERT_TRUE(eventually([&] { return near(rate(c, t.send_fd), kLinkBytes); }))
+      << daemons_[0].log();
   ASSERT_EQ(::kill(daemons_[0].pid(), SIGSTOP), 0);
   const auto stopped = Clock::now();
   EXPECT_TRUE(eventually([&] { return near(rate(c, t.send_fd), kLinkBytes / 2); }, 5000))
-      << rate(c, t.send_fd) << "\n" << daemons_[1].log();
-  std::printf("hung primary: the standby's rate %lld ms after SIGSTOP\n",
-              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                         Clock::now() - stopped).count()));
+      << rate(c, t.send_fd) << "\n"
+      << daemons_[1].log();
+  std::printf(
+      "hung primary: the standby's rate %lld ms after SIGSTOP\n",
+      static_cast<long long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - stopped).count()));
   EXPECT_EQ(flows(1), 1);
   ASSERT_EQ(::kill(daemons_[0].pid(), SIGCONT), 0);
   EXPECT_TRUE(eventually([&] { return role(0) == "standby"; }, 2000)) << daemons_[0].log();
@@ -1188,7 +1211,8 @@ TEST_F(StandbyPairTest, AHungPrimaryIsLeftAndStandsDownWhenItWakes) {
 // A list with a bad endpoint is refused at open, as a single bad one is; a
 // comma inside an ipc path is part of the path.
 TEST(ClientConfig, AnAllocatorListWithABadEndpointIsRefused) {
-  for (const char* ok : {"ipc:///tmp/flowtune,test.sock", "tcp://127.0.0.1:5555, tcp://127.0.0.1:5556,"}) {
+  for (const char* ok :
+       {"ipc:///tmp/flowtune,test.sock", "tcp://127.0.0.1:5555, tcp://127.0.0.1:5556,"}) {
     ft_config cfg;
     ft_config_init(&cfg);
     cfg.allocator = ok;
@@ -1197,7 +1221,8 @@ TEST(ClientConfig, AnAllocatorListWithABadEndpointIsRefused) {
     EXPECT_EQ(ft_client_open(&cfg, &c), FT_OK) << ok;
     if (c != nullptr) ft_client_close(c);
   }
-  for (const char* list : {"tcp://127.0.0.1:5555,tcp://127.0.0.1:99999", " , ", "tcp://127.0.0.1:5555,nope://x"}) {
+  for (const char* list :
+       {"tcp://127.0.0.1:5555,tcp://127.0.0.1:99999", " , ", "tcp://127.0.0.1:5555,nope://x"}) {
     ft_config cfg;
     ft_config_init(&cfg);
     cfg.allocator = list;
@@ -1306,7 +1331,8 @@ int partition_child() {
 void report_and_kill(pid_t pid) {
   std::fprintf(stderr, "partition: the child (pid %d) did not finish; its threads:\n", pid);
   const std::string p = std::to_string(pid);
-  (void)std::system(("for t in /proc/" + p + "/task/*; do echo \"$t $(cat $t/comm) $(cat $t/wchan)\"; "
+  (void)std::system(("for t in /proc/" + p +
+                     "/task/*; do echo \"$t $(cat $t/comm) $(cat $t/wchan)\"; "
                      "cat $t/stack 2> /dev/null; done >&2")
                         .c_str());
   (void)std::system(("command -v gdb > /dev/null && gdb -p " + p +
@@ -1344,7 +1370,8 @@ TEST(ClientPartition, AfterTheControlPathHealsTheCapComesBackWithinTwoHeartbeats
   }
   ASSERT_EQ(done, pid);
   ASSERT_TRUE(WIFEXITED(status)) << "the child died: status " << status;
-  if (WEXITSTATUS(status) == kPartitionSkip) GTEST_SKIP() << "no network namespace or nftables here";
+  if (WEXITSTATUS(status) == kPartitionSkip)
+    GTEST_SKIP() << "no network namespace or nftables here";
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's lines above say why";
 }
 
