@@ -42,6 +42,7 @@ std::atomic<bool> g_shares_fd_table{false};
 }  // namespace
 
 bool runtime_shares_fd_table() { return g_shares_fd_table.load(std::memory_order_acquire); }
+void note_shared_fd_table() { g_shares_fd_table.store(true, std::memory_order_release); }
 
 std::uint64_t Runtime::now_us() const {
   const std::int64_t ns = std::chrono::steady_clock::now().time_since_epoch().count();
@@ -74,7 +75,7 @@ void Runtime::run(std::promise<int>* ready) {
   sigfillset(&all);
   (void)pthread_sigmask(SIG_BLOCK, &all, nullptr);
   private_table_ = enter_private_table();
-  if (!private_table_) g_shares_fd_table.store(true, std::memory_order_release);
+  if (!private_table_) note_shared_fd_table();
   const int rc = open_all();
   if (rc != FT_OK) {
     loop_.unwatch_all();  // a start that failed half way: nothing to run
@@ -179,6 +180,7 @@ void Runtime::turn() {
   // Read once: every step below sees the same answer, so a stop cannot
   // close the handles of a turn that did not send the final ends.
   const bool stopping = stopping_.load(std::memory_order_acquire);
+  port_->on_ready();  // an agent's processes: their events into the queue
   drain(now_us());
   receive();
   timers(now_us());
@@ -290,7 +292,8 @@ void Runtime::arm_timer() {
   // while a flowlet is in progress or the last event is recent.
   // A swept batch waiting for a producer to finish writing its cell: soon.
   const std::uint64_t now = now_us();
-  if (session_.active_flowlets() > 0 || intake_.waiting() || now < linger_until_us_) {
+  if (session_.active_flowlets() > 0 || intake_.waiting() || port_->busy() ||
+      now < linger_until_us_) {
     next = std::min(next, now + kPollUs);
   }
   if (endpoints_.size() > 1 && failover_wanted(now_us())) next = std::min(next, next_move_us_);

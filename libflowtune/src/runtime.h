@@ -48,6 +48,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend.h"
 #include "event_loop.h"
 #include "event_queue.h"
 #include "flowtune/common/curve.h"
@@ -81,6 +82,12 @@ class SocketPort {
   virtual void clear_flowlet(SocketRef s) = 0;
   // The end of a turn: hand over what the calls above gathered.
   virtual void flush() {}
+  // A descriptor the runtime's loop watches for the port (-1: none); a
+  // turn begins with on_ready() (runtime thread).
+  virtual int watch_fd() const { return -1; }
+  virtual void on_ready() {}
+  // The port holds work it could not hand over yet: look again soon.
+  virtual bool busy() const { return false; }
 };
 
 // The port of a process's own sockets.
@@ -106,6 +113,10 @@ struct RuntimeConfig {
   // Events the queue holds (a power of two). Small values are for tests:
   // past a full queue, events go to their socket's slot (see SocketTable).
   std::size_t queue_capacity = std::size_t{1} << 14;
+  // Run in a private fd table (see above). A host agent's runtime shares
+  // its process's table: its port writes to connections other threads
+  // accept.
+  bool private_fd_table = true;
 };
 
 // Owners of what the runtime opens, so every exit path of start() (and a
@@ -124,27 +135,34 @@ using ZmqSocket = std::unique_ptr<void, ZmqSocketCloser>;
 // that the library's threads create out of the application's closefrom /
 // close_range / close. Set before that runtime opens anything.
 bool runtime_shares_fd_table();
+// Marks that a thread of this process stayed in the shared table.
+void note_shared_fd_table();
 
-class Runtime : private IntakeSink {
+// Moves the calling thread into a private fd table whose only copies of
+// the application's fds are reached through *pidfd (set on the table too);
+// false if pidfd_getfd() is refused here (the thread stays shared).
+bool enter_private_fd_table(SocketTable& table, UniqueFd* pidfd);
+
+class Runtime final : public Backend, private IntakeSink {
  public:
   // port: where rates and looks go; null: the table's sockets.
   Runtime(RuntimeConfig config, SessionConfig session, SocketTable& table,
           SocketPort* port = nullptr);
-  ~Runtime();
+  ~Runtime() override;
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
   // FT_OK, FT_ECONNECT (bad endpoint) or FT_ERUNTIME. On failure nothing
   // stays open.
-  int start();
+  int start() override;
   // Ends every reported flowlet (best effort), stops and joins the thread,
   // closes everything. Returns EventLoop::close()'s result (0: the loop
   // stopped watching before it closed), which tests assert; later calls
   // return 0.
-  int stop();
+  int stop() override;
   // Any thread: wakes the runtime if it sleeps (something was recorded in
   // the SocketTable rather than queued).
-  void wake();
+  void wake() override;
   // Whether the runtime thread runs in its own fd table (after start()).
   bool private_fd_table() const { return private_table_; }
   // The signal that wakes the runtime thread: real-time, so it is queued
@@ -159,12 +177,12 @@ class Runtime : private IntakeSink {
   // runtime naps: it looks every kPollUs by itself, so no event, urgent or
   // not, costs the caller a wake-up syscall. Only the first event after a
   // quiet spell wakes it.
-  bool push(const Event& e, bool urgent = true);
+  bool push(const Event& e, bool urgent = true) override;
   static constexpr std::uint64_t kPollUs = 1000;
   static constexpr std::uint64_t kLingerUs = 100'000;
   // Wake-up signals sent so far (any thread; for tests and benchmarks).
   std::uint64_t wakeups_sent() const { return wakeups_sent_.load(std::memory_order_relaxed); }
-  ft_stats stats() const;
+  ft_stats stats() const override;
 
  private:
   void run(std::promise<int>* ready);

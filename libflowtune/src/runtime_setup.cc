@@ -76,8 +76,7 @@ SessionConfig with_failover(SessionConfig s, const std::string& allocators) {
 }
 }  // namespace
 
-Runtime::Runtime(RuntimeConfig config, SessionConfig session, SocketTable& table,
-                 SocketPort* port)
+Runtime::Runtime(RuntimeConfig config, SessionConfig session, SocketTable& table, SocketPort* port)
     : config_(std::move(config)),
       table_(table),
       session_(with_failover(std::move(session), config_.allocator)),
@@ -118,7 +117,7 @@ bool pidfd_getfd_works() {
 
 }  // namespace
 
-bool Runtime::enter_private_table() {
+bool enter_private_fd_table(SocketTable& table, UniqueFd* pidfd) {
   // A test knob: run as where pidfd_getfd is refused.
   if (const char* v = std::getenv("FLOWTUNE_SHARED_FD_TABLE"); v != nullptr && *v == '1') {
     return false;
@@ -146,11 +145,15 @@ bool Runtime::enter_private_table() {
     if (fd != null_fd) (void)::syscall(SYS_dup3, null_fd, fd, 0);
   }
   if (null_fd >= kReplace) (void)::syscall(SYS_close, null_fd);
-  pidfd_ = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0)));
+  *pidfd = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0)));
   // Without the pidfd no application socket can be reached: pacing fails
   // (kGone) rather than touch a private fd of the same number.
-  table_.set_pidfd(pidfd_.get() >= 0 ? pidfd_.get() : kNoPidfd);
+  table.set_pidfd(pidfd->get() >= 0 ? pidfd->get() : kNoPidfd);
   return true;
+}
+
+bool Runtime::enter_private_table() {
+  return config_.private_fd_table && enter_private_fd_table(table_, &pidfd_);
 }
 
 int Runtime::start() {
@@ -287,6 +290,9 @@ bool Runtime::open_wakeups() {
         (void)::read(timer_fd_.get(), &expirations, sizeof expirations);
         turn();
       }) != 0) {
+    return false;
+  }
+  if (const int pfd = port_->watch_fd(); pfd >= 0 && loop_.watch(pfd, [this] { turn(); }) != 0) {
     return false;
   }
   if (monitor_) {
