@@ -20,6 +20,7 @@
 #include <random>
 #include <string>
 
+#include "agent_link.h"
 #include "flowtune/flowtune.h"
 #include "fork_guard.h"
 #include "runtime.h"
@@ -136,7 +137,9 @@ struct ft_client {
   flowtune::client::SocketTable table;
   std::shared_ptr<flowtune::client::TenantNames> tenants =
       std::make_shared<flowtune::client::TenantNames>();
-  std::unique_ptr<flowtune::client::Runtime> runtime;
+  // The host agent's link when an agent serves this process, else its own
+  // runtime (docs/agent.md).
+  std::unique_ptr<flowtune::client::Backend> runtime;
   std::uint64_t fork_generation = 0;
 
   bool forked() const { return flowtune::client::fork_generation() != fork_generation; }
@@ -160,6 +163,33 @@ struct ft_client {
     return FT_OK;
   }
 };
+
+namespace {
+
+// The host agent's link, started, if an agent serves this process
+// (FLOWTUNE_AGENT: its address, "off" for none; unset: the default
+// address); null if none listens or it refused this process's settings.
+std::unique_ptr<flowtune::client::Backend> agent_link(const ft_config& cfg,
+                                                      const flowtune::client::SessionConfig& s,
+                                                      const flowtune::client::RuntimeConfig& r,
+                                                      ft_client* c) {
+  namespace agent = flowtune::client::agent;
+  const std::string address = env_or("FLOWTUNE_AGENT", std::string(agent::kDefaultAddress).c_str());
+  if (address == "off") return nullptr;
+  flowtune::client::AgentLinkConfig a;
+  a.address = address;
+  a.log_level = r.log_level;
+  a.queue_capacity = r.queue_capacity;
+  a.hello.min_flowlet_bytes = s.min_flowlet_bytes;
+  a.hello.max_rate_bytes_per_sec = s.max_rate_bytes_per_sec;
+  a.hello.min_rate_bytes_per_sec = s.min_rate_bytes_per_sec;
+  if (cfg.allocator != nullptr) a.allocator = cfg.allocator;
+  auto link = std::make_unique<flowtune::client::AgentLink>(std::move(a), c->table, c->tenants);
+  if (link->start() != FT_OK) return nullptr;
+  return link;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -232,8 +262,12 @@ int ft_client_open(const ft_config* cfg, ft_client** out) {
     auto c = std::make_unique<ft_client>();
     c->fork_generation = flowtune::client::fork_generation();
     s.tenants = c->tenants;
-    c->runtime = std::make_unique<flowtune::client::Runtime>(std::move(r), std::move(s), c->table);
-    if (const int rc = c->runtime->start(); rc != FT_OK) return rc;
+    c->runtime = agent_link(*cfg, s, r, c.get());
+    if (!c->runtime) {
+      c->runtime =
+          std::make_unique<flowtune::client::Runtime>(std::move(r), std::move(s), c->table);
+      if (const int rc = c->runtime->start(); rc != FT_OK) return rc;
+    }
     *out = c.release();
     return FT_OK;
   } catch (const std::bad_alloc&) {
