@@ -1,0 +1,296 @@
+#include "agent_server.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace flowtune::agent {
+
+using client::Event;
+using client::SocketRef;
+using client::agent::Op;
+using client::agent::Record;
+
+namespace {
+std::uint64_t key_of(std::int32_t fd, std::uint32_t gen) { return SocketRef{fd, gen}.packed(); }
+}  // namespace
+
+Server::Server(ServerConfig config, std::shared_ptr<client::TenantNames> tenants)
+    : config_(std::move(config)), tenants_(std::move(tenants)) {}
+
+Server::~Server() = default;
+
+void Server::log(int level, const std::string& text) const {
+  if (level <= config_.log_level) std::fprintf(stderr, "flowtune-agent: %s\n", text.c_str());
+}
+
+std::string Server::open() {
+  sockaddr_un addr;
+  unsigned len = 0;
+  if (!client::agent::parse_address(config_.listen, &addr, &len)) {
+    return "bad listen address \"" + config_.listen + "\" (\"@name\" or a path under 108 bytes)";
+  }
+  listen_fd_ = UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!listen_fd_) return std::string("socket: ") + std::strerror(errno);
+  if (config_.listen[0] != '@') (void)::unlink(config_.listen.c_str());  // a stale socket file
+  if (::bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    return "cannot listen on " + config_.listen + ": " + std::strerror(errno) +
+           (errno == EADDRINUSE ? " (another agent serves this network namespace)" : "");
+  }
+  if (::listen(listen_fd_.get(), 256) != 0) return std::string("listen: ") + std::strerror(errno);
+  epoll_fd_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_fd_) return std::string("epoll: ") + std::strerror(errno);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = listen_fd_.get();
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev) != 0) {
+    return std::string("epoll_ctl: ") + std::strerror(errno);
+  }
+  tick_fd_ = UniqueFd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  itimerspec every{};
+  every.it_interval.tv_nsec = static_cast<long>(kTickUs * 1000);
+  every.it_value = every.it_interval;
+  ev.data.fd = tick_fd_.get();
+  if (!tick_fd_ || timerfd_settime(tick_fd_.get(), 0, &every, nullptr) != 0 ||
+      ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, tick_fd_.get(), &ev) != 0) {
+    return std::string("tick timer: ") + std::strerror(errno);
+  }
+  return {};
+}
+
+void Server::on_ready() {
+  if (!drain_backlog()) return;  // the processes wait until the queue took it
+  epoll_event ready[32];
+  const int n = ::epoll_wait(epoll_fd_.get(), ready, 32, 0);
+  for (int i = 0; i < n; ++i) {
+    const int fd = ready[i].data.fd;
+    if (fd == listen_fd_.get()) {
+      accept_all();
+    } else if (fd == tick_fd_.get()) {
+      std::uint64_t expirations;
+      (void)::read(tick_fd_.get(), &expirations, sizeof expirations);
+      tick();
+    } else if (const auto it = clients_.find(fd); it != clients_.end()) {
+      if (!read_client(*it->second)) drop_client(*it->second);
+    }
+  }
+}
+
+void Server::accept_all() {
+  for (;;) {
+    UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!fd) return;
+    auto c = std::make_unique<Client>();
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) c->pid = cred.pid;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd.get();
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) continue;
+    c->fd = std::move(fd);
+    const int key = c->fd.get();
+    clients_[key] = std::move(c);
+  }
+}
+
+bool Server::read_client(Client& c) {
+  std::uint8_t buf[client::agent::kMaxPacket];
+  // A fair share per turn, and nothing more once the queue is full; the
+  // rest stays readable for the next turn.
+  for (int k = 0; k < 64 && backlog_.empty(); ++k) {
+    const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+    if (n == 0) return false;
+    bool welcomed_before = c.welcomed;
+    const bool ok = client::agent::for_each_record(
+        buf, static_cast<std::size_t>(n),
+        [&](const Record& r, std::string_view payload) { on_record(c, r, payload); });
+    if (!ok) {
+      log(2, "process " + std::to_string(c.pid) + " sent a malformed packet; dropped");
+      return false;
+    }
+    if (!welcomed_before && !c.welcomed) return false;  // refused, or no hello first
+  }
+  return true;
+}
+
+void Server::on_record(Client& c, const Record& r, std::string_view payload) {
+  if (r.op == Op::kHello) {
+    if (!c.welcomed) on_hello(c, r, payload);
+    return;
+  }
+  if (!c.welcomed || static_cast<std::uint8_t>(r.op) >= static_cast<std::uint8_t>(Op::kWelcome)) {
+    return;
+  }
+  Event e = client::agent::event_of(r, payload, tenants_.get());
+  if (e.kind == Event::kRegister) {
+    on_register(c, e);
+  } else {
+    forward(c, e);
+  }
+}
+
+void Server::on_hello(Client& c, const Record& r, std::string_view payload) {
+  client::agent::HelloBody body;
+  std::string why;
+  if (r.value != client::agent::kProtocolVersion || payload.size() < sizeof body) {
+    why = "protocol version " + std::to_string(r.value) + ", the agent speaks " +
+          std::to_string(client::agent::kProtocolVersion);
+  } else {
+    std::memcpy(&body, payload.data(), sizeof body);
+    const std::string_view allocator = payload.substr(sizeof body);
+    const auto& want = config_.session;
+    if (body.min_flowlet_bytes != want.min_flowlet_bytes ||
+        body.max_rate_bytes_per_sec != want.max_rate_bytes_per_sec ||
+        body.min_rate_bytes_per_sec != want.min_rate_bytes_per_sec) {
+      why = "its session settings (min flowlet bytes, pacing rate bounds) differ from the agent's";
+    } else if (body.explicit_allocator != 0 && allocator != config_.allocator) {
+      why = "it names allocator \"" + std::string(allocator) + "\", the agent uses \"" +
+            config_.allocator + "\"";
+    }
+  }
+  Record w;
+  w.op = Op::kWelcome;
+  w.value = why.empty() ? 1 : 0;
+  std::vector<std::uint8_t> out;
+  client::agent::append(out, w, why);
+  (void)::send(c.fd.get(), out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  c.welcomed = why.empty();
+  if (!why.empty()) log(2, "process " + std::to_string(c.pid) + " refused: " + why);
+}
+
+std::uint32_t Server::new_id() {
+  // Ids name sockets in the session: never one still in use.
+  for (;;) {
+    const std::uint32_t id = next_id_;
+    next_id_ = next_id_ >= 0x7fffffffu ? 1 : next_id_ + 1;
+    if (routes_.find(id) == routes_.end()) return id;
+  }
+}
+
+void Server::on_register(Client& c, const Event& e) {
+  const std::uint64_t key = key_of(e.ref.fd, e.ref.gen);
+  if (c.ids.count(key) != 0) return;  // registered already
+  if (c.ids.size() >= config_.max_sockets_per_process) {
+    if (!c.told_full)
+      log(1, "process " + std::to_string(c.pid) + " registered " + std::to_string(c.ids.size()) +
+                 " sockets; more go unscheduled");
+    c.told_full = true;
+    return;
+  }
+  const std::uint32_t id = new_id();
+  routes_[id] = Route{&c, e.ref.fd, e.ref.gen};
+  c.ids[key] = id;
+  Event mine = e;
+  mine.ref = SocketRef{static_cast<int>(id), 1};
+  push(mine);
+}
+
+void Server::forward(Client& c, Event e) {
+  const auto it = c.ids.find(key_of(e.ref.fd, e.ref.gen));
+  if (it == c.ids.end()) return;  // not registered here (or past the limit)
+  const std::uint32_t id = it->second;
+  e.ref = SocketRef{static_cast<int>(id), 1};
+  if (e.kind == Event::kUnregister) {
+    c.ids.erase(it);
+    routes_.erase(id);
+  }
+  push(e);
+}
+
+void Server::drop_client(Client& c) {
+  // The session ends the process's flowlets: its sockets are unregistered.
+  for (const auto& [key, id] : c.ids) {
+    routes_.erase(id);
+    Event e;
+    e.kind = Event::kUnregister;
+    e.ref = SocketRef{static_cast<int>(id), 1};
+    push(e);
+  }
+  clients_.erase(c.fd.get());  // closes the connection, which leaves the epoll set
+}
+
+void Server::push(const Event& e) {
+  if (!backlog_.empty() || !runtime_->push(e, false)) backlog_.push_back(e);
+}
+
+bool Server::drain_backlog() {
+  while (!backlog_.empty() && runtime_->push(backlog_.front(), false)) backlog_.pop_front();
+  return backlog_.empty();
+}
+
+void Server::tick() {
+  Record t;
+  t.op = Op::kTick;
+  std::vector<std::uint8_t> out;
+  client::agent::append(out, t);
+  for (const auto& [fd, c] : clients_) {
+    if (c->welcomed) (void)::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+}
+
+// ---- the runtime's decisions ----
+
+void Server::reply(std::uint32_t id, Op op, std::uint64_t value) {
+  const auto it = routes_.find(id);
+  if (it == routes_.end()) return;  // the process unregistered it or left
+  Record r;
+  r.op = op;
+  r.fd = it->second.fd;
+  r.gen = it->second.gen;
+  r.value = value;
+  client::agent::append(it->second.client->out, r);
+}
+
+client::SocketTable::Result Server::set_rate(SocketRef s, std::uint64_t bytes_per_sec, int*) {
+  if (routes_.find(static_cast<std::uint32_t>(s.fd)) == routes_.end()) {
+    return client::SocketTable::Result::kGone;
+  }
+  reply(static_cast<std::uint32_t>(s.fd), Op::kRate, bytes_per_sec);
+  return client::SocketTable::Result::kOk;
+}
+
+bool Server::look(SocketRef s, Look* out) {
+  if (routes_.find(static_cast<std::uint32_t>(s.fd)) == routes_.end()) {
+    *out = Look{};  // gone: counts as drained
+    return true;
+  }
+  reply(static_cast<std::uint32_t>(s.fd), Op::kLook, 0);
+  return false;
+}
+
+void Server::clear_flowlet(SocketRef s) { reply(static_cast<std::uint32_t>(s.fd), Op::kEnded, 0); }
+
+void Server::flush() {
+  for (auto& [fd, c] : clients_) {
+    std::size_t at = 0;
+    while (at < c->out.size()) {
+      // Whole records, at most a packet's worth each send.
+      std::size_t end = at;
+      while (end < c->out.size()) {
+        Record r;
+        std::memcpy(&r, c->out.data() + end, sizeof r);
+        const std::size_t len = sizeof r + r.payload;
+        if (end > at && end + len - at > client::agent::kMaxPacket) break;
+        end += len;
+      }
+      const ssize_t n = ::send(fd, c->out.data() + at, end - at, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0) break;  // full: kept for the next turn (or the process is gone)
+      at = end;
+    }
+    c->out.erase(c->out.begin(), c->out.begin() + static_cast<std::ptrdiff_t>(at));
+    // A process that reads nothing is shut out (the I/O loop then sees the
+    // connection end and drops it); it fails open on its side.
+    if (c->out.size() > kMaxUnread) (void)::shutdown(fd, SHUT_RDWR);
+  }
+}
+
+}  // namespace flowtune::agent
