@@ -3,13 +3,17 @@
 // and the host's processes under libflowtune or the shim hand it their
 // flowlets instead of each running a session of their own.
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "agent_server.h"
 #include "flowtune/common/cli.h"
@@ -46,6 +50,9 @@ options:
   --heartbeat-ms N         default 1000
   --max-sockets-per-process N
                            registrations one process may hold (default 65536)
+  --rt-priority N          run at SCHED_FIFO priority N (1-99; default 0:
+                           the normal scheduler); needs CAP_SYS_NICE, and
+                           without it the agent says so and runs as normal
   --log-level N            0-4 (default $FLOWTUNE_LOG or 2)
   -h, --help               this text
 
@@ -64,6 +71,7 @@ struct Options {
   std::uint64_t min_pacing_rate = 16000;
   std::uint64_t heartbeat_ms = 1000;
   std::uint64_t max_sockets = 65536;
+  int rt_priority = 0;
   int log_level = 2;
 };
 
@@ -110,6 +118,8 @@ Options parse(int argc, char** argv) {
       o.max_sockets = args.count();
     else if (args.is("--log-level"))
       o.log_level = static_cast<int>(args.count(4));
+    else if (args.is("--rt-priority"))
+      o.rt_priority = static_cast<int>(args.count(99));
     else
       args.unknown();
   }
@@ -120,6 +130,22 @@ Options parse(int argc, char** argv) {
     o.id = std::string("agent-") + host + "-" + std::to_string(getpid());
   }
   return o;
+}
+
+// With --host the session says hello at once: "registered" on standard
+// output once the allocator acknowledged it (within 3 s), so a script can
+// start the host's processes after it.
+void say_registered(const client::Runtime& runtime, bool host_known) {
+  if (!host_known) return;
+  for (int i = 0; i < 600; ++i) {
+    if (runtime.stats().connected != 0) {
+      std::printf("registered\n");
+      std::fflush(stdout);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::fprintf(stderr, "flowtune-agent: not registered with the allocator yet; serving anyway\n");
 }
 
 }  // namespace
@@ -133,6 +159,16 @@ int main(int argc, char** argv) {
   sigaddset(&stop_set, SIGTERM);
   sigaddset(&stop_set, SIGINT);
   (void)pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
+  // Before any thread starts, so the runtime's and ZeroMQ's inherit it: the
+  // host's control plane then never waits behind the host's senders.
+  if (o.rt_priority > 0) {
+    sched_param sp{};
+    sp.sched_priority = o.rt_priority;
+    if (const int err = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp); err != 0) {
+      std::fprintf(stderr, "flowtune-agent: --rt-priority %d: %s; running as normal\n",
+                   o.rt_priority, std::strerror(err));
+    }
+  }
 
   auto tenants = std::make_shared<client::TenantNames>();
   agent::ServerConfig sc;
@@ -160,6 +196,7 @@ int main(int argc, char** argv) {
   rc.log_level = o.log_level;
   rc.heartbeat_ms = static_cast<std::uint32_t>(o.heartbeat_ms);
   rc.private_fd_table = false;  // the server's connections are in the shared table
+  rc.nap = false;               // its processes' events wake its loop
   client::SocketTable table;    // the agent's own: it registers no socket
   client::Runtime runtime(rc, s, table, &server);
   server.attach(&runtime);
@@ -172,6 +209,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "flowtune-agent: serving %s, allocator %s\n", o.listen.c_str(),
                  o.allocator.c_str());
   }
+  say_registered(runtime, !o.host.empty());
   while (sigwaitinfo(&stop_set, nullptr) < 0) {
   }
   // The session's last words end every flowlet; then the processes see the

@@ -292,8 +292,8 @@ void Runtime::arm_timer() {
   // while a flowlet is in progress or the last event is recent.
   // A swept batch waiting for a producer to finish writing its cell: soon.
   const std::uint64_t now = now_us();
-  if (session_.active_flowlets() > 0 || intake_.waiting() || port_->busy() ||
-      now < linger_until_us_) {
+  const bool recent = session_.active_flowlets() > 0 || now < linger_until_us_;
+  if ((config_.nap && recent) || intake_.waiting() || port_->busy()) {
     next = std::min(next, now + kPollUs);
   }
   if (endpoints_.size() > 1 && failover_wanted(now_us())) next = std::min(next, next_move_us_);

@@ -117,6 +117,10 @@ struct RuntimeConfig {
   // its process's table: its port writes to connections other threads
   // accept.
   bool private_fd_table = true;
+  // Nap while flowlets are in progress: look at the queue every kPollUs,
+  // so application threads need not wake the thread. A host agent's queue
+  // is filled on the runtime thread itself, from its loop: it never naps.
+  bool nap = true;
 };
 
 // Owners of what the runtime opens, so every exit path of start() (and a
