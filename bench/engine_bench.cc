@@ -23,6 +23,7 @@
 #include "floor_kernels.h"
 #include "flowtune/alloc/coflow.h"
 #include "flowtune/alloc/engine.h"
+#include "flowtune/alloc/engine_driver.h"
 #include "flowtune/alloc/parallel.h"
 #include "naive_engine.h"
 #include "workload.h"
@@ -30,6 +31,7 @@
 namespace {
 
 using flowtune::alloc::BasicEngine;
+using flowtune::alloc::DriverView;
 using flowtune::alloc::EngineConfig;
 using flowtune::alloc::FlowSpec;
 using flowtune::alloc::ParallelDriver;
@@ -358,7 +360,7 @@ void BM_RepartitionVsIteration(benchmark::State& state) {
       [&] {
         one = !one;
         moved->set_blocks(one ? 1 : team);
-        moved->prepare();  // the link sums' table, rebuilt before the next iteration
+        DriverView(*moved).prepare();  // the link sums' table, rebuilt before the next iteration
       });
   set_counters(state, c.flows, 1);
   state.counters["iteration_us"] = per_iteration_us(state, iteration_s);

@@ -14,29 +14,30 @@ using mpi_detail::Stopwatch;
 template <typename Real>
 void MpiDriver::iterate_allreduce(BasicEngine<Real>& e) {
   Impl& m = *impl_;
+  const DriverView d(e);
   Stopwatch watch(&m.times);
-  std::uint32_t mask = e.class_mask(), all_mask = 0;
+  std::uint32_t mask = d.class_mask(), all_mask = 0;
   watch.mpi([&] {
     check(MPI_Allreduce(&mask, &all_mask, 1, MPI_UINT32_T, MPI_BOR, m.comm), "Allreduce");
   });
-  e.use_classes(all_mask);
+  d.use_classes(all_mask);
   const std::size_t nb = e.num_blocks();
-  e.prepare();
+  d.prepare();
   for (std::size_t b = 0; b < nb; ++b) {
-    if (m.owner_of(b, nb) == m.rank) e.rate_pass(b);
+    if (m.owner_of(b, nb) == m.rank) d.rate_pass(b);
   }
-  const std::size_t n = 2 * e.num_layers() * e.num_links();
+  const std::size_t n = 2 * d.num_layers() * e.num_links();
   Real* yh = m.sums<Real>(n);
-  e.sum_blocks(yh);
+  d.sum_blocks(yh);
   watch.mpi([&] {
     check(MPI_Allreduce(MPI_IN_PLACE, yh, static_cast<int>(n), mpi_type<Real>(), MPI_SUM, m.comm),
           "Allreduce");
   });
   // An allreduce moves about 2·(R-1)/R of the vector out of each rank.
   m.times.bytes_sent += 2 * n * sizeof(Real) * static_cast<std::uint64_t>(m.ranks - 1) / m.ranks;
-  e.finish_links(e.update_links_from(0, e.num_links(), yh));
+  d.finish_links(d.update_links_from(0, e.num_links(), yh));
   for (std::size_t b = 0; b < nb; ++b) {
-    if (m.owner_of(b, nb) == m.rank) e.normalize_pass(b);
+    if (m.owner_of(b, nb) == m.rank) d.normalize_pass(b);
   }
 }
 

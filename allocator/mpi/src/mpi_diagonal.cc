@@ -61,8 +61,12 @@ DiagonalStep diagonal_step(int row, int col, int m, At at) {
 // its two LinkBlocks' sums and answers) and the steps themselves.
 template <typename Real>
 struct MpiDriver::Impl::DiagonalRound {
+  using View = DriverView<BasicEngine<Real>>;
+  using Partial = typename View::LinkPartial;
+
   Impl& m;
   BasicEngine<Real>& e;
+  View d;
   Stopwatch& watch;
   std::size_t links;
   std::uint32_t nl;
@@ -76,6 +80,7 @@ struct MpiDriver::Impl::DiagonalRound {
   DiagonalRound(Impl& impl, BasicEngine<Real>& engine, Stopwatch& w)
       : m(impl),
         e(engine),
+        d(engine),
         watch(w),
         links(engine.num_links()),
         nl(static_cast<std::uint32_t>(links)),
@@ -90,11 +95,11 @@ struct MpiDriver::Impl::DiagonalRound {
           "MpiDriver: the diagonal exchange needs every link's site (set_link_sites), " +
           std::to_string(m.link_sites.size()) + " given for " + std::to_string(links) + " links");
     }
-    std::uint32_t mask = e.class_mask(), all_mask = 0;
+    std::uint32_t mask = d.class_mask(), all_mask = 0;
     watch.mpi([&] {
       check(MPI_Allreduce(&mask, &all_mask, 1, MPI_UINT32_T, MPI_BOR, m.comm), "Allreduce");
     });
-    e.use_classes(all_mask);
+    d.use_classes(all_mask);
   }
 
   // This rank's row's upward and column's downward LinkBlocks, made again
@@ -104,7 +109,7 @@ struct MpiDriver::Impl::DiagonalRound {
     if (m.diag_links == links && m.diag_layout == layout) return;
     // A site's group: its block along one side, scaled to the grid's.
     auto group = [&](std::uint32_t site) {
-      return static_cast<int>(std::size_t{e.block_of_sites(site, site) / layout} *
+      return static_cast<int>(std::size_t{d.block_of_sites(site, site) / layout} *
                               static_cast<std::size_t>(n) / layout);
     };
     m.up_links.clear();
@@ -124,7 +129,7 @@ struct MpiDriver::Impl::DiagonalRound {
   // Both LinkBlocks' virtual links, layer by layer in class order (where
   // the answers load), and their sums' arrays, zeroed.
   void lay_out_sums() {
-    layers = e.num_layers();
+    layers = d.num_layers();
     nu = m.up_links.size();
     nd = m.down_links.size();
     std::uint32_t i = 0;
@@ -132,7 +137,7 @@ struct MpiDriver::Impl::DiagonalRound {
     m.up_virtual.resize(layers * nu);
     m.down_virtual.resize(layers * nd);
     for (std::uint32_t lay = 0; lay < layers; ++lay) {
-      const std::size_t pos = pos_of[e.class_of_layer(lay)];
+      const std::size_t pos = pos_of[d.class_of_layer(lay)];
       for (std::size_t k = 0; k < nu; ++k) m.up_virtual[pos * nu + k] = lay * nl + m.up_links[k];
       for (std::size_t k = 0; k < nd; ++k)
         m.down_virtual[pos * nd + k] = lay * nl + m.down_links[k];
@@ -147,8 +152,8 @@ struct MpiDriver::Impl::DiagonalRound {
 
   // Block b's rate pass, and its sums into this rank's LinkBlocks.
   void rate_and_sum(std::size_t b) {
-    e.rate_pass(b);
-    const auto s = e.block_sums(b);
+    d.rate_pass(b);
+    const auto s = d.block_sums(b);
     for (std::size_t i = 0; i < s.size; ++i) {
       const LayerLink v = split(s.links[i], nl);
       const LinkSite site = m.link_sites[v.link];
@@ -157,7 +162,7 @@ struct MpiDriver::Impl::DiagonalRound {
         throw std::logic_error("MpiDriver: a block holds link " + std::to_string(v.link) +
                                ", outside its row's upward and its column's downward LinkBlocks");
       }
-      const std::size_t pos = pos_of[e.class_of_layer(v.layer)];
+      const std::size_t pos = pos_of[d.class_of_layer(v.layer)];
       Real* to = site.up ? up + 2 * (pos * nu + at) : down + 2 * (pos * nd + at);
       to[0] += s.yh[2 * i];
       to[1] += s.yh[2 * i + 1];
@@ -213,8 +218,7 @@ struct MpiDriver::Impl::DiagonalRound {
   // The price steps of one LinkBlock's links from its summed array, whose
   // answers are written over it.
   void step_prices(const std::vector<LinkId>& list, Real* sums,
-                   const std::vector<std::uint32_t>& virtual_links,
-                   typename BasicEngine<Real>::LinkPartial* part) {
+                   const std::vector<std::uint32_t>& virtual_links, Partial* part) {
     Real* yh = m.sums<Real>(2 * layers * links);
     const std::size_t count = list.size();
     for (std::size_t pos = 0; pos < layers; ++pos) {
@@ -223,17 +227,17 @@ struct MpiDriver::Impl::DiagonalRound {
         yh[2 * (pos * links + list[i]) + 1] = sums[2 * (pos * count + i) + 1];
       }
     }
-    *part = BasicEngine<Real>::combine(*part, e.update_listed_links_from(list.data(), count, yh));
-    e.save_links(virtual_links.data(), virtual_links.size(), sums);
+    *part = View::combine(*part, d.update_listed_links_from(list.data(), count, yh));
+    d.save_links(virtual_links.data(), virtual_links.size(), sums);
   }
 
   // The stats' Allreduce over the diagonals' parts.
-  void finish(const typename BasicEngine<Real>::LinkPartial& part) {
+  void finish(const Partial& part) {
     std::array<double, 3> stats{part.max_residual, part.max_raw_utilization, part.max_ratio}, all{};
     watch.mpi([&] {
       check(MPI_Allreduce(stats.data(), all.data(), 3, MPI_DOUBLE, MPI_MAX, m.comm), "Allreduce");
     });
-    e.finish_links({all[0], all[1], all[2]});
+    d.finish_links({all[0], all[1], all[2]});
   }
 };
 
@@ -245,24 +249,25 @@ void MpiDriver::iterate_diagonal(BasicEngine<Real>& e) {
   Impl& m = *impl_;
   Stopwatch watch(&m.times);
   Impl::DiagonalRound<Real> round(m, e, watch);
+  const auto& d = round.d;
   round.agree_on_classes();
   round.place_links();
   round.lay_out_sums();
-  e.prepare();
+  d.prepare();
   const auto& mine = m.blocks_of(m.rank, e.num_blocks());
   for (const std::size_t b : mine) round.rate_and_sum(b);
   const int n = m.side;
   for (int step = 1; step < n; step *= 2) round.exchange(step, false);
   // The diagonals' price steps: rank (i, i) holds row i's upward sums,
   // rank (n-1-j, j) column j's downward ones (both, where they meet).
-  typename BasicEngine<Real>::LinkPartial part;
+  typename Impl::DiagonalRound<Real>::Partial part;
   if (m.row == m.col) round.step_prices(m.up_links, round.up, m.up_virtual, &part);
   if (m.row + m.col == n - 1) round.step_prices(m.down_links, round.down, m.down_virtual, &part);
   for (int step = n / 2; step >= 1; step /= 2) round.exchange(step, true);
-  e.load_links(m.up_virtual.data(), m.up_virtual.size(), round.up);
-  e.load_links(m.down_virtual.data(), m.down_virtual.size(), round.down);
+  d.load_links(m.up_virtual.data(), m.up_virtual.size(), round.up);
+  d.load_links(m.down_virtual.data(), m.down_virtual.size(), round.down);
   round.finish(part);
-  for (const std::size_t b : mine) e.normalize_pass(b);
+  for (const std::size_t b : mine) d.normalize_pass(b);
 }
 
 template void MpiDriver::iterate_diagonal(BasicEngine<float>&);

@@ -32,10 +32,12 @@ constexpr int kInts = 4;
 // the ranks or the neighbour graph) and the steps themselves.
 template <typename Real>
 struct MpiDriver::Impl::OwnersRound {
-  using Partial = typename BasicEngine<Real>::LinkPartial;
+  using View = DriverView<BasicEngine<Real>>;
+  using Partial = typename View::LinkPartial;
 
   Impl& m;
   BasicEngine<Real>& e;
+  View d;
   Stopwatch& watch;
   std::size_t links;
   std::uint32_t nl;
@@ -48,6 +50,7 @@ struct MpiDriver::Impl::OwnersRound {
   OwnersRound(Impl& impl, BasicEngine<Real>& engine, Stopwatch& w)
       : m(impl),
         e(engine),
+        d(engine),
         watch(w),
         links(engine.num_links()),
         nl(static_cast<std::uint32_t>(links)),
@@ -69,7 +72,7 @@ struct MpiDriver::Impl::OwnersRound {
     m.counts_out.assign(kInts * static_cast<std::size_t>(R), 0);
     int requests = 0;
     for (const std::size_t b : mine) {
-      const auto s = e.block_sums(b);
+      const auto s = d.block_sums(b);
       if (m.priced[b] > s.size) m.priced[b] = 0;
       for (std::size_t i = 0; i < s.size; ++i) {
         const int q = m.link_owner[split(s.links[i], nl).link];
@@ -81,7 +84,7 @@ struct MpiDriver::Impl::OwnersRound {
       }
     }
     for (int q = 0; q < R; ++q) {
-      m.counts_out[kInts * q + 1] = static_cast<int>(e.class_mask());
+      m.counts_out[kInts * q + 1] = static_cast<int>(d.class_mask());
       m.counts_out[kInts * q + 3] = requests;
     }
   }
@@ -104,9 +107,9 @@ struct MpiDriver::Impl::OwnersRound {
       mask |= static_cast<std::uint32_t>(m.counts_in[kInts * q + 1]);
       all_requests += m.counts_in[kInts * q + 3];
     }
-    e.use_classes(mask);
-    for (std::uint32_t lay = 0; lay < e.num_layers(); ++lay) {
-      cls[lay] = e.class_of_layer(lay);
+    d.use_classes(mask);
+    for (std::uint32_t lay = 0; lay < d.num_layers(); ++lay) {
+      cls[lay] = d.class_of_layer(lay);
       layer_of[cls[lay]] = lay;
     }
     std::uint32_t i = 0;
@@ -157,7 +160,7 @@ struct MpiDriver::Impl::OwnersRound {
     m.asked_links.resize(m.asked_keys.size());
     m.fill.assign(m.send_at.begin(), m.send_at.end() - 1);
     for (const std::size_t b : mine) {
-      const auto s = e.block_sums(b);
+      const auto s = d.block_sums(b);
       for (std::size_t i = m.priced[b]; i < s.size; ++i) {
         const int k = m.fill[m.link_owner[split(s.links[i], nl).link]]++;
         m.asked_keys[static_cast<std::size_t>(k)] = key_of(s.links[i]);
@@ -170,10 +173,10 @@ struct MpiDriver::Impl::OwnersRound {
     for (std::uint32_t& k : m.keys_in) k = here(k);
     m.answers_out.resize(2 * m.keys_in.size() * sizeof(Real));
     m.answers_in.resize(2 * m.asked_links.size() * sizeof(Real));
-    e.save_links(m.keys_in.data(), m.keys_in.size(), reinterpret_cast<Real*>(m.answers_out.data()));
+    d.save_links(m.keys_in.data(), m.keys_in.size(), reinterpret_cast<Real*>(m.answers_out.data()));
     const int answer = static_cast<int>(2 * sizeof(Real));
     alltoallv(m.answers_out.data(), m.recv_at, m.answers_in.data(), m.send_at, answer);
-    e.load_links(m.asked_links.data(), m.asked_links.size(),
+    d.load_links(m.asked_links.data(), m.asked_links.size(),
                  reinterpret_cast<const Real*>(m.answers_in.data()));
     for (int q = 0; q < R; ++q) {
       if (q == m.rank) continue;
@@ -195,7 +198,7 @@ struct MpiDriver::Impl::OwnersRound {
     m.fill.assign(m.send_at.begin(), m.send_at.end() - 1);
     auto* out = reinterpret_cast<Entry<Real>*>(m.out_entries.data());
     for (const std::size_t b : mine) {
-      const auto s = e.block_sums(b);
+      const auto s = d.block_sums(b);
       for (std::size_t i = 0; i < s.size; ++i) {
         const LayerLink v = split(s.links[i], nl);
         const int k = m.fill[m.link_owner[v.link]]++;
@@ -213,7 +216,7 @@ struct MpiDriver::Impl::OwnersRound {
   // entry's link here.
   Partial step_owned_links() {
     const auto received = static_cast<std::size_t>(m.recv_at[R]);
-    const std::size_t layers = e.num_layers();
+    const std::size_t layers = d.num_layers();
     const std::size_t lo = m.link_lo[m.rank], hi = m.link_lo[m.rank + 1];
     Real* yh = m.sums<Real>(2 * layers * links);
     for (std::size_t i = 0; i < layers; ++i) {
@@ -229,7 +232,7 @@ struct MpiDriver::Impl::OwnersRound {
       yh[idx + 1] += in[k].h;
       m.recv_links[k] = layer_of[c] * nl + l;
     }
-    return e.update_links_from(lo, hi, yh);
+    return d.update_links_from(lo, hi, yh);
   }
 
   // 5-6. The answers: for every entry received, its link's price and
@@ -239,7 +242,7 @@ struct MpiDriver::Impl::OwnersRound {
     const auto received = static_cast<std::size_t>(m.recv_at[R]);
     m.answers_out.resize(2 * received * sizeof(Real));
     m.answers_in.resize(2 * sent * sizeof(Real));
-    e.save_links(m.recv_links.data(), received, reinterpret_cast<Real*>(m.answers_out.data()));
+    d.save_links(m.recv_links.data(), received, reinterpret_cast<Real*>(m.answers_out.data()));
     const int answer = static_cast<int>(2 * sizeof(Real));
     alltoallv(m.answers_out.data(), m.recv_at, m.answers_in.data(), m.send_at, answer);
     std::array<double, 3> stats{part.max_residual, part.max_raw_utilization, part.max_ratio}, all{};
@@ -252,8 +255,8 @@ struct MpiDriver::Impl::OwnersRound {
           static_cast<std::uint64_t>(m.counts_out[kInts * q]) * sizeof(Entry<Real>) +
           static_cast<std::uint64_t>(m.counts_in[kInts * q]) * 2 * sizeof(Real);
     }
-    e.load_links(m.sent_links.data(), sent, reinterpret_cast<const Real*>(m.answers_in.data()));
-    e.finish_links({all[0], all[1], all[2]});
+    d.load_links(m.sent_links.data(), sent, reinterpret_cast<const Real*>(m.answers_in.data()));
+    d.finish_links({all[0], all[1], all[2]});
   }
 };
 
@@ -277,14 +280,15 @@ template <typename Real>
 void MpiDriver::iterate_link_owners(BasicEngine<Real>& e) {
   Stopwatch watch(&impl_->times);
   Impl::OwnersRound<Real> round(*impl_, e, watch);
+  const auto& d = round.d;
   round.count_entries();
   round.exchange_counts();
   if (round.all_requests > 0) round.fetch_new_prices();
   // 3. Rates.
-  for (const std::size_t b : round.mine) e.rate_pass(b);
+  for (const std::size_t b : round.mine) d.rate_pass(b);
   round.send_entries();
   round.answer(round.step_owned_links());
-  for (const std::size_t b : round.mine) e.normalize_pass(b);
+  for (const std::size_t b : round.mine) d.normalize_pass(b);
 }
 
 template void MpiDriver::iterate_link_owners(BasicEngine<float>&);

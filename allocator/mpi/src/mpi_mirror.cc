@@ -73,6 +73,7 @@ void MpiDriver::finish() {
 template <typename Real>
 void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
   Impl& m = *impl_;
+  const DriverView d(e);
   if (m.gather_threshold > 0 && !every && m.last_sent_valid) {
     gather_moved_rates(e, intact);
     return;
@@ -88,7 +89,7 @@ void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
     Real* to = out + 1;
     for (const std::size_t b : held) {
       const std::size_t n = e.block_size(b);
-      e.copy_block_rates(b, to, to + n);
+      d.copy_block_rates(b, to, to + n);
       to += 2 * n;
     }
   }
@@ -137,7 +138,7 @@ void MpiDriver::gather_rates(BasicEngine<Real>& e, bool intact, bool every) {
     ++in;
     for (const std::size_t b : m.blocks_of(r, nb)) {
       const std::size_t n = e.block_size(b);
-      e.load_block_rates(b, in, in + n);
+      d.load_block_rates(b, in, in + n);
       in += 2 * n;
       m.times.rates_received += n;
     }
@@ -159,6 +160,7 @@ struct Moved {
 template <typename Real>
 void MpiDriver::gather_moved_rates(BasicEngine<Real>& e, bool intact) {
   Impl& m = *impl_;
+  const DriverView d(e);
   const std::size_t nb = e.num_blocks();
   // At most every slot moved: room for them all, kept between iterations.
   Moved<Real>* moved = Impl::room<Moved<Real>>(m.moved_out, m.last_sent.size());
@@ -169,7 +171,7 @@ void MpiDriver::gather_moved_rates(BasicEngine<Real>& e, bool intact) {
       const std::size_t n = e.block_size(b);
       Real* x = Impl::room<Real>(m.block_rates, 2 * n);
       Real* xn = x + n;
-      e.copy_block_rates(b, x, xn);
+      d.copy_block_rates(b, x, xn);
       for (std::size_t i = 0; i < n; ++i, ++slot) {
         if (slot >= m.last_sent.size())
           throw std::logic_error("MpiDriver: a slot past the last full gather");
@@ -220,7 +222,7 @@ void MpiDriver::gather_moved_rates(BasicEngine<Real>& e, bool intact) {
         first += e.block_size(held[i++]);
       if (i == held.size())
         throw std::runtime_error("MPI rank " + std::to_string(r) + " sent a rate past its blocks");
-      e.load_block_rate(held[i], in[k].slot - first, in[k].x, in[k].xn);
+      d.load_block_rate(held[i], in[k].slot - first, in[k].x, in[k].xn);
     }
     m.times.rates_received += static_cast<std::uint64_t>(heads[2 * r + 1]);
   }

@@ -11,6 +11,7 @@
 #include <tbb/parallel_reduce.h>
 #include <tbb/task_arena.h>
 
+#include "flowtune/alloc/engine_driver.h"
 #include "worker_team.h"
 
 namespace flowtune::alloc {
@@ -154,14 +155,16 @@ void ParallelDriver::iterate(BasicEngine<Real>& e) {
 
 template <typename Real>
 void ParallelDriver::iterate_tbb(BasicEngine<Real>& e) {
-  using Partial = typename BasicEngine<Real>::LinkPartial;
-  e.prepare();
+  using View = DriverView<BasicEngine<Real>>;
+  using Partial = typename View::LinkPartial;
+  const View d(e);
+  d.prepare();
   impl_->arena->execute([&] {
     const std::size_t nb = e.num_blocks();
     tbb::parallel_for(
         tbb::blocked_range<std::size_t>(0, nb, 1),
         [&](const tbb::blocked_range<std::size_t>& r) {
-          for (std::size_t b = r.begin(); b != r.end(); ++b) e.rate_pass(b);
+          for (std::size_t b = r.begin(); b != r.end(); ++b) d.rate_pass(b);
         },
         tbb::simple_partitioner());
     // Links are few next to flows; a coarse grain keeps scheduling overhead low.
@@ -170,14 +173,14 @@ void ParallelDriver::iterate_tbb(BasicEngine<Real>& e) {
     Partial all = tbb::parallel_reduce(
         tbb::blocked_range<std::size_t>(0, nl, grain), Partial{},
         [&](const tbb::blocked_range<std::size_t>& r, Partial acc) {
-          return BasicEngine<Real>::combine(acc, e.update_links(r.begin(), r.end()));
+          return View::combine(acc, d.update_links(r.begin(), r.end()));
         },
-        [](const Partial& a, const Partial& b) { return BasicEngine<Real>::combine(a, b); });
-    e.finish_links(all);
+        [](const Partial& a, const Partial& b) { return View::combine(a, b); });
+    d.finish_links(all);
     tbb::parallel_for(
         tbb::blocked_range<std::size_t>(0, nb, 1),
         [&](const tbb::blocked_range<std::size_t>& r) {
-          for (std::size_t b = r.begin(); b != r.end(); ++b) e.normalize_pass(b);
+          for (std::size_t b = r.begin(); b != r.end(); ++b) d.normalize_pass(b);
         },
         tbb::simple_partitioner());
   });
@@ -218,28 +221,30 @@ void ParallelDriver::iterate_persistent(BasicEngine<Real>& e) {
 // block is normalized (U-NORM reads the global ratio).
 template <typename Real>
 void ParallelDriver::iterate_team(BasicEngine<Real>& e) {
-  using Partial = typename BasicEngine<Real>::LinkPartial;
-  e.prepare();
+  using View = DriverView<BasicEngine<Real>>;
+  using Partial = typename View::LinkPartial;
+  const View d(e);
+  d.prepare();
   detail::WorkerTeam& team = *impl_->team;
   auto& partials = impl_->partials;
   const unsigned nt = team.threads();
   const std::size_t nb = e.num_blocks();
   const std::size_t nl = e.num_links();
   auto job = [&](unsigned t) {
-    for (std::size_t b = t; b < nb; b += nt) e.rate_pass(b);
+    for (std::size_t b = t; b < nb; b += nt) d.rate_pass(b);
     team.barrier();
-    const Partial p = e.update_links(nl * t / nt, nl * (t + 1) / nt);
+    const Partial p = d.update_links(nl * t / nt, nl * (t + 1) / nt);
     partials[t] = {p.max_residual, p.max_raw_utilization, p.max_ratio};
     team.barrier();
     if (t == 0) {
       Partial all;
       for (const auto& q : partials) {
-        all = BasicEngine<Real>::combine(all, {q.max_residual, q.max_raw_utilization, q.max_ratio});
+        all = View::combine(all, {q.max_residual, q.max_raw_utilization, q.max_ratio});
       }
-      e.finish_links(all);
+      d.finish_links(all);
     }
     team.barrier();
-    for (std::size_t b = t; b < nb; b += nt) e.normalize_pass(b);
+    for (std::size_t b = t; b < nb; b += nt) d.normalize_pass(b);
   };
   team.run(job);
 }

@@ -10,6 +10,9 @@
 // calling thread. The per-link aggregation always sums blocks in block order,
 // so any driver produces bit-identical results for the same block count.
 //
+// Drivers that run those passes themselves reach into the engine through
+// engine_driver.h; this header is what callers of the engine need.
+//
 // Strict priority classes (0 highest ... kNumClasses - 1): class k maximizes
 // its utility on the capacity classes < k leave (lexicographic optimum).
 // Each class in use has its own layer of link prices (a "virtual link" per
@@ -40,6 +43,8 @@ struct Kernels;
 template <typename Real>
 struct LinkAcc;
 }  // namespace detail
+template <typename E>
+class DriverView;
 
 using FlowId = std::uint32_t;
 
@@ -150,6 +155,8 @@ struct IterationStats {
 template <typename Real>
 class BasicEngine {
  public:
+  using value_type = Real;
+
   // Throws std::invalid_argument for a capacity outside [kMinRateBps,
   // kMaxRateBps] or a bad config.
   BasicEngine(std::vector<double> link_capacity_bps, std::uint32_t num_sites,
@@ -239,84 +246,11 @@ class BasicEngine {
   // Which compiled variant of the hot loops runs ("avx512" or "generic").
   const char* kernel_name() const;
 
-  // ---- Steps of one iteration, for drivers (allocator/parallel). ----
-  // Order: prepare(); rate_pass(b) for every block; update_links(l0, l1) over
-  // disjoint ranges covering all links; finish_links(partials);
-  // normalize_pass(b) for every block. Blocks and link ranges of one step may
-  // run concurrently.
-  struct LinkPartial {
-    double max_residual = 0;
-    double max_raw_utilization = 0;
-    double max_ratio = 0;
-  };
-  void prepare();
+  // FlowBlocks (paper §4): blocks_per_side() squared, config().blocks until
+  // set_blocks() changes it; the flows in block b (for scheduling).
   std::size_t num_blocks() const { return blocks_.size(); }
-  // FlowBlocks per side now: config().blocks until set_blocks() changes it.
   std::uint32_t blocks_per_side() const { return layout_; }
-  // Flows in a block (for scheduling).
   std::size_t block_size(std::size_t b) const;
-  void rate_pass(std::size_t b);
-  LinkPartial update_links(std::size_t link_begin, std::size_t link_end);
-  void finish_links(const LinkPartial& combined);
-  void normalize_pass(std::size_t b);
-  static LinkPartial combine(const LinkPartial& a, const LinkPartial& b);
-
-  // ---- For a driver that spreads FlowBlocks over processes (allocator/mpi):
-  // each process holds the same links and some blocks' flows; every
-  // iteration the blocks' link sums meet and every process ends with the
-  // same prices and ratios. The processes' engines must hold the same
-  // classes' layers (an engine makes one when a flow first uses the class,
-  // so in its own order): class_mask() (bit c: class c) and use_classes()
-  // (makes the layers missing, prices kInitialPrice, as add_flow would).
-  // Links in class order: layer i of the classes in use (highest first)
-  // and link l are entry i * num_links() + l, the same in every process
-  // that uses the same classes, whatever order it made its layers in
-  // (unlike virtual links: layer * num_links() + link).
-  std::uint32_t class_mask() const;
-  void use_classes(std::uint32_t mask);
-  std::size_t num_layers() const { return layers_by_class_.size(); }
-  // Virtual link v (block_sums()) is link v % num_links() of layer
-  // v / num_links(), which holds this class.
-  std::uint8_t class_of_layer(std::uint32_t layer) const;
-  // Block b's private sums after its rate_pass(b): for each of the size
-  // virtual links it keeps a copy of (those its departed flows used too),
-  // Σ x and Σ -dx/dP of its flows, yh[2i] and yh[2i + 1], internal units.
-  // Valid until the next add_flow/remove_flow.
-  struct BlockSums {
-    const LinkId* links;
-    const Real* yh;
-    std::size_t size;
-  };
-  BlockSums block_sums(std::size_t b) const;
-  // The sums of this engine's blocks (in block order) for every link in
-  // class order, into yh (2 * num_layers() * num_links() values).
-  void sum_blocks(Real* yh) const;
-  // update_links(begin, end) from sums given in sum_blocks()'s layout.
-  LinkPartial update_links_from(std::size_t begin, std::size_t end, const Real* yh);
-  // The same over n global links listed (any order, none twice): a
-  // process that steps the prices of links scattered over the id range.
-  LinkPartial update_listed_links_from(const LinkId* links, std::size_t n, const Real* yh);
-  // The price and F-NORM ratio of each of n virtual links, out[2i] and
-  // out[2i + 1]: what one process's update_links_from() computed, for the
-  // processes whose blocks keep copies of those links to load.
-  void save_links(const std::uint32_t* virtual_links, std::size_t n, Real* out) const;
-  void load_links(const std::uint32_t* virtual_links, std::size_t n, const Real* in);
-  // The FlowBlock a flow between these sites is placed in now.
-  std::uint32_t block_of_sites(std::uint32_t src_site, std::uint32_t dst_site) const {
-    return block_in(layout_, src_site, dst_site);
-  }
-
-  // ---- Mirrors: engines in other processes that hold the same flows
-  // (allocator/mpi, flowtune-allocator --mpi). The changes travel as a
-  // journal (engine_journal.h); the rates computed elsewhere are loaded
-  // here.
-  // Block b's raw and normalized rates (block_size(b) each), out and in:
-  // the process that computed a block hands its rates to one that did not.
-  void copy_block_rates(std::size_t b, Real* x, Real* xn) const;
-  void load_block_rates(std::size_t b, const Real* x, const Real* xn);
-  // One slot's (i < block_size(b)), for a process handed only the rates
-  // that moved.
-  void load_block_rate(std::size_t b, std::size_t i, Real x, Real xn);
 
   // A FlowBlock's flow ids and normalized rates, slot-aligned, for a driver
   // that scans every rate after an iteration (the daemon's update check):
@@ -331,6 +265,44 @@ class BasicEngine {
   BlockRates block_rates(std::size_t b) const;
 
  private:
+  // What drivers reach into: the steps of one iteration, the link sums and
+  // the rates that processes exchange. DriverView (engine_driver.h) opens
+  // them and says what each does.
+  template <typename E>
+  friend class DriverView;
+  struct LinkPartial {
+    double max_residual = 0;
+    double max_raw_utilization = 0;
+    double max_ratio = 0;
+  };
+  void prepare();
+  void rate_pass(std::size_t b);
+  LinkPartial update_links(std::size_t link_begin, std::size_t link_end);
+  void finish_links(const LinkPartial& combined);
+  void normalize_pass(std::size_t b);
+  static LinkPartial combine(const LinkPartial& a, const LinkPartial& b);
+  std::uint32_t class_mask() const;
+  void use_classes(std::uint32_t mask);
+  std::size_t num_layers() const { return layers_by_class_.size(); }
+  std::uint8_t class_of_layer(std::uint32_t layer) const;
+  struct BlockSums {
+    const LinkId* links;
+    const Real* yh;
+    std::size_t size;
+  };
+  BlockSums block_sums(std::size_t b) const;
+  void sum_blocks(Real* yh) const;
+  LinkPartial update_links_from(std::size_t begin, std::size_t end, const Real* yh);
+  LinkPartial update_listed_links_from(const LinkId* links, std::size_t n, const Real* yh);
+  void save_links(const std::uint32_t* virtual_links, std::size_t n, Real* out) const;
+  void load_links(const std::uint32_t* virtual_links, std::size_t n, const Real* in);
+  std::uint32_t block_of_sites(std::uint32_t src_site, std::uint32_t dst_site) const {
+    return block_in(layout_, src_site, dst_site);
+  }
+  void copy_block_rates(std::size_t b, Real* x, Real* xn) const;
+  void load_block_rates(std::size_t b, const Real* x, const Real* xn);
+  void load_block_rate(std::size_t b, std::size_t i, Real x, Real xn);
+
   struct Block;
   struct Slot {
     std::uint32_t block;

@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "flowtune/alloc/engine.h"
+#include "flowtune/alloc/engine_driver.h"
 #include "flowtune/alloc/topology.h"
 
 namespace flowtune::alloc {
@@ -108,7 +109,7 @@ class MpiDriver {
   // Whether this rank holds f's FlowBlock in e (add f to e here if so).
   template <typename Real>
   bool owns(const BasicEngine<Real>& e, const FlowSpec& f) const {
-    return owner_of(e.block_of_sites(f.src_site, f.dst_site), e.num_blocks()) == rank();
+    return owner_of(DriverView(e).block_of_sites(f.src_site, f.dst_site), e.num_blocks()) == rank();
   }
 
   // One iteration across the ranks (collective).
