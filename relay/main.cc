@@ -125,12 +125,11 @@ Options parse(int argc, char** argv) {
   }
   if (curve) c.curve = keys;
   if (!curve_secret.empty()) {
-    flowtune::curve::KeyPair own;
-    if (const std::string why = flowtune::curve::read_key_file(curve_secret, true, &own); !why.empty()) {
-      args.fail("--curve-secret: " + why);
-    }
+    flowtune::Result<flowtune::curve::KeyPair> own =
+        flowtune::curve::load_key_file(curve_secret, true);
+    if (!own) args.fail("--curve-secret: " + own.error().message);
     if (!curve) args.fail("--curve-secret: endpoints' keys mean something only to an allocator that speaks CURVE: give --curve-server too");
-    c.listen_key = own;
+    c.listen_key = *own;
   }
   if ((!c.clients_dir.empty() || !c.ctl_dir.empty()) && !c.listen_key) {
     args.fail(std::string(c.clients_dir.empty() ? "--curve-ctl" : "--curve-clients") +

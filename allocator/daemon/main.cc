@@ -649,11 +649,14 @@ flowtune::metrics::Exposition start_metrics(const Options& o, zmq::context_t& ct
   if (o.metrics.empty()) return {};
   std::optional<flowtune::curve::ClientKeys> keys;
   if (o.auth.enabled()) {
-    keys.emplace();
-    if (const std::string why = flowtune::curve::read_key_file(o.auth.secret_file, true, &keys->own);
-        !why.empty()) {
-      throw ConfigError("--metrics: the allocator's own key (--curve-secret): " + why);
+    flowtune::Result<flowtune::curve::KeyPair> own =
+        flowtune::curve::load_key_file(o.auth.secret_file, true);
+    if (!own) {
+      throw ConfigError("--metrics: the allocator's own key (--curve-secret): " +
+                        own.error().message);
     }
+    keys.emplace();
+    keys->own = std::move(own).value();
     keys->server_public = keys->own.public_key;
   }
   auto collector = std::make_shared<flowtune::metrics::ControlCollector>(
@@ -708,10 +711,10 @@ int follow(Mpi& mpi, Allocator& allocator, Log& log) {
 // ConfigError when they do not load.
 std::string check_keys(const Options& o) {
   if (!o.auth.enabled()) return {};
-  flowtune::curve::KeyPair own;
-  if (const std::string why = flowtune::curve::read_key_file(o.auth.secret_file, true, &own);
-      !why.empty()) {
-    throw ConfigError("--curve-secret: " + why);
+  if (const flowtune::Result<flowtune::curve::KeyPair> own =
+          flowtune::curve::load_key_file(o.auth.secret_file, true);
+      !own) {
+    throw ConfigError("--curve-secret: " + own.error().message);
   }
   const KeyRing ring = KeyRing::load(o.auth);
   return "; CURVE: " + std::to_string(ring.count(kRoleEndpoint)) + " endpoint keys, " +

@@ -57,10 +57,14 @@ flowtune::metrics::Exposition start_metrics(zmq::context_t& ctx, const flowtune:
   if (at.empty()) return {};
   std::optional<flowtune::curve::ClientKeys> own;
   if (!c.secret_file.empty()) {
-    own.emplace();
-    if (const std::string why = flowtune::curve::read_key_file(c.secret_file, true, &own->own); !why.empty()) {
-      throw std::runtime_error("--metrics: the witness's own key (--curve-secret): " + why);
+    flowtune::Result<flowtune::curve::KeyPair> key =
+        flowtune::curve::load_key_file(c.secret_file, true);
+    if (!key) {
+      throw std::runtime_error("--metrics: the witness's own key (--curve-secret): " +
+                               key.error().message);
     }
+    own.emplace();
+    own->own = std::move(key).value();
     own->server_public = own->own.public_key;
   }
   flowtune::metrics::Exposition e = flowtune::metrics::expose(

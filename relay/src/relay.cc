@@ -301,13 +301,15 @@ void Relay::follow_server_key(std::chrono::steady_clock::time_point now) {
   const auto period = std::chrono::milliseconds(kKeyCheckMs);
   if (now - up_heard_ < period || now < next_key_check_) return;
   next_key_check_ = now + period;
-  std::string why;
-  if (!curve::follow_server_key(&*config_.curve, &why)) {
-    if (!why.empty() && why != key_error_) std::cerr << "flowtune-relay: " << why << "; the key in use stays\n";
+  const Result<bool> changed = curve::follow_server_key(&*config_.curve);
+  if (!changed) {
+    const std::string& why = changed.error().message;
+    if (why != key_error_) std::cerr << "flowtune-relay: " << why << "; the key in use stays\n";
     key_error_ = why;
     return;
   }
   key_error_.clear();
+  if (!*changed) return;
   for (std::size_t i = 0; i < ups_.size(); ++i) {
     if (int e = curve::reconnect(ups_[i].handle(), *config_.curve, config_.upstream[i]); e != 0) {
       std::cerr << "flowtune-relay: reconnecting to " << config_.upstream[i] << ": " << zmq_strerror(e) << "\n";

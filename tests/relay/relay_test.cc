@@ -537,13 +537,13 @@ TEST_F(RelayTest, UnderCurveDownstreamStackedRelaysVouchInTurn) {
     const bool vouches = std::string(lower_key) == "rack";
     const std::string rack_ep = unique_endpoint();
     RelayProcess lower;
-    curve::KeyPair own;
-    ASSERT_EQ(curve::read_key_file(keys.key_file(lower_key), true, &own), "");
-    ctl.server_public = own.public_key;
+    const Result<curve::KeyPair> own = curve::load_key_file(keys.key_file(lower_key), true);
+    ASSERT_TRUE(own.ok()) << own.error().message;
+    ctl.server_public = own->public_key;
     lower.set_control_keys(ctl);
     lower.start(rack_ep, pod_ep, {"--curve-server", pod.own.public_key, "--curve-key", keys.key_file(lower_key),
                                   "--curve-secret", keys.key_file(lower_key)});
-    ::setenv("FLOWTUNE_CURVE_SERVER", own.public_key.c_str(), 1);
+    ::setenv("FLOWTUNE_CURVE_SERVER", own->public_key.c_str(), 1);
     ::setenv("FLOWTUNE_CURVE_KEY", keys.key_file("ep").c_str(), 1);
     ft_client* c = open(rack_ep);
     ::unsetenv("FLOWTUNE_CURVE_SERVER");
@@ -664,8 +664,9 @@ TEST_F(RelayTest, UnderCurveDownstreamARelaysAllowListJudgesTheChainsOfBatches) 
   curve::ClientKeys ctl = keys.op;
   ctl.server_public = pod.own.public_key;
   upper.set_control_keys(ctl);
-  curve::KeyPair rack_own;
-  ASSERT_EQ(curve::read_key_file(keys.key_file("rack"), true, &rack_own), "");
+  const Result<curve::KeyPair> rack_read = curve::load_key_file(keys.key_file("rack"), true);
+  ASSERT_TRUE(rack_read.ok()) << rack_read.error().message;
+  const curve::KeyPair& rack_own = *rack_read;
   struct Case {
     const char* why;
     std::string rack_pub;  // the pod's entry for the rack relay ("": none)

@@ -26,10 +26,9 @@ constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 
 void Server::enable_curve(zmq::context_t& ctx) {
   if (zmq_has("curve") == 0) throw ConfigError("this libzmq was built without CURVE (libsodium)");
-  curve::KeyPair own;
-  if (const std::string why = curve::read_key_file(auth_.secret_file, true, &own); !why.empty()) {
-    throw ConfigError("--curve-secret: " + why);
-  }
+  Result<curve::KeyPair> read = curve::load_key_file(auth_.secret_file, true);
+  if (!read) throw ConfigError("--curve-secret: " + read.error().message);
+  const curve::KeyPair& own = *read;
   keys_ = KeyRing::load(auth_);
   // The handler is bound before the listener, so no connection is ever
   // accepted unasked.
@@ -72,10 +71,9 @@ Server::Reload Server::reload_keys() {
     auth_info_.last_reload_error = why;
     return {false, "keys refused, the old ones stay: " + why};
   };
-  curve::KeyPair own;
-  if (const std::string why = curve::read_key_file(auth_.secret_file, true, &own); !why.empty()) {
-    return refuse("--curve-secret: " + why);
-  }
+  Result<curve::KeyPair> read = curve::load_key_file(auth_.secret_file, true);
+  if (!read) return refuse("--curve-secret: " + read.error().message);
+  const curve::KeyPair& own = *read;
   try {
     keys_ = KeyRing::load(auth_);
   } catch (const ConfigError& e) {

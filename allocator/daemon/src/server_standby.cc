@@ -29,13 +29,11 @@ void Server::enable_standby(zmq::context_t& ctx, Standby s) {
   probe_->set(zmq::sockopt::reconnect_ivl,
               static_cast<int>(std::max<std::uint64_t>(s.probe_us / 1000, 1)));
   if (auth_.enabled()) {
-    curve::KeyPair own;
-    if (const std::string why = curve::read_key_file(auth_.secret_file, true, &own); !why.empty()) {
-      throw ConfigError("--curve-secret: " + why);
-    }
+    Result<curve::KeyPair> own = curve::load_key_file(auth_.secret_file, true);
+    if (!own) throw ConfigError("--curve-secret: " + own.error().message);
     // The pair shares one key: the probe speaks to the peer with it.
-    probe_key_ = own;
-    if (curve::apply_client(probe_->handle(), {own.public_key, own, {}}) != 0) {
+    probe_key_ = *own;
+    if (curve::apply_client(probe_->handle(), {own->public_key, *own, {}}) != 0) {
       throw ConfigError(std::string("CURVE on the standby probe: ") + zmq_strerror(zmq_errno()));
     }
   }
@@ -120,8 +118,9 @@ void Server::read_probe_answers(std::uint64_t now) {
 // (the peer silent: a key staged in this allocator's file, not yet in the
 // peer's, must not leave the two unable to hear each other).
 void Server::rekey_probe(bool alternate) {
-  curve::KeyPair own;
-  if (!curve::read_key_file(auth_.secret_file, true, &own).empty()) return;
+  Result<curve::KeyPair> read = curve::load_key_file(auth_.secret_file, true);
+  if (!read) return;
+  curve::KeyPair own = std::move(read).value();
   if (own.secret_key == probe_key_.secret_key) {
     if (!alternate || probe_prev_key_.secret_key.empty()) return;
     own = probe_prev_key_;

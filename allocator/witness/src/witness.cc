@@ -50,10 +50,8 @@ Witness::Witness(zmq::context_t& ctx, const Config& c)
   set_endpoint_router_options(router_, kMaxMessageBytes);
   if (!c.secret_file.empty()) {
     if (zmq_has("curve") == 0) throw std::runtime_error("this libzmq was built without CURVE (libsodium)");
-    curve::KeyPair own;
-    if (const std::string why = curve::read_key_file(c.secret_file, true, &own); !why.empty()) {
-      throw std::runtime_error("--curve-secret: " + why);
-    }
+    const Result<curve::KeyPair> own = curve::load_key_file(c.secret_file, true);
+    if (!own) throw std::runtime_error("--curve-secret: " + own.error().message);
     if (c.clients_dir.empty()) throw std::runtime_error("--curve-secret needs --curve-clients: the keys that may claim");
     if (const std::string why = reload(); !why.empty()) throw std::runtime_error(why);
     // The handler is bound before the listener: no connection is accepted unasked.
@@ -65,7 +63,7 @@ Witness::Witness(zmq::context_t& ctx, const Config& c)
       throw std::runtime_error(std::string("cannot bind the ZAP handler: ") + e.what());
     }
     router_.set(zmq::sockopt::curve_server, 1);
-    router_.set(zmq::sockopt::curve_secretkey, own.secret_key);
+    router_.set(zmq::sockopt::curve_secretkey, own->secret_key);
     router_.set(zmq::sockopt::zap_domain, "flowtune");
   }
   try {

@@ -115,20 +115,23 @@ TEST(CurveKeys, SecretFilesArePrivateAndConsistent) {
   const curve::KeyPair k = curve::generate();
   const curve::KeyPair other = curve::generate();
   const std::string path = dir.path() + "/k.key";
-  curve::KeyPair out;
+  // Why a key file does not load ("" where it does).
+  const auto why = [](const std::string& p, bool need_secret) {
+    const Result<curve::KeyPair> r = curve::load_key_file(p, need_secret);
+    return r ? std::string() : r.error().message;
+  };
   write_file(path, "public-key = \"" + k.public_key + "\"\nsecret-key = \"" + k.secret_key + "\"\n", 0644);
-  EXPECT_NE(curve::read_key_file(path, true, &out).find("private to its owner"), std::string::npos);
+  EXPECT_NE(why(path, true).find("private to its owner"), std::string::npos);
   ::chmod(path.c_str(), 0600);
-  EXPECT_EQ(curve::read_key_file(path, true, &out), "");
+  EXPECT_EQ(why(path, true), "");
+  const curve::KeyPair out = curve::load_key_file(path, true).value();
   EXPECT_EQ(out.public_key, k.public_key);
   EXPECT_EQ(out.secret_key, k.secret_key);
   write_file(path, "public-key = \"" + other.public_key + "\"\nsecret-key = \"" + k.secret_key + "\"\n", 0600);
-  EXPECT_NE(curve::read_key_file(path, true, &out).find("not the secret key's public half"),
-            std::string::npos);
+  EXPECT_NE(why(path, true).find("not the secret key's public half"), std::string::npos);
   write_file(path, "# only a comment\n", 0600);
-  EXPECT_NE(curve::read_key_file(path, false, &out).find("holds no public-key"), std::string::npos);
-  EXPECT_NE(curve::read_key_file(dir.path(), false, &out).find("not a regular file"),
-            std::string::npos);
+  EXPECT_NE(why(path, false).find("holds no public-key"), std::string::npos);
+  EXPECT_NE(why(dir.path(), false).find("not a regular file"), std::string::npos);
   std::string pub;
   EXPECT_EQ(curve::read_public_key(k.public_key, &pub), "");  // the key itself
   EXPECT_EQ(pub, k.public_key);

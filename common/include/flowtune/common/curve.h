@@ -124,15 +124,6 @@ inline Result<KeyPair> load_key_file(const std::string& path, bool need_secret) 
   return k;
 }
 
-// load_key_file for callers that take "empty on success, else why": sets
-// *out only on success.
-inline std::string read_key_file(const std::string& path, bool need_secret, KeyPair* out) {
-  Result<KeyPair> k = load_key_file(path, need_secret);
-  if (!k) return k.error().message;
-  *out = std::move(k).value();
-  return {};
-}
-
 // A public key given as a key file or as its 40 Z85 characters. A file is
 // looked for first: a path of 40 characters can be valid Z85 too. *file
 // (if given) is set to the path when it was one, else cleared.
@@ -145,9 +136,9 @@ inline std::string read_public_key(const std::string& key_or_file, std::string* 
     *out = key_or_file;
     return {};
   }
-  KeyPair k;
-  if (std::string why = read_key_file(key_or_file, false, &k); !why.empty()) return why;
-  *out = k.public_key;
+  Result<KeyPair> k = load_key_file(key_or_file, false);
+  if (!k) return k.error().message;
+  *out = k->public_key;
   if (file != nullptr) *file = key_or_file;
   return {};
 }
@@ -165,19 +156,6 @@ inline Result<bool> follow_server_key(ClientKeys* k) {
   if (key == k->server_public) return false;
   k->server_public = key;
   return true;
-}
-
-// follow_server_key for callers that take a std::string* why (the relay):
-// true when the key changed; *why is why the file could not be read, else
-// empty.
-inline bool follow_server_key(ClientKeys* k, std::string* why) {
-  Result<bool> r = follow_server_key(k);
-  why->clear();
-  if (!r) {
-    *why = r.error().message;
-    return false;
-  }
-  return *r;
 }
 
 // Client keys from explicit values (empty: not given) falling back to the
@@ -204,7 +182,9 @@ inline std::string client_keys(std::string server, std::string key_file, ClientK
     return "the allocator's public key: " + why;
   }
   if (!key_file.empty()) {
-    if (std::string why = read_key_file(key_file, true, &k.own); !why.empty()) return why;
+    Result<KeyPair> own = load_key_file(key_file, true);
+    if (!own) return own.error().message;
+    k.own = std::move(own).value();
   } else if (!secret.empty()) {
     if (std::string why = key_error(secret); !why.empty()) return "FLOWTUNE_CURVE_SECRET: " + why;
     k.own = {public_of(secret), secret};
