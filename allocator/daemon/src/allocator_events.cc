@@ -35,60 +35,20 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
     refuse(peer, nullptr, Cause::kBadValue, "hello: endpoint id is empty", 0, now_us);
     return;
   }
-  std::optional<alloc::HostId> host = network_.find_host(h.host_id);
-  if (!may_speak_for(sender_, host, h.host_id)) {
-    refuse(peer, nullptr, Cause::kNotAuthorized,
-           "hello: key \"" + sender_->name + "\" may not speak for host \"" + h.host_id + "\"", 0,
-           now_us);
+  const std::variant<alloc::HostId, Refusal> found = hello_host(peer, h);
+  if (const auto* r = std::get_if<Refusal>(&found)) {
+    refuse(peer, nullptr, r->cause, r->why, 0, now_us);
     return;
   }
-  std::string no_slot;
-  if (!host && config_.unknown_hosts == UnknownHosts::kAdd) {
-    // The hello's own host is not a source yet: its address and key are.
-    std::string key = key_source_name(peer);
-    host = add_host(h.host_id,
-                    {address_.empty() ? nullptr : source_of("a:" + std::string(address_)),
-                     key.empty() ? nullptr : source_of(std::move(key)), nullptr},
-                    &no_slot);
-  }
-  if (!host) {
-    refuse(peer, nullptr, Cause::kUnknownHost,
-           "hello: host \"" + h.host_id + "\" is not in the topology" +
-               (no_slot.empty() ? std::string() : " and " + no_slot),
-           0, now_us);
-    return;
-  }
+  const alloc::HostId host = std::get<alloc::HostId>(found);
   const std::string peer_s(peer);
   // This connection spoke for another endpoint before: that process is gone.
   if (auto it = by_peer_.find(peer_s); it != by_peer_.end()) {
     Endpoint& old = *endpoints_[it->second];
-    if (old.id != h.endpoint_id || old.host != *host) drop_endpoint(it->second);
+    if (old.id != h.endpoint_id || old.host != host) drop_endpoint(it->second);
   }
   if (auto it = by_endpoint_id_.find(h.endpoint_id); it != by_endpoint_id_.end()) {
-    // A known endpoint on a new connection (it reconnected): keep its flows
-    // until the resync that follows the hello replaces them.
-    Endpoint& e = *endpoints_[it->second];
-    if (sender_ != nullptr && e.key != sender_->key) {
-      // Its id is not a credential: only the key that registered it may
-      // take it over (or replace it).
-      refuse(peer, nullptr, Cause::kNotAuthorized,
-             "hello: endpoint id " + h.endpoint_id + " is registered under another key", 0, now_us);
-      return;
-    }
-    // A new host or a new role (flows or host pacer) is a new registration.
-    if (e.host != *host || e.pacer != h.host_pacer) {
-      drop_endpoint(it->second);
-    } else {
-      if (e.peer != peer_s) {
-        by_peer_.erase(e.peer);
-        e.peer = peer_s;
-        by_peer_[peer_s] = e.idx;
-      }
-      e.last_heard_us = now_us;
-      pending(e).hello_ack = true;  // the acknowledgement, carrying the epoch
-      pending(e).progress_ok = true;
-      return;
-    }
+    if (rejoin(*endpoints_[it->second], peer_s, h, host, now_us)) return;
   }
   if (by_endpoint_id_.size() >= config_.max_endpoints) {
     refuse(peer, nullptr, Cause::kTooManyEndpoints,
@@ -97,7 +57,7 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
            0, now_us);
     return;
   }
-  if (std::string why = source_full_for_endpoint(*host, peer); !why.empty()) {
+  if (std::string why = source_full_for_endpoint(host, peer); !why.empty()) {
     refuse(peer, nullptr, Cause::kTooManyEndpoints, "hello: " + why, 0, now_us);
     return;
   }
@@ -112,12 +72,12 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
     e->key_name = sender_->name;
     for (const Principal* r : sender_->via) e->via_keys.push_back(r->key);
   }
-  e->host = *host;
-  ref_host(*host);
+  e->host = host;
+  ref_host(host);
   e->last_heard_us = now_us;
   e->tokens = TokenBucket(config_.max_messages_per_sec, now_us);
   e->pacer = h.host_pacer;
-  if (e->pacer) pacers_[*host].push_back(idx);
+  if (e->pacer) pacers_[host].push_back(idx);
   join_sources(*e);
   endpoints_[idx] = std::move(e);
   by_peer_[peer_s] = idx;
@@ -129,16 +89,79 @@ void Allocator::on_hello(std::string_view peer, const wire::Hello& h, std::uint6
   schedule_timer(now_us + config_.lease_refresh_us);
   if (log_ != nullptr && log_->enabled(LogLevel::kDebug)) {
     log_->write(LogLevel::kDebug, "endpoint " + h.endpoint_id + " on host " +
-                                      network_.host_name(*host) + " registered");
+                                      network_.host_name(host) + " registered");
   }
 }
 
-std::optional<Principal> vouched_for(const Principal& key, const std::vector<const Principal*>& relays,
-                                     std::string* why) {
+// A known endpoint's hello on a new connection (it reconnected): its flows
+// stay until the resync that follows the hello replaces them. True when
+// the hello is handled (refused, or the endpoint rebound to `peer`); false
+// when e was dropped, so the hello registers it anew.
+bool Allocator::rejoin(Endpoint& e, const std::string& peer, const wire::Hello& h,
+                       alloc::HostId host, std::uint64_t now_us) {
+  if (sender_ != nullptr && e.key != sender_->key) {
+    // Its id is not a credential: only the key that registered it may
+    // take it over (or replace it).
+    refuse(peer, nullptr, Cause::kNotAuthorized,
+           "hello: endpoint id " + h.endpoint_id + " is registered under another key", 0, now_us);
+    return true;
+  }
+  // A new host or a new role (flows or host pacer) is a new registration.
+  if (e.host != host || e.pacer != h.host_pacer) {
+    drop_endpoint(e.idx);
+    return false;
+  }
+  if (e.peer != peer) {
+    by_peer_.erase(e.peer);
+    e.peer = peer;
+    by_peer_[peer] = e.idx;
+  }
+  e.last_heard_us = now_us;
+  pending(e).hello_ack = true;  // the acknowledgement, carrying the epoch
+  pending(e).progress_ok = true;
+  return true;
+}
+
+// The host a hello speaks for, found or added (--unknown-hosts add), or
+// why not.
+std::variant<alloc::HostId, Allocator::Refusal> Allocator::hello_host(std::string_view peer,
+                                                                      const wire::Hello& h) {
+  std::optional<alloc::HostId> host = network_.find_host(h.host_id);
+  if (!may_speak_for(sender_, host, h.host_id)) {
+    return Refusal{Cause::kNotAuthorized, "hello: key \"" + sender_->name +
+                                              "\" may not speak for host \"" + h.host_id + "\""};
+  }
+  if (host) return *host;
+  const std::string unknown = "hello: host \"" + h.host_id + "\" is not in the topology";
+  if (config_.unknown_hosts != UnknownHosts::kAdd) return Refusal{Cause::kUnknownHost, unknown};
+  // The hello's own host is not a source yet: its address and key are.
+  std::string key = key_source_name(peer);
+  Result<alloc::HostId> added =
+      add_host(h.host_id, {address_.empty() ? nullptr : source_of("a:" + std::string(address_)),
+                           key.empty() ? nullptr : source_of(std::move(key)), nullptr});
+  if (!added) return Refusal{Cause::kUnknownHost, unknown + " and " + added.error().message};
+  return *added;
+}
+
+// The host a flowlet's destination address names, found or added
+// (--unknown-hosts add), or why not.
+std::variant<alloc::HostId, Allocator::Refusal> Allocator::destination_host(const Endpoint& e,
+                                                                            std::uint32_t ip) {
+  if (std::optional<alloc::HostId> d = network_.find_host_by_ip(ip)) return *d;
+  const std::string unknown = "destination " + format_ipv4(ip) + " is not in the topology";
+  if (config_.unknown_hosts != UnknownHosts::kAdd) return Refusal{Cause::kUnknownHost, unknown};
+  Result<alloc::HostId> added =
+      add_host(format_ipv4(ip), {e.host_source, e.address_source, e.key_source});
+  if (!added) return Refusal{Cause::kUnknownHost, unknown + " and " + added.error().message};
+  return *added;
+}
+
+Result<Principal> vouched_for(const Principal& key, const std::vector<const Principal*>& relays) {
   for (const Principal* r : relays) {
     if (!r->relay) {
-      *why = "key \"" + r->name + "\" passed an endpoint's message up but may not vouch (relay = true)";
-      return std::nullopt;
+      return fail(ErrorCause::kRefused, "key \"" + r->name +
+                                            "\" passed an endpoint's message up but may not vouch "
+                                            "(relay = true)");
     }
   }
   Principal p = key;
@@ -183,18 +206,9 @@ std::variant<Allocator::Resolved, Allocator::Refusal> Allocator::resolve(
   } else {
     const auto& t = std::get<wire::FiveTuple>(s.endpoints);
     src = network_.find_host_by_ip(t.src_ip).value_or(e.host);
-    std::optional<alloc::HostId> d = network_.find_host_by_ip(t.dst_ip);
-    std::string no_slot;
-    if (!d && config_.unknown_hosts == UnknownHosts::kAdd) {
-      d = add_host(format_ipv4(t.dst_ip), {e.host_source, e.address_source, e.key_source},
-                   &no_slot);
-    }
-    if (!d) {
-      return Refusal{Cause::kUnknownHost,
-                     "destination " + format_ipv4(t.dst_ip) + " is not in the topology" +
-                         (no_slot.empty() ? std::string() : " and " + no_slot)};
-    }
-    dst = *d;
+    std::variant<alloc::HostId, Refusal> d = destination_host(e, t.dst_ip);
+    if (auto* r = std::get_if<Refusal>(&d)) return std::move(*r);
+    dst = std::get<alloc::HostId>(d);
     hash = alloc::ecmp_hash({t.src_ip, t.dst_ip, t.src_port, t.dst_port, t.protocol});
   }
   if (src != e.host && !may_speak_for(sender_, src, {})) {
@@ -553,9 +567,8 @@ std::size_t Allocator::revalidate_keys(
     if (key != nullptr && !e->via_keys.empty()) {
       std::vector<const Principal*> relays;
       for (const std::string& k : e->via_keys) relays.push_back(lookup(k));
-      std::string why;
       if (std::find(relays.begin(), relays.end(), nullptr) == relays.end()) {
-        vouched = vouched_for(*key, relays, &why);
+        if (Result<Principal> p = vouched_for(*key, relays)) vouched = std::move(p).value();
       }
       key = vouched ? &*vouched : nullptr;
     }

@@ -103,28 +103,23 @@ void Allocator::count_holds(Endpoint& e, std::int64_t delta) {
 }
 
 // Called only once the name or address found no host: a host returned is new.
-std::optional<alloc::HostId> Allocator::add_host(std::string_view name, const Chargers& by,
-                                                 std::string* why) {
+Result<alloc::HostId> Allocator::add_host(std::string_view name, const Chargers& by) {
   if (const std::uint32_t cap = config_.max_hosts_per_source; cap != 0) {
     for (const SourceRef s : by) {
       if (s == nullptr || s->second.hosts < cap) continue;
-      *why = source_label(s->first) + " holds " + std::to_string(cap) +
-             " added hosts (--max-hosts-per-source)";
-      return std::nullopt;
+      return fail(ErrorCause::kRefused, source_label(s->first) + " holds " + std::to_string(cap) +
+                                            " added hosts (--max-hosts-per-source)");
     }
   }
   std::optional<alloc::HostId> h = network_.add_host(name);
-  if (!h) {
-    *why = "no spare host slot is left";
-    return std::nullopt;
-  }
+  if (!h) return fail(ErrorCause::kUnavailable, "no spare host slot is left");
   maybe_unused_.push_back(*h);
   if (host_chargers_.size() <= *h) host_chargers_.resize(std::size_t{*h} + 1, Chargers{});
   host_chargers_[*h] = by;
   for (const SourceRef s : by) {
     if (s != nullptr) ++s->second.hosts;
   }
-  return h;
+  return *h;
 }
 
 std::size_t Allocator::host_charges_by_slot() const {

@@ -94,11 +94,12 @@ int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool 
     }
     const Principal* speaker = sender != nullptr ? &sender->principal : nullptr;
     if (keyed) {
-      speaker = vouched(keys.to_string_view(), *sender, &why);
-      if (speaker == nullptr) {
-        allocator_.on_unauthorized(peer, why, now);
+      const Result<const Principal*> v = vouched(keys.to_string_view(), *sender);
+      if (!v) {
+        allocator_.on_unauthorized(peer, v.error().message, now);
         continue;
       }
+      speaker = *v;
     }
     allocator_.on_message(peer, {body.data<std::uint8_t>(), body.size()}, now, speaker, {});
   }
@@ -107,9 +108,9 @@ int Server::relay_batch(std::string_view relay, const zmq::message_t& tag, bool 
 
 // The endpoint key a chain vouches for (wire/relay.h: innermost first),
 // with every relay that passed it up, the top one included, in its `via`.
-// Null, and *why, when a key is in no endpoint list or a relay's key lacks
+// Refused when a key is in no endpoint list or a relay's key lacks
 // `relay = true`. Kept until the lists are read again.
-const Principal* Server::vouched(std::string_view chain, const KeyEntry& top, std::string* why) {
+Result<const Principal*> Server::vouched(std::string_view chain, const KeyEntry& top) {
   std::string id(chain);
   id.append(top.principal.key);
   if (const auto it = vouched_.find(id); it != vouched_.end()) return &it->second;
@@ -120,16 +121,16 @@ const Principal* Server::vouched(std::string_view chain, const KeyEntry& top, st
                    wire::kCurveKeyBytes);
     const KeyEntry* k = keys_.find(z85);
     if (k == nullptr || (k->roles & kRoleEndpoint) == 0) {
-      *why = std::string(i == 0 ? "the endpoint's key " : "a relay's key ") + z85 +
-             " is in no endpoint list (--curve-clients)";
-      return nullptr;
+      return fail(ErrorCause::kRefused,
+                  std::string(i == 0 ? "the endpoint's key " : "a relay's key ") + z85 +
+                      " is in no endpoint list (--curve-clients)");
     }
     chain_keys.push_back(&k->principal);
   }
   chain_keys.push_back(&top.principal);
   const std::vector<const Principal*> relays(chain_keys.begin() + 1, chain_keys.end());
-  std::optional<Principal> p = vouched_for(*chain_keys.front(), relays, why);
-  if (!p) return nullptr;
+  Result<Principal> p = vouched_for(*chain_keys.front(), relays);
+  if (!p) return std::move(p).error();
   // Chains are few (one per endpoint key and path of relays); a flood of
   // made-up ones is refused above, as every key must be listed.
   if (vouched_.size() >= kMaxVouched) vouched_.clear();

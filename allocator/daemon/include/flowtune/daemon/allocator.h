@@ -37,6 +37,7 @@
 #include "flowtune/alloc/parallel.h"
 #include "flowtune/alloc/policy.h"
 #include "flowtune/common/id_free_list.h"
+#include "flowtune/common/result.h"
 #include "flowtune/common/rules.h"
 #include "flowtune/common/token_bucket.h"
 #include "flowtune/daemon/counters.h"
@@ -180,10 +181,9 @@ struct Principal {
 };
 
 // `key` as heard through `relays` (innermost first, the one that sent the
-// batch last): a copy whose `via` holds them. Empty, and *why, where one of
-// them is not a relay's key (`relay = true`).
-std::optional<Principal> vouched_for(const Principal& key, const std::vector<const Principal*>& relays,
-                                     std::string* why);
+// batch last): a copy whose `via` holds them. Refused where one of them is
+// not a relay's key (`relay = true`).
+Result<Principal> vouched_for(const Principal& key, const std::vector<const Principal*>& relays);
 
 struct Outgoing {
   std::string peer;  // ZeroMQ routing id
@@ -399,6 +399,8 @@ class Allocator {
 
   // Protocol events (allocator_events.cc).
   void on_hello(std::string_view peer, const wire::Hello& h, std::uint64_t now_us);
+  bool rejoin(Endpoint& e, const std::string& peer, const wire::Hello& h, alloc::HostId host,
+              std::uint64_t now_us);
   void on_start(Endpoint& e, const wire::FlowletStart& s, std::uint64_t now_us);
   void on_end(Endpoint& e, std::uint64_t key, std::uint64_t now_us);
   void on_resync(Endpoint& e, const std::vector<wire::FlowletStart>& flows, std::uint64_t now_us);
@@ -428,6 +430,10 @@ class Allocator {
     std::string why;
   };
   std::variant<Resolved, Refusal> resolve(const Endpoint& e, const wire::FlowletStart& s);
+  // The host a hello speaks for, and the host a flowlet's destination
+  // address names: found, or added with --unknown-hosts add, or why not.
+  std::variant<alloc::HostId, Refusal> hello_host(std::string_view peer, const wire::Hello& h);
+  std::variant<alloc::HostId, Refusal> destination_host(const Endpoint& e, std::uint32_t ip);
   // True when s names a socket that already has a live flow (joining it adds
   // no engine flow).
   bool joins_live_socket(const Endpoint& e, const wire::FlowletStart& s) const;
@@ -451,9 +457,9 @@ class Allocator {
   // is released; null: none.
   using SourceRef = std::pair<const std::string, Source>*;
   using Chargers = std::array<SourceRef, 3>;
-  // A new host in a spare slot, charged to `by`; empty, and *why, when a
-  // source in `by` is at its quota or no slot is left.
-  std::optional<alloc::HostId> add_host(std::string_view name, const Chargers& by, std::string* why);
+  // A new host in a spare slot, charged to `by`; an Error when a source in
+  // `by` is at its quota (kRefused) or no slot is left (kUnavailable).
+  Result<alloc::HostId> add_host(std::string_view name, const Chargers& by);
   void ref_host(alloc::HostId h);
   void unref_host(alloc::HostId h);
   void release_unused_hosts();

@@ -124,7 +124,7 @@ class Server {
   // relay's key entry with CURVE on.
   std::string relay_refusal(const zmq::message_t& tag, bool keyed, const KeyEntry** sender) const;
   bool relay_allowed(std::string_view address) const;
-  const Principal* vouched(std::string_view chain, const KeyEntry& top, std::string* why);
+  Result<const Principal*> vouched(std::string_view chain, const KeyEntry& top);
   // What the turn owes the endpoints behind one relay (peers: full keys).
   struct RelayOut {
     std::vector<std::string> peers;
