@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -269,17 +270,17 @@ TEST(MpiDriver, NeighborsMatchTheSingleProcessEngineBitForBit) {
 
 // The diagonal exchange's grid wants 4^k ranks: ctest runs 1 (one rank
 // holds every LinkBlock: no steps) and 4 (a 2 x 2 grid: one step each way).
-bool grid_or_skip_reason(std::string* why) {
+// Why a diagonal test skips under this run's ranks; nothing when they form
+// a grid.
+std::optional<std::string> off_grid() {
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  if (MpiDriver::square_of_power_of_two(ranks)) return true;
-  *why = "the diagonal exchange needs 4^k ranks; this run has " + std::to_string(ranks);
-  return false;
+  if (MpiDriver::square_of_power_of_two(ranks)) return std::nullopt;
+  return "the diagonal exchange needs 4^k ranks; this run has " + std::to_string(ranks);
 }
 
 TEST(MpiDriver, DiagonalMatchesTheSingleProcessEngineToRounding) {
-  std::string why;
-  if (!grid_or_skip_reason(&why)) GTEST_SKIP() << why;
+  if (const std::optional<std::string> why = off_grid()) GTEST_SKIP() << *why;
   std::uint64_t seed = 300;
   std::vector<Case> all = cases(Exchange::kDiagonal);
   // One block per rack: under 16 ranks (by hand: mpirun -np 16) a 4 x 4
@@ -440,8 +441,7 @@ TEST(MpiMirror, RankZeroHoldsEveryRateBitForBitWithFloorsPricesAndCompaction) {
 }
 
 TEST(MpiMirror, RankZeroHoldsEveryRateToRoundingOverTheDiagonalExchange) {
-  std::string why;
-  if (!grid_or_skip_reason(&why)) GTEST_SKIP() << why;
+  if (const std::optional<std::string> why = off_grid()) GTEST_SKIP() << *why;
   for (std::uint32_t blocks = 1; blocks <= 3; ++blocks) {
     mirror<double>(blocks, 900 + blocks, Exchange::kDiagonal, 0, 1e-9);
     mirror<float>(blocks, 950 + blocks, Exchange::kDiagonal, 0, 1e-4);
