@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "flowtune/common/result.h"
 #include "service.h"
 
 namespace flowtune::shuffle {
@@ -23,36 +24,37 @@ std::string seconds(std::uint32_t ms) {
 }
 
 // A connected socket whose connect, sends and receives each fail with
-// EAGAIN (EINPROGRESS for connect) after timeout_ms without progress.
-int connect_to(const std::string& host, std::uint16_t port, std::uint32_t timeout_ms,
-               std::string* why) {
+// EAGAIN (EINPROGRESS for connect) after timeout_ms without progress, or
+// why there is none (the last address's failure).
+Result<int> connect_to(const std::string& host, std::uint16_t port, std::uint32_t timeout_ms) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
   if (rc != 0) {
-    *why = "cannot resolve " + host + ": " + ::gai_strerror(rc);
-    return -1;
+    return fail(ErrorCause::kNotFound, "cannot resolve " + host + ": " + ::gai_strerror(rc));
   }
   int fd = -1;
+  std::string why;
   for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
     fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) {
-      *why = std::string("cannot open a socket: ") + std::strerror(errno);
+      why = std::string("cannot open a socket: ") + std::strerror(errno);
       continue;
     }
     set_timeouts(fd, timeout_ms);
     if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
       const int e = errno;
-      *why = "cannot connect to " + host + ":" + std::to_string(port) + ": " +
-             (e == EINPROGRESS ? "no answer in " + seconds(timeout_ms) + " s (read timeout)"
-                               : std::string(std::strerror(e)));
+      why = "cannot connect to " + host + ":" + std::to_string(port) + ": " +
+            (e == EINPROGRESS ? "no answer in " + seconds(timeout_ms) + " s (read timeout)"
+                              : std::string(std::strerror(e)));
       ::close(fd);
       fd = -1;
     }
   }
   ::freeaddrinfo(res);
+  if (fd < 0) return fail(ErrorCause::kUnavailable, why);
   return fd;
 }
 
@@ -61,8 +63,7 @@ void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t par
                 std::uint64_t coflow, std::uint32_t read_timeout_ms, Clock::time_point t0,
                 std::vector<BlockResult>& out) {
   for (std::uint32_t m = src.first_map; m <= src.last_map; ++m) out.push_back({m, 0, 0, ""});
-  std::string why;
-  const int fd = connect_to(src.host, src.port, read_timeout_ms, &why);
+  const Result<int> connected = connect_to(src.host, src.port, read_timeout_ms);
   const auto fail_rest = [&](std::size_t from, const std::string& e) {
     for (std::size_t k = from; k < out.size(); ++k) out[k].error = e;
   };
@@ -75,10 +76,11 @@ void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t par
     }
     return e == 0 ? "connection closed " + what : what + ": " + std::strerror(e);
   };
-  if (fd < 0) {
-    fail_rest(0, why);
+  if (!connected) {
+    fail_rest(0, connected.error().message);
     return;
   }
+  const int fd = *connected;
   // At most kWindow requests outstanding: the server stops reading requests
   // it cannot queue, and a client blocked writing more of them while the
   // server waits for it to read answers would never make progress.
