@@ -4,6 +4,7 @@
 // flowlets instead of each running a session of their own.
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "agent_server.h"
 #include "flowtune/common/cli.h"
@@ -50,6 +52,9 @@ options:
   --heartbeat-ms N         default 1000
   --max-sockets-per-process N
                            registrations one process may hold (default 65536)
+  --allow-uid UID[,UID...]
+                           serve only these users' processes (and root's
+                           and the agent's own user's); default: every user
   --rt-priority N          run at SCHED_FIFO priority N (1-99; default 0:
                            the normal scheduler); needs CAP_SYS_NICE, and
                            without it the agent says so and runs as normal
@@ -72,6 +77,7 @@ struct Options {
   std::uint64_t heartbeat_ms = 1000;
   std::uint64_t max_sockets = 65536;
   int rt_priority = 0;
+  std::vector<uid_t> allowed_uids;
   int log_level = 2;
 };
 
@@ -118,6 +124,14 @@ Options parse(int argc, char** argv) {
       o.max_sockets = args.count();
     else if (args.is("--log-level"))
       o.log_level = static_cast<int>(args.count(4));
+    else if (args.is("--allow-uid"))
+      for (const std::string& u : cli::split_commas(args.value())) {
+        char* end = nullptr;
+        const unsigned long v = std::strtoul(u.c_str(), &end, 10);
+        if (u.empty() || *end != '\0' || v > 0xfffffffeul)
+          args.fail("--allow-uid expects uids, got '" + u + "'");
+        o.allowed_uids.push_back(static_cast<uid_t>(v));
+      }
     else if (args.is("--rt-priority"))
       o.rt_priority = static_cast<int>(args.count(99));
     else
@@ -170,6 +184,12 @@ int main(int argc, char** argv) {
     }
   }
 
+  // A connection per process: as many as the hard limit allows.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &files);
+  }
   auto tenants = std::make_shared<client::TenantNames>();
   agent::ServerConfig sc;
   sc.listen = o.listen;
@@ -177,10 +197,11 @@ int main(int argc, char** argv) {
   sc.session.min_flowlet_bytes = o.min_flowlet_bytes;
   sc.session.min_rate_bytes_per_sec = o.min_pacing_rate;
   sc.max_sockets_per_process = o.max_sockets;
+  sc.allowed_uids = o.allowed_uids;
   sc.log_level = o.log_level;
   agent::Server server(sc, tenants);
-  if (const std::string why = server.open(); !why.empty()) {
-    std::fprintf(stderr, "flowtune-agent: %s\n", why.c_str());
+  if (const Result<void> opened = server.open(); !opened) {
+    std::fprintf(stderr, "flowtune-agent: %s\n", opened.error().message.c_str());
     return 1;
   }
 

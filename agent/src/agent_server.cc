@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -30,27 +31,43 @@ void Server::log(int level, const std::string& text) const {
   if (level <= config_.log_level) std::fprintf(stderr, "flowtune-agent: %s\n", text.c_str());
 }
 
-std::string Server::open() {
+namespace {
+Error io_error(const char* what) {
+  return Error{ErrorCause::kIo, std::string(what) + ": " + std::strerror(errno)};
+}
+
+// A socket file left by an agent that died, not one a live agent holds.
+bool stale_socket_file(const sockaddr_un& addr, unsigned len) {
+  UniqueFd probe(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  return probe && ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), len) != 0 &&
+         errno == ECONNREFUSED;
+}
+}  // namespace
+
+Result<void> Server::open() {
   sockaddr_un addr;
   unsigned len = 0;
   if (!client::agent::parse_address(config_.listen, &addr, &len)) {
-    return "bad listen address \"" + config_.listen + "\" (\"@name\" or a path under 108 bytes)";
+    return Error{ErrorCause::kInvalid, "bad listen address \"" + config_.listen +
+                                           "\" (\"@name\" or a path under 108 bytes)"};
   }
   listen_fd_ = UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!listen_fd_) return std::string("socket: ") + std::strerror(errno);
-  if (config_.listen[0] != '@') (void)::unlink(config_.listen.c_str());  // a stale socket file
+  if (!listen_fd_) return io_error("socket");
+  if (config_.listen[0] != '@' && stale_socket_file(addr, len))
+    (void)::unlink(config_.listen.c_str());
   if (::bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-    return "cannot listen on " + config_.listen + ": " + std::strerror(errno) +
-           (errno == EADDRINUSE ? " (another agent serves this network namespace)" : "");
+    return Error{ErrorCause::kIo,
+                 "cannot listen on " + config_.listen + ": " + std::strerror(errno) +
+                     (errno == EADDRINUSE ? " (another agent listens there)" : "")};
   }
-  if (::listen(listen_fd_.get(), 256) != 0) return std::string("listen: ") + std::strerror(errno);
+  if (::listen(listen_fd_.get(), 256) != 0) return io_error("listen");
   epoll_fd_ = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
-  if (!epoll_fd_) return std::string("epoll: ") + std::strerror(errno);
+  if (!epoll_fd_) return io_error("epoll");
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = listen_fd_.get();
   if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev) != 0) {
-    return std::string("epoll_ctl: ") + std::strerror(errno);
+    return io_error("epoll_ctl");
   }
   tick_fd_ = UniqueFd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
   itimerspec every{};
@@ -59,9 +76,9 @@ std::string Server::open() {
   ev.data.fd = tick_fd_.get();
   if (!tick_fd_ || timerfd_settime(tick_fd_.get(), 0, &every, nullptr) != 0 ||
       ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, tick_fd_.get(), &ev) != 0) {
-    return std::string("tick timer: ") + std::strerror(errno);
+    return io_error("tick timer");
   }
-  return {};
+  return ok();
 }
 
 void Server::on_ready() {
@@ -82,21 +99,68 @@ void Server::on_ready() {
   }
 }
 
+std::uint64_t Server::now_us() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+bool Server::allowed(uid_t uid) const {
+  if (config_.allowed_uids.empty() || uid == 0 || uid == ::geteuid()) return true;
+  for (const uid_t u : config_.allowed_uids) {
+    if (u == uid) return true;
+  }
+  return false;
+}
+
 void Server::accept_all() {
   for (;;) {
     UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (!fd) return;
+    if (!fd) {
+      if (errno == EMFILE || errno == ENFILE) pause_accepting(errno);
+      if (errno == ECONNABORTED || errno == EINTR) continue;
+      return;
+    }
     auto c = std::make_unique<Client>();
     ucred cred{};
     socklen_t len = sizeof cred;
-    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) c->pid = cred.pid;
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) continue;
+    c->pid = cred.pid;
+    c->uid = cred.uid;
+    if (!allowed(cred.uid)) {
+      log(2, "process " + std::to_string(cred.pid) + " of uid " + std::to_string(cred.uid) +
+                 " is not served (--allow-uid)");
+      continue;  // closed: it runs its own session
+    }
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd.get();
     if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) continue;
     c->fd = std::move(fd);
+    c->heard_us = now_us();
     const int key = c->fd.get();
     clients_[key] = std::move(c);
+  }
+}
+
+void Server::pause_accepting(int err) {
+  if (accept_paused_) return;
+  // The connection stays queued and the listening socket readable: left in
+  // the set, the loop would spin. Waiting processes time out and run
+  // their own sessions.
+  (void)::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
+  accept_paused_ = true;
+  log(1, std::string("cannot accept processes: ") + std::strerror(err) +
+             "; accepting again when one leaves");
+}
+
+void Server::resume_accepting() {
+  if (!accept_paused_) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = listen_fd_.get();
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev) == 0) {
+    accept_paused_ = false;
   }
 }
 
@@ -105,10 +169,15 @@ bool Server::read_client(Client& c) {
   // A fair share per turn, and nothing more once the queue is full; the
   // rest stays readable for the next turn.
   for (int k = 0; k < 64 && backlog_.empty(); ++k) {
-    const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+    const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
     if (n == 0) return false;
+    if (static_cast<std::size_t>(n) > sizeof buf) {
+      log(2, "process " + std::to_string(c.pid) + " sent an oversized packet; dropped");
+      return false;
+    }
+    c.heard_us = now_us();
     bool welcomed_before = c.welcomed;
     const bool ok = client::agent::for_each_record(
         buf, static_cast<std::size_t>(n),
@@ -199,6 +268,9 @@ void Server::forward(Client& c, Event e) {
   if (it == c.ids.end()) return;  // not registered here (or past the limit)
   const std::uint32_t id = it->second;
   e.ref = SocketRef{static_cast<int>(id), 1};
+  if (e.kind == Event::kBegin || e.kind == Event::kWrote) {
+    if (const auto r = routes_.find(id); r != routes_.end()) ++r->second.begins;
+  }
   if (e.kind == Event::kUnregister) {
     c.ids.erase(it);
     routes_.erase(id);
@@ -216,6 +288,7 @@ void Server::drop_client(Client& c) {
     push(e);
   }
   clients_.erase(c.fd.get());  // closes the connection, which leaves the epoll set
+  resume_accepting();
 }
 
 void Server::push(const Event& e) {
@@ -232,8 +305,18 @@ void Server::tick() {
   t.op = Op::kTick;
   std::vector<std::uint8_t> out;
   client::agent::append(out, t);
+  const std::uint64_t now = now_us();
+  std::vector<Client*> silent;
   for (const auto& [fd, c] : clients_) {
-    if (c->welcomed) (void)::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (now > c->heard_us + kClientSilenceUs) {
+      silent.push_back(c.get());
+    } else if (c->welcomed) {
+      (void)::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+  }
+  for (Client* c : silent) {
+    log(2, "process " + std::to_string(c->pid) + " silent for 3 s; its sockets are released");
+    drop_client(*c);
   }
 }
 
@@ -267,7 +350,12 @@ bool Server::look(SocketRef s, Look* out) {
   return false;
 }
 
-void Server::clear_flowlet(SocketRef s) { reply(static_cast<std::uint32_t>(s.fd), Op::kEnded, 0); }
+void Server::clear_flowlet(SocketRef s) {
+  // The begins seen so far: the process clears the flowlet only if it sent
+  // no begin after them.
+  const auto it = routes_.find(static_cast<std::uint32_t>(s.fd));
+  if (it != routes_.end()) reply(it->first, Op::kEnded, it->second.begins);
+}
 
 void Server::flush() {
   for (auto& [fd, c] : clients_) {

@@ -24,6 +24,7 @@
 
 #include "agent_proto.h"
 #include "flowtune/common/fd.h"
+#include "flowtune/common/result.h"
 #include "runtime.h"
 
 namespace flowtune::agent {
@@ -33,12 +34,18 @@ struct ServerConfig {
   std::string allocator;             // the runtime's: processes that name another are refused
   client::agent::HelloBody session;  // processes that ask for other settings are refused
   std::size_t max_sockets_per_process = 65536;
+  // Users whose processes are served (empty: every user's); root's and the
+  // agent's own always are.
+  std::vector<uid_t> allowed_uids;
   int log_level = 2;
 };
 
 class Server final : public client::SocketPort {
  public:
   static constexpr std::uint64_t kTickUs = 250'000;
+  // A process heard from not at all for this long (it ticks every second)
+  // is frozen or gone: its sockets are unregistered and it is dropped.
+  static constexpr std::uint64_t kClientSilenceUs = 3'000'000;
   // Replies a process did not read, past which it is disconnected.
   static constexpr std::size_t kMaxUnread = 4u << 20;
 
@@ -46,8 +53,8 @@ class Server final : public client::SocketPort {
   ~Server() override;
   // The runtime the events go to (set before it starts).
   void attach(client::Runtime* runtime) { runtime_ = runtime; }
-  // Binds and listens: empty, or why not.
-  std::string open();
+  // Binds and listens.
+  Result<void> open();
 
   // SocketPort (the runtime thread).
   client::SocketTable::Result set_rate(client::SocketRef s, std::uint64_t bytes_per_sec,
@@ -63,15 +70,18 @@ class Server final : public client::SocketPort {
   struct Client {
     UniqueFd fd;
     pid_t pid = 0;
+    uid_t uid = 0;
     bool welcomed = false;
+    std::uint64_t heard_us = 0;                            // its last packet
     std::unordered_map<std::uint64_t, std::uint32_t> ids;  // SocketRef::packed() -> id
-    std::vector<std::uint8_t> out;                         // replies gathered (under mu_)
+    std::vector<std::uint8_t> out;                         // replies gathered this turn
     bool told_full = false;
   };
   struct Route {
     Client* client;
     std::int32_t fd;
     std::uint32_t gen;
+    std::uint64_t begins = 0;  // begin and wrote records seen (kEnded echoes it)
   };
 
   void accept_all();
@@ -90,6 +100,11 @@ class Server final : public client::SocketPort {
   void push(const client::Event& e);
   bool drain_backlog();
   std::uint32_t new_id();
+  bool allowed(uid_t uid) const;
+  // Out of descriptors: stop accepting until a process leaves.
+  void pause_accepting(int err);
+  void resume_accepting();
+  static std::uint64_t now_us();
   void log(int level, const std::string& text) const;
 
   ServerConfig config_;
@@ -102,6 +117,7 @@ class Server final : public client::SocketPort {
   std::unordered_map<std::uint32_t, Route> routes_;
   std::deque<client::Event> backlog_;
   std::uint32_t next_id_ = 1;
+  bool accept_paused_ = false;
 };
 
 }  // namespace flowtune::agent

@@ -141,6 +141,16 @@ int AgentLink::connect_agent() {
   UniqueFd s(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!s) return FT_ECONNECT;
   if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) return FT_ECONNECT;
+  // Anyone may bind an abstract name: only an agent run by root or by this
+  // process's own user is trusted with its sockets' rates.
+  ucred peer{};
+  socklen_t plen = sizeof peer;
+  if (::getsockopt(s.get(), SOL_SOCKET, SO_PEERCRED, &peer, &plen) != 0 ||
+      (peer.uid != 0 && peer.uid != ::geteuid())) {
+    log(1, "ignoring " + config_.address + ": it is run by uid " + std::to_string(peer.uid) +
+               ", neither root nor this process's user");
+    return FT_ECONNECT;
+  }
   std::vector<std::uint8_t> hello;
   Record r;
   r.op = Op::kHello;
@@ -157,8 +167,8 @@ int AgentLink::connect_agent() {
   pollfd p{s.get(), POLLIN, 0};
   if (::poll(&p, 1, kWelcomeWaitMs) != 1) return FT_ECONNECT;
   std::uint8_t buf[agent::kMaxPacket];
-  const ssize_t n = ::recv(s.get(), buf, sizeof buf, 0);
-  if (n <= 0) return FT_ECONNECT;
+  const ssize_t n = ::recv(s.get(), buf, sizeof buf, MSG_TRUNC);
+  if (n <= 0 || static_cast<std::size_t>(n) > sizeof buf) return FT_ECONNECT;
   int verdict = -1;
   std::string why;
   const bool ok = agent::for_each_record(buf, static_cast<std::size_t>(n),
@@ -172,7 +182,7 @@ int AgentLink::connect_agent() {
     return FT_ECONNECT;
   }
   sock_ = std::move(s);
-  heard_us_ = now_us();
+  heard_us_ = said_us_ = now_us();
   return FT_OK;
 }
 
@@ -208,6 +218,11 @@ void AgentLink::turn() {
   now = now_us();
   if (sock_ && now > heard_us_ + kSilenceUs) lost(now, "host agent silent");
   if (!sock_ && !stopping && now >= retry_at_us_) try_reconnect(now);
+  if (sock_ && out_.empty() && pending_.empty() && now >= said_us_ + kTickUs) {
+    Record t;
+    t.op = Op::kTick;
+    agent::append(out_, t);
+  }
   if (sock_) send_out(now);
   if (stopping) {
     // The agent ends this process's flowlets when the connection closes.
@@ -220,9 +235,13 @@ void AgentLink::turn() {
 void AgentLink::receive(std::uint64_t now) {
   std::uint8_t buf[agent::kMaxPacket];
   for (;;) {
-    const ssize_t n = ::recv(sock_.get(), buf, sizeof buf, MSG_DONTWAIT);
+    const ssize_t n = ::recv(sock_.get(), buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n < 0 && errno == EINTR) continue;
+    if (n > static_cast<ssize_t>(sizeof buf)) {
+      lost(now, "host agent sent an oversized packet");
+      return;
+    }
     if (n <= 0) {
       lost(now, n == 0 ? "host agent closed the connection" : std::strerror(errno));
       return;
@@ -261,6 +280,8 @@ void AgentLink::on_record(const Record& r) {
       Event e;
       e.ref = ref;
       if (look.unreported != 0) {
+        // A wrote record: the agent counts it among the begins (kEnded).
+        if (const auto it = regs_.find(ref.fd); it != regs_.end()) ++it->second.begins;
         e.kind = Event::kWrote;
         e.bytes = look.unreported;
         emit(e);
@@ -271,9 +292,15 @@ void AgentLink::on_record(const Record& r) {
       emit(e);
       return;
     }
-    case Op::kEnded:
+    case Op::kEnded: {
+      // Only if no begin went out after the one the agent ended.
+      const auto it = regs_.find(ref.fd);
+      if (it == regs_.end() || it->second.gen != ref.gen || it->second.begins != r.value) return;
+      it->second.outstanding = 0;
+      set_open(it->second, false);
       table_.clear_flowlet(ref);
       return;
+    }
     default:
       return;  // kTick: heard_us_ is enough
   }
@@ -307,11 +334,13 @@ void AgentLink::send_out(std::uint64_t now) {
     }
     pending_bytes_ -= p.size();
     pending_.pop_front();
+    said_us_ = now;
   }
   if (pending_bytes_ > kMaxBacklog) lost(now, "host agent stopped reading");
 }
 
 void AgentLink::lost(std::uint64_t now, const std::string& why) {
+  published_.connected.store(0, std::memory_order_relaxed);
   // Fail open: no cap of the agent's outlives the connection.
   for (const auto& [fd, reg] : regs_) {
     int err = 0;
@@ -323,7 +352,6 @@ void AgentLink::lost(std::uint64_t now, const std::string& why) {
   pending_.clear();
   pending_bytes_ = 0;
   out_.clear();
-  published_.connected.store(0, std::memory_order_relaxed);
   backoff_us_ = backoff_us_ == 0 ? kRetryMinUs : std::min(backoff_us_ * 2, kRetryMaxUs);
   retry_at_us_ = now + backoff_us_;
   log(2, why + "; sockets unpaced until it is back");
@@ -349,6 +377,7 @@ void AgentLink::resend_state() {
   // handed over, plus what the kernel has not sent).
   for (auto& [fd, reg] : regs_) {
     const SocketRef ref{fd, reg.gen};
+    reg.begins = 0;
     Event e;
     e.kind = Event::kRegister;
     e.ref = ref;
@@ -365,6 +394,8 @@ void AgentLink::resend_state() {
     e.kind = Event::kBegin;
     e.ref = ref;
     e.bytes = left;
+    e.policy = reg.policy;  // its class, weight, deadline, coflow and tenant
+    ++reg.begins;
     emit(e);
     if (unsent != 0) {
       e.kind = Event::kSent;
@@ -375,8 +406,11 @@ void AgentLink::resend_state() {
 }
 
 void AgentLink::arm_timer(std::uint64_t now) {
-  std::uint64_t next = sock_ ? heard_us_ + kSilenceUs + 1 : retry_at_us_;
-  if (!pending_.empty() || intake_.waiting() || now < linger_until_us_) {
+  std::uint64_t next =
+      sock_ ? std::min(heard_us_ + kSilenceUs + 1, said_us_ + kTickUs) : retry_at_us_;
+  // As the runtime does: while a flowlet is in progress its bytes handed
+  // over (not urgent) are looked for every kPollUs.
+  if (!pending_.empty() || intake_.waiting() || now < linger_until_us_ || open_flowlets_ > 0) {
     next = std::min(next, now + kPollUs);
   }
   napping_ = next <= now + kPollUs;
@@ -389,10 +423,21 @@ void AgentLink::arm_timer(std::uint64_t now) {
 
 // ---- the application's events, forwarded ----
 
+void AgentLink::set_open(Reg& r, bool open) {
+  if (r.open == open) return;
+  r.open = open;
+  open ? ++open_flowlets_ : --open_flowlets_;
+}
+
 void AgentLink::on_register(SocketRef s, const wire::FiveTuple& tuple, std::uint32_t mss,
                             const FlowletPolicy& defaults, std::uint64_t) {
   Reg& r = regs_[s.fd];
-  r = Reg{s.gen, tuple, mss, defaults, 0};
+  set_open(r, false);
+  r = Reg{};
+  r.gen = s.gen;
+  r.tuple = tuple;
+  r.mss = mss;
+  r.defaults = defaults;
   Event e;
   e.kind = Event::kRegister;
   e.ref = s;
@@ -404,7 +449,10 @@ void AgentLink::on_register(SocketRef s, const wire::FiveTuple& tuple, std::uint
 
 void AgentLink::on_unregister(SocketRef s, std::uint64_t) {
   const auto it = regs_.find(s.fd);
-  if (it != regs_.end() && it->second.gen == s.gen) regs_.erase(it);
+  if (it != regs_.end() && it->second.gen == s.gen) {
+    set_open(it->second, false);
+    regs_.erase(it);
+  }
   Event e;
   e.kind = Event::kUnregister;
   e.ref = s;
@@ -413,7 +461,12 @@ void AgentLink::on_unregister(SocketRef s, std::uint64_t) {
 
 void AgentLink::on_begin(SocketRef s, std::uint64_t bytes,
                          const std::optional<FlowletPolicy>& policy, std::uint64_t) {
-  if (const auto it = regs_.find(s.fd); it != regs_.end()) it->second.outstanding += bytes;
+  if (const auto it = regs_.find(s.fd); it != regs_.end()) {
+    it->second.outstanding += bytes;
+    if (policy || !it->second.open) it->second.policy = policy;  // else: extends it
+    ++it->second.begins;
+    set_open(it->second, true);
+  }
   Event e;
   e.kind = Event::kBegin;
   e.ref = s;
@@ -434,6 +487,11 @@ void AgentLink::on_sent(SocketRef s, std::uint64_t bytes, std::uint64_t) {
 }
 
 void AgentLink::on_wrote(SocketRef s, std::uint64_t bytes, std::uint64_t) {
+  if (const auto it = regs_.find(s.fd); it != regs_.end()) {
+    if (!it->second.open) it->second.policy.reset();  // begins with the defaults
+    ++it->second.begins;
+    set_open(it->second, true);
+  }
   Event e;
   e.kind = Event::kWrote;
   e.ref = s;
@@ -442,7 +500,10 @@ void AgentLink::on_wrote(SocketRef s, std::uint64_t bytes, std::uint64_t) {
 }
 
 void AgentLink::on_end(SocketRef s, std::uint64_t) {
-  if (const auto it = regs_.find(s.fd); it != regs_.end()) it->second.outstanding = 0;
+  if (const auto it = regs_.find(s.fd); it != regs_.end()) {
+    it->second.outstanding = 0;
+    set_open(it->second, false);
+  }
   Event e;
   e.kind = Event::kEnd;
   e.ref = s;

@@ -54,7 +54,10 @@ class AgentLink final : public Backend, private IntakeSink {
   // An agent that stops answering is given up after this long.
   static constexpr std::uint64_t kSilenceUs = 1'000'000;
   // How long start() waits for the agent's welcome.
-  static constexpr int kWelcomeWaitMs = 250;
+  static constexpr int kWelcomeWaitMs = 50;
+  // Said to the agent when nothing else was, so it can tell a live
+  // process from a frozen one (it drops those silent for 3 s).
+  static constexpr std::uint64_t kTickUs = 1'000'000;
   static constexpr std::uint64_t kPollUs = 1000;
   static constexpr std::uint64_t kLingerUs = 100'000;
   static constexpr std::uint64_t kRetryMinUs = 10'000;
@@ -83,7 +86,13 @@ class AgentLink final : public Backend, private IntakeSink {
     wire::FiveTuple tuple;
     std::uint32_t mss = 0;
     std::optional<FlowletPolicy> defaults;
-    std::uint64_t outstanding = 0;  // begun and not yet handed to the kernel
+    std::uint64_t outstanding = 0;        // begun and not yet handed to the kernel
+    std::optional<FlowletPolicy> policy;  // the flowlet's (its last begin's)
+    // Begins (and writes that may begin) sent on this connection; the
+    // agent's kEnded carries the count it had seen, so an end decided
+    // before a later begin does not clear that begin's flowlet.
+    std::uint64_t begins = 0;
+    bool open = false;  // a flowlet in progress, as far as the link knows
   };
 
   void run(std::promise<int>* ready);
@@ -101,6 +110,7 @@ class AgentLink final : public Backend, private IntakeSink {
   void resend_state();
   void arm_timer(std::uint64_t now);
   void emit(const Event& e);
+  void set_open(Reg& r, bool open);
   void log(int level, const std::string& text) const;
   std::uint64_t now_us() const;
 
@@ -136,6 +146,8 @@ class AgentLink final : public Backend, private IntakeSink {
   std::atomic<bool> stopping_{false};
   std::uint64_t linger_until_us_ = 0;
   std::uint64_t heard_us_ = 0;     // the agent's last packet
+  std::uint64_t said_us_ = 0;      // our last packet
+  std::size_t open_flowlets_ = 0;  // Regs with open set
   std::uint64_t retry_at_us_ = 0;  // while disconnected: reconnect then
   std::uint64_t backoff_us_ = 0;
   std::int64_t start_ns_;

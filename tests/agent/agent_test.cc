@@ -4,6 +4,7 @@
 // cap it set and a restart brings rates back; processes the agent must not
 // serve, and peers that break the protocol, are turned away while the
 // others are served. The record codec is checked on its own.
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -11,7 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -176,6 +180,77 @@ TEST_F(AgentTest, TheAgentsDeathRemovesItsCapsAndARestartBringsThemBack) {
   EXPECT_EQ(ft_client_close(c), FT_OK);
 }
 
+TEST_F(AgentTest, AFlowletKeepsItsPolicyWhenTheAgentRestarts) {
+  start_agent();
+  ft_client* c = open();
+  Transfer t;
+  ASSERT_EQ(ft_socket_register(c, t.send_fd), FT_OK);
+  ft_flowlet_opts o;
+  ft_flowlet_opts_init(&o);
+  o.weight = 3;
+  o.coflow_id = 77;
+  o.priority_class = 2;
+  o.tenant = "blue";
+  ASSERT_EQ(ft_flowlet_begin(c, t.send_fd, 100 << 20, &o), FT_OK);
+  auto flow = [&] {
+    const auto f = daemon_.control("flows");
+    return f && (*f)["flows"].size() == 1 ? (*f)["flows"][0] : nlohmann::json{};
+  };
+  auto as_asked = [&](const nlohmann::json& f) {
+    return !f.is_null() && f["coflow"] == 77 && f["class"] == 2 && f["tenant"] == "blue" &&
+           f["weight"] == 3.0;
+  };
+  ASSERT_TRUE(eventually([&] { return as_asked(flow()); })) << flow().dump();
+  agent_.kill9();
+  ASSERT_TRUE(eventually([&] { return rate(c, t.send_fd) == 0; }, 1500));
+  start_agent();
+  // Reported again by the new agent, with the begin's policy, not the
+  // socket's defaults.
+  EXPECT_TRUE(eventually([&] { return as_asked(flow()) && rate(c, t.send_fd) > 0; }, 5000))
+      << flow().dump() << "\n" << agent_.log();
+  EXPECT_EQ(ft_client_close(c), FT_OK);
+}
+
+TEST_F(AgentTest, AProcessThatFallsSilentIsReleasedAndItsFlowsEnd) {
+  start_agent();
+  // A process frozen after it began a flowlet: hello, register, begin,
+  // then nothing, not even its tick.
+  sockaddr_un addr;
+  unsigned len = 0;
+  ASSERT_TRUE(agent::parse_address(address_, &addr, &len));
+  const int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  std::vector<std::uint8_t> packet;
+  agent::Record hello;
+  hello.op = agent::Op::kHello;
+  hello.value = agent::kProtocolVersion;
+  agent::HelloBody body;
+  body.min_flowlet_bytes = 10000;
+  body.min_rate_bytes_per_sec = 16000;
+  agent::append(packet, hello,
+                std::string_view(reinterpret_cast<const char*>(&body), sizeof body));
+  Transfer t;  // a real connected socket's addresses
+  Event reg;
+  reg.kind = Event::kRegister;
+  reg.ref = SocketRef{t.send_fd, 1};
+  reg.tuple = {0x7f000001, 0x7f000002, 40000, 5000, IPPROTO_TCP};
+  Event begin;
+  begin.kind = Event::kBegin;
+  begin.ref = reg.ref;
+  begin.bytes = 100 << 20;
+  std::string tenant;
+  agent::append(packet, agent::record_of(reg, nullptr, &tenant));
+  agent::append(packet, agent::record_of(begin, nullptr, &tenant));
+  ASSERT_EQ(::send(s, packet.data(), packet.size(), 0), static_cast<ssize_t>(packet.size()));
+  ASSERT_TRUE(eventually([&] { return daemon_.status()["flows"] == 1; })) << agent_.log();
+  const auto t0 = HarnessClock::now();
+  EXPECT_TRUE(eventually([&] { return daemon_.status()["flows"] == 0; }, 6000)) << agent_.log();
+  const double s_taken = std::chrono::duration<double>(HarnessClock::now() - t0).count();
+  EXPECT_GT(s_taken, 2.0);  // not before its silence counted
+  EXPECT_NE(agent_.log().find("silent"), std::string::npos) << agent_.log();
+  ::close(s);
+}
+
 TEST_F(AgentTest, AStalledAgentIsGivenUpWithinASecondAndUsedAgainWhenItWakes) {
   start_agent();
   ft_client* c = open();
@@ -217,6 +292,22 @@ TEST_F(AgentTest, AProcessAskingForOtherSettingsRunsItsOwnSession) {
   EXPECT_EQ(ft_client_close(served), FT_OK);
 }
 
+TEST_F(AgentTest, WithNothingListeningAProcessRunsItsOwnSession) {
+  // No agent started: the address is free, as the default is on a host
+  // without one.
+  ft_client* c = open();
+  Transfer t;
+  ASSERT_EQ(ft_socket_register(c, t.send_fd), FT_OK);
+  ASSERT_EQ(ft_flowlet_begin(c, t.send_fd, 100 << 20, nullptr), FT_OK);
+  EXPECT_TRUE(eventually([&] {
+    ft_stats st{};
+    ft_client_stats(c, &st);
+    return st.flowlets_started == 1 && near(rate(c, t.send_fd), kLinkBytes);
+  }));
+  EXPECT_EQ(endpoints(), 1u);  // its own
+  EXPECT_EQ(ft_client_close(c), FT_OK);
+}
+
 TEST_F(AgentTest, APeerThatBreaksTheProtocolIsDroppedAndOthersAreServed) {
   start_agent();
   sockaddr_un addr;
@@ -236,6 +327,46 @@ TEST_F(AgentTest, APeerThatBreaksTheProtocolIsDroppedAndOthersAreServed) {
   EXPECT_TRUE(eventually([&] { return near(rate(c, t.send_fd), kLinkBytes); })) << agent_.log();
   EXPECT_EQ(ft_client_close(c), FT_OK);
   EXPECT_EQ(agent_.stop(), 0);
+}
+
+// Goal 7 of issue 47: a process that floods the agent with flowlets
+// (begin/end as fast as it can, on many sockets) does not keep another
+// process of the host from its rate.
+TEST_F(AgentTest, AFloodingProcessDoesNotStarveItsNeighbour) {
+  start_agent();
+  ft_client* flood = open();
+  ft_client* calm = open();
+  std::vector<std::unique_ptr<Transfer>> socks;
+  for (int i = 0; i < 16; ++i) {
+    socks.push_back(std::make_unique<Transfer>());
+    ASSERT_EQ(ft_socket_register(flood, socks.back()->send_fd), FT_OK);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> flowlets{0};
+  std::thread flooder([&] {
+    while (!stop.load()) {
+      for (auto& t : socks) {
+        (void)ft_flowlet_begin(flood, t->send_fd, 1 << 20, nullptr);
+        (void)ft_flowlet_end(flood, t->send_fd);
+        flowlets.fetch_add(1);
+      }
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the flood is on
+  Transfer t;
+  ASSERT_EQ(ft_socket_register(calm, t.send_fd), FT_OK);
+  const auto t0 = HarnessClock::now();
+  ASSERT_EQ(ft_flowlet_begin(calm, t.send_fd, 100 << 20, nullptr), FT_OK);
+  const bool rated = eventually([&] { return rate(calm, t.send_fd) > 0; }, 3000);
+  const double ms = std::chrono::duration<double, std::milli>(HarnessClock::now() - t0).count();
+  stop = true;
+  flooder.join();
+  std::printf("flood: %llu flowlets; the calm process's rate after %.1f ms\n",
+              static_cast<unsigned long long>(flowlets.load()), ms);
+  EXPECT_TRUE(rated) << agent_.log() << daemon_.log();
+  EXPECT_GT(flowlets.load(), 10000u);  // it was a flood
+  EXPECT_EQ(ft_client_close(flood), FT_OK);
+  EXPECT_EQ(ft_client_close(calm), FT_OK);
 }
 
 TEST(AgentProto, RecordsCarryEventsAndTheirTenantBothWays) {
