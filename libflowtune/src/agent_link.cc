@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstring>
 
+#include "control_thread.h"
 #include "runtime.h"
 
 namespace flowtune::client {
@@ -28,35 +29,18 @@ AgentLink::AgentLink(AgentLinkConfig config, SocketTable& table,
       table_(table),
       tenants_(std::move(tenants)),
       queue_(config_.queue_capacity),
-      start_ns_(std::chrono::steady_clock::now().time_since_epoch().count()) {}
+      start_ns_(steady_ns()) {}
 
 AgentLink::~AgentLink() { (void)stop(); }
 
-std::uint64_t AgentLink::now_us() const {
-  const std::int64_t ns = std::chrono::steady_clock::now().time_since_epoch().count();
-  return static_cast<std::uint64_t>((ns - start_ns_) / 1000) + 1;
-}
+std::uint64_t AgentLink::now_us() const { return micros_since(start_ns_); }
 
 void AgentLink::log(int level, const std::string& text) const {
-  if (level > config_.log_level) return;
-  const std::string line = "flowtune: " + text + "\n";
-  const int pidfd = pidfd_.get();
-  const int fd = pidfd >= 0 ? static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, 2, 0)) : 2;
-  if (fd >= 0) (void)!::write(fd, line.data(), line.size());
-  if (fd >= 0 && pidfd >= 0) (void)::syscall(SYS_close, fd);
+  if (level <= config_.log_level) log_to_stderr(pidfd_.get(), text);
 }
 
 int AgentLink::start() {
-  std::promise<int> ready;
-  std::future<int> result = ready.get_future();
-  try {
-    thread_ = std::thread([this, &ready] { run(&ready); });
-  } catch (...) {
-    return FT_ERUNTIME;
-  }
-  const int rc = result.get();
-  if (rc != FT_OK) thread_.join();
-  return rc;
+  return start_control_thread(&thread_, [this](std::promise<int>* ready) { run(ready); });
 }
 
 int AgentLink::stop() {
@@ -105,13 +89,7 @@ void AgentLink::run(std::promise<int>* ready) {
   if (rc == FT_OK && !open_wakeups()) rc = FT_ERUNTIME;
   if (rc != FT_OK) {
     loop_.unwatch_all();
-    loop_close_rc_ = loop_.close();
-    sock_.reset();
-    timer_fd_.reset();
-    signal_fd_.reset();
-    table_.set_pidfd(-1);
-    pidfd_.reset();
-    tid_.store(0, std::memory_order_release);
+    close_all();
     ready->set_value(rc);
     return;
   }
@@ -125,6 +103,10 @@ void AgentLink::run(std::promise<int>* ready) {
             napping_ ? WakeFlag::Sleep::kNap : WakeFlag::Sleep::kDeep);
       },
       [this] { wake_flag_.woke(); }, [this] { turn(); });
+  close_all();
+}
+
+void AgentLink::close_all() {
   loop_close_rc_ = loop_.close();
   sock_.reset();
   timer_fd_.reset();

@@ -100,6 +100,8 @@ class AgentLink final : public Backend, private IntakeSink {
   // Connects, says hello and waits for the welcome: FT_OK or FT_ECONNECT.
   int connect_agent();
   bool open_wakeups();
+  // Closes what run() opened (the link's thread: its own fd table).
+  void close_all();
   void turn();
   void receive(std::uint64_t now);
   void on_record(const agent::Record& r);

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "control_thread.h"
 #include "flowtune/common/curve.h"
 #include "flowtune/common/endpoint.h"
 #include "flowtune/wire/codec.h"
@@ -44,20 +45,10 @@ std::atomic<bool> g_shares_fd_table{false};
 bool runtime_shares_fd_table() { return g_shares_fd_table.load(std::memory_order_acquire); }
 void note_shared_fd_table() { g_shares_fd_table.store(true, std::memory_order_release); }
 
-std::uint64_t Runtime::now_us() const {
-  const std::int64_t ns = std::chrono::steady_clock::now().time_since_epoch().count();
-  return static_cast<std::uint64_t>((ns - start_ns_) / 1000) + 1;
-}
+std::uint64_t Runtime::now_us() const { return micros_since(start_ns_); }
 
 void Runtime::log(int level, const std::string& text) const {
-  if (level > config_.log_level) return;
-  const std::string line = "flowtune: " + text + "\n";
-  // In the private table fd 2 is /dev/null: write to a copy of the
-  // application's stderr, taken for this one write.
-  const int pidfd = pidfd_.get();
-  const int fd = pidfd >= 0 ? static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, 2, 0)) : 2;
-  if (fd >= 0) (void)!::write(fd, line.data(), line.size());
-  if (fd >= 0 && pidfd >= 0) (void)::syscall(SYS_close, fd);  // a copy, whatever its number
+  if (level <= config_.log_level) log_to_stderr(pidfd_.get(), text);
 }
 
 int Runtime::wake_signal() { return SIGRTMAX - 2; }

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "control_thread.h"
 #include "flowtune/common/curve.h"
 #include "flowtune/common/endpoint.h"
 #include "fork_guard.h"
@@ -82,7 +83,7 @@ Runtime::Runtime(RuntimeConfig config, SessionConfig session, SocketTable& table
       session_(with_failover(std::move(session), config_.allocator)),
       queue_(config_.queue_capacity),
       port_(port != nullptr ? port : &local_port_),
-      start_ns_(std::chrono::steady_clock::now().time_since_epoch().count()) {}
+      start_ns_(steady_ns()) {}
 
 Runtime::~Runtime() { (void)stop(); }
 
@@ -157,16 +158,7 @@ bool Runtime::enter_private_table() {
 }
 
 int Runtime::start() {
-  std::promise<int> ready;
-  std::future<int> result = ready.get_future();
-  try {
-    thread_ = std::thread([this, &ready] { run(&ready); });
-  } catch (...) {
-    return FT_ERUNTIME;
-  }
-  const int rc = result.get();
-  if (rc != FT_OK) thread_.join();  // it closed what it opened
-  return rc;
+  return start_control_thread(&thread_, [this](std::promise<int>* ready) { run(ready); });
 }
 
 int Runtime::open_all() {

@@ -15,8 +15,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <memory>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../allocator/daemon/daemon_harness.h"
@@ -39,19 +39,8 @@ class AgentProcess {
     log_path_ = "/tmp/ft-test-agent-" + std::to_string(::getpid()) + ".log";
     std::vector<std::string> args = {FT_AGENT_BINARY};
     args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = ::fork();
+    pid_ = daemon::testing::spawn_daemon(std::move(args), log_path_, "a");
     ASSERT_GE(pid_, 0);
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      std::FILE* f = std::freopen(log_path_.c_str(), "a", stderr);
-      (void)f;
-      ::close_range(3, ~0u, 0);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
   }
   void kill9() {
     if (pid_ <= 0) return;
@@ -74,15 +63,24 @@ class AgentProcess {
   std::string log_path_;
 };
 
-// Whether something accepts connections at an agent address.
-bool listening(const std::string& address) {
+// A raw connection to an agent address (a peer that is not the library).
+int connect_raw(const std::string& address) {
   sockaddr_un a;
   unsigned len = 0;
-  if (!agent::parse_address(address, &a, &len)) return false;
+  if (!agent::parse_address(address, &a, &len)) return -1;
   const int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  const bool ok = ::connect(s, reinterpret_cast<sockaddr*>(&a), len) == 0;
-  ::close(s);
-  return ok;
+  if (::connect(s, reinterpret_cast<sockaddr*>(&a), len) != 0) {
+    ::close(s);
+    return -1;
+  }
+  return s;
+}
+
+// Whether something accepts connections at an agent address.
+bool listening(const std::string& address) {
+  const int s = connect_raw(address);
+  if (s >= 0) ::close(s);
+  return s >= 0;
 }
 
 class AgentTest : public ::testing::Test {
@@ -207,7 +205,8 @@ TEST_F(AgentTest, AFlowletKeepsItsPolicyWhenTheAgentRestarts) {
   // Reported again by the new agent, with the begin's policy, not the
   // socket's defaults.
   EXPECT_TRUE(eventually([&] { return as_asked(flow()) && rate(c, t.send_fd) > 0; }, 5000))
-      << flow().dump() << "\n" << agent_.log();
+      << flow().dump() << "\n"
+      << agent_.log();
   EXPECT_EQ(ft_client_close(c), FT_OK);
 }
 
@@ -215,11 +214,8 @@ TEST_F(AgentTest, AProcessThatFallsSilentIsReleasedAndItsFlowsEnd) {
   start_agent();
   // A process frozen after it began a flowlet: hello, register, begin,
   // then nothing, not even its tick.
-  sockaddr_un addr;
-  unsigned len = 0;
-  ASSERT_TRUE(agent::parse_address(address_, &addr, &len));
-  const int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  ASSERT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  const int s = connect_raw(address_);
+  ASSERT_GE(s, 0);
   std::vector<std::uint8_t> packet;
   agent::Record hello;
   hello.op = agent::Op::kHello;
@@ -227,8 +223,7 @@ TEST_F(AgentTest, AProcessThatFallsSilentIsReleasedAndItsFlowsEnd) {
   agent::HelloBody body;
   body.min_flowlet_bytes = 10000;
   body.min_rate_bytes_per_sec = 16000;
-  agent::append(packet, hello,
-                std::string_view(reinterpret_cast<const char*>(&body), sizeof body));
+  agent::append(packet, hello, std::string_view(reinterpret_cast<const char*>(&body), sizeof body));
   Transfer t;  // a real connected socket's addresses
   Event reg;
   reg.kind = Event::kRegister;
@@ -310,11 +305,8 @@ TEST_F(AgentTest, WithNothingListeningAProcessRunsItsOwnSession) {
 
 TEST_F(AgentTest, APeerThatBreaksTheProtocolIsDroppedAndOthersAreServed) {
   start_agent();
-  sockaddr_un addr;
-  unsigned len = 0;
-  ASSERT_TRUE(agent::parse_address(address_, &addr, &len));
-  const int bad = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  ASSERT_EQ(::connect(bad, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  const int bad = connect_raw(address_);
+  ASSERT_GE(bad, 0);
   const char garbage[] = "not a record at all";
   ASSERT_GT(::send(bad, garbage, sizeof garbage, 0), 0);
   char buf[256];
@@ -384,8 +376,8 @@ TEST(AgentProto, RecordsCarryEventsAndTheirTenantBothWays) {
   e.policy = p;
   std::string tenant;
   std::vector<std::uint8_t> packet;
-  const agent::Record r = agent::record_of(e, &mine, &tenant);
-  agent::append(packet, r, tenant);
+  const agent::Record rec = agent::record_of(e, &mine, &tenant);
+  agent::append(packet, rec, tenant);
   (void)theirs.intern("red");  // the agent's table numbers tenants its own way
   std::vector<Event> got;
   ASSERT_TRUE(agent::for_each_record(packet.data(), packet.size(),

@@ -75,6 +75,25 @@ inline std::optional<nlohmann::json> control_request(zmq::context_t& ctx, const 
   return nlohmann::json::parse(body.to_string_view());
 }
 
+// Forks and execs args[0] with its stderr in log_path (opened with
+// `mode`); the child dies with the test, however it ends (a crash would
+// leave it running), and inherits none of the test's descriptors (it would
+// keep their connections open after the test closes them). The pid, or -1.
+inline pid_t spawn_daemon(std::vector<std::string> args, const std::string& log_path,
+                          const char* mode) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  std::FILE* f = std::freopen(log_path.c_str(), mode, stderr);
+  (void)f;
+  ::close_range(3, ~0u, 0);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(argv[0], argv.data());
+  ::_exit(127);
+}
+
 class DaemonProcess {
  public:
   DaemonProcess() = default;
@@ -100,22 +119,8 @@ class DaemonProcess {
     stderr_path_ = "/tmp/ft-test-daemon-" + std::to_string(::getpid()) + "-" +
                    std::to_string(starts_++) + ".log";
     args.insert(args.begin(), {FT_ALLOCATOR_BINARY, "--listen", listen});
-    pid_ = ::fork();
+    pid_ = spawn_daemon(std::move(args), stderr_path_, "w");
     if (pid_ < 0) return false;
-    if (pid_ == 0) {
-      // Gone with the test, however it ends (a crash would leave it running).
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      std::FILE* f = std::freopen(stderr_path_.c_str(), "w", stderr);
-      (void)f;
-      // The daemon must not inherit the test's sockets: it would keep their
-      // connections open after the test closes them.
-      ::close_range(3, ~0u, 0);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
     const auto deadline = Clock::now() + std::chrono::seconds(10);
     while (Clock::now() < deadline) {
       if (control("status", 100)) return true;
