@@ -6,12 +6,13 @@ function(ft_add_test name)
   add_executable(${name} ${FT_SOURCES})
   target_link_libraries(${name} PRIVATE ${FT_LIBS} GTest::gtest GTest::gtest_main flowtune_defaults)
   # No test meets a host agent it did not start (one may run on the
-  # machine): tests of the agent name their own (tests/agent).
-  set(env ENVIRONMENT "FLOWTUNE_AGENT=off")
+  # machine): tests of the agent name their own (tests/agent). A property
+  # of its own: a second ENVIRONMENT item would not survive discovery.
+  set(env ENVIRONMENT_MODIFICATION "FLOWTUNE_AGENT=set:off")
   if(FT_SANITIZE STREQUAL "thread")
     # die_after_fork=0: the fork tests start clients (threads) in children
     # of multithreaded parents, which the library supports.
-    list(APPEND env
+    list(APPEND env ENVIRONMENT
       "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/tsan.supp halt_on_error=1 die_after_fork=0")
   endif()
   gtest_discover_tests(${name} PROPERTIES LABELS "${FT_LABEL}" ${env} DISCOVERY_TIMEOUT 60)

@@ -13,7 +13,7 @@
 #   fuzz     only the libFuzzer targets and their short runs (ctest label
 #            'fuzz'): the unit suite under ASan + UBSan is asan's job, so the
 #            fuzz preset neither builds nor runs it again
-#   tsan     libflowtune's threads and the engine's persistent team
+#   tsan     libflowtune's threads, the host agent and the engine's persistent team
 # At the end it prints how long each preset spent building and testing.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -53,7 +53,7 @@ build_preset() {
       # engine's persistent worker team: Debian's oneTBB is not instrumented,
       # so the TBB driver's tests would report false races here.
       "$top/scripts/build.sh" tsan session_test client_test pacing_test shim_stress_test \
-        flowtune-allocator alloc_parallel_test ;;
+        flowtune-allocator alloc_parallel_test agent_test flowtune-agent ;;
     fuzz)
       local targets
       mapfile -t targets < <(fuzz_targets)
@@ -67,8 +67,8 @@ test_preset() {
   local dir="$top/build/$1"
   case "$1" in
     tsan)
-      echo "tsan: libflowtune and the persistent engine team only (oneTBB is not TSan-instrumented)"
-      ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 600 -L libflowtune
+      echo "tsan: libflowtune, the host agent and the persistent engine team only (oneTBB is not TSan-instrumented)"
+      ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 600 -L 'libflowtune|agent'
       ctest --test-dir "$dir" --output-on-failure --timeout 600 --no-tests=error \
         -R '[Pp]ersistent|/team' ;;
     fuzz) ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 600 --no-tests=error -L fuzz ;;
