@@ -28,7 +28,7 @@ AgentLink::AgentLink(AgentLinkConfig config, SocketTable& table,
     : config_(std::move(config)),
       table_(table),
       tenants_(std::move(tenants)),
-      queue_(config_.queue_capacity),
+      inbox_(config_.queue_capacity),
       start_ns_(steady_ns()) {}
 
 AgentLink::~AgentLink() { (void)stop(); }
@@ -46,26 +46,18 @@ int AgentLink::start() {
 int AgentLink::stop() {
   if (!thread_.joinable()) return 0;
   stopping_.store(true, std::memory_order_release);
-  const pid_t tid = tid_.load(std::memory_order_acquire);
-  if (tid != 0) (void)::syscall(SYS_tgkill, ::getpid(), tid, Runtime::wake_signal());
+  inbox_.signal();
   thread_.join();
   return loop_close_rc_;
 }
 
 bool AgentLink::push(const Event& e, bool urgent) {
-  if (!queue_.push(e)) {
-    published_.queue_overflows.fetch_add(1, std::memory_order_relaxed);
-    return false;
-  }
-  if (urgent) wake();
-  return true;
+  if (inbox_.push(e, urgent)) return true;
+  published_.queue_overflows.fetch_add(1, std::memory_order_relaxed);
+  return false;
 }
 
-void AgentLink::wake() {
-  if (!wake_flag_.should_wake()) return;
-  const pid_t tid = tid_.load(std::memory_order_acquire);
-  if (tid != 0) (void)::syscall(SYS_tgkill, ::getpid(), tid, Runtime::wake_signal());
-}
+void AgentLink::wake() { (void)inbox_.wake(); }
 
 ft_stats AgentLink::stats() const {
   ft_stats s{};
@@ -79,7 +71,7 @@ ft_stats AgentLink::stats() const {
 }
 
 void AgentLink::run(std::promise<int>* ready) {
-  tid_.store(static_cast<pid_t>(::syscall(SYS_gettid)), std::memory_order_release);
+  inbox_.enter();
   (void)pthread_setname_np(pthread_self(), "ft-agent-link");
   sigset_t all;
   sigfillset(&all);
@@ -96,13 +88,8 @@ void AgentLink::run(std::promise<int>* ready) {
   published_.connected.store(1, std::memory_order_relaxed);
   ready->set_value(FT_OK);
   turn();
-  loop_.run(
-      [this] {
-        return wake_flag_.prepare_to_sleep(
-            [this] { return !queue_.empty() || table_.has_dirty(); },
-            napping_ ? WakeFlag::Sleep::kNap : WakeFlag::Sleep::kDeep);
-      },
-      [this] { wake_flag_.woke(); }, [this] { turn(); });
+  loop_.run([this] { return inbox_.prepare_to_sleep(table_, napping_); },
+            [this] { inbox_.flag.woke(); }, [this] { turn(); });
   close_all();
 }
 
@@ -113,7 +100,7 @@ void AgentLink::close_all() {
   signal_fd_.reset();
   table_.set_pidfd(-1);
   pidfd_.reset();
-  tid_.store(0, std::memory_order_release);
+  inbox_.leave();
 }
 
 int AgentLink::connect_agent() {
@@ -173,7 +160,7 @@ bool AgentLink::open_wakeups() {
   if (!timer_fd_) return false;
   sigset_t wake_set;
   sigemptyset(&wake_set);
-  sigaddset(&wake_set, Runtime::wake_signal());
+  sigaddset(&wake_set, control_wake_signal());
   signal_fd_ = UniqueFd(signalfd(-1, &wake_set, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!signal_fd_ || loop_.init() != 0) return false;
   return loop_.watch(signal_fd_.get(),

@@ -31,6 +31,7 @@
 
 #include "agent_proto.h"
 #include "backend.h"
+#include "control_thread.h"
 #include "event_loop.h"
 #include "event_queue.h"
 #include "flowtune/common/fd.h"
@@ -129,8 +130,8 @@ class AgentLink final : public Backend, private IntakeSink {
   AgentLinkConfig config_;
   SocketTable& table_;
   std::shared_ptr<const TenantNames> tenants_;
-  EventQueue queue_;
-  Intake intake_{queue_, table_};
+  ControlInbox inbox_;
+  Intake intake_{inbox_.queue, table_};
   std::unordered_map<int, Reg> regs_;
   std::vector<std::uint8_t> out_;                  // records gathered this turn
   std::deque<std::vector<std::uint8_t>> pending_;  // packets the agent did not take yet
@@ -142,8 +143,6 @@ class AgentLink final : public Backend, private IntakeSink {
   UniqueFd pidfd_;
   EventLoop loop_;
   std::thread thread_;
-  std::atomic<pid_t> tid_{0};
-  WakeFlag wake_flag_;
   bool napping_ = false;
   std::atomic<bool> stopping_{false};
   std::uint64_t linger_until_us_ = 0;

@@ -51,10 +51,10 @@ void Runtime::log(int level, const std::string& text) const {
   if (level <= config_.log_level) log_to_stderr(pidfd_.get(), text);
 }
 
-int Runtime::wake_signal() { return SIGRTMAX - 2; }
+int Runtime::wake_signal() { return control_wake_signal(); }
 
 void Runtime::run(std::promise<int>* ready) {
-  tid_.store(static_cast<pid_t>(::syscall(SYS_gettid)), std::memory_order_release);
+  inbox_.enter();
   // Named so that operators (top -H) and benchmarks can tell its CPU from
   // the application's; ZeroMQ names its own threads ZMQbg/*.
   (void)pthread_setname_np(pthread_self(), "ft-runtime");
@@ -71,7 +71,7 @@ void Runtime::run(std::promise<int>* ready) {
   if (rc != FT_OK) {
     loop_.unwatch_all();  // a start that failed half way: nothing to run
     loop_close_rc_ = close_all();
-    tid_.store(0, std::memory_order_release);
+    inbox_.leave();
     ready->set_value(rc);
     return;
   }
@@ -80,26 +80,16 @@ void Runtime::run(std::promise<int>* ready) {
   // The loop blocks only if nothing is queued or marked in the table after
   // it said it sleeps (WakeFlag holds the fences that make this hold); else
   // it polls, and takes a turn if nothing else woke it.
-  loop_.run(
-      [this] {
-        return wake_flag_.prepare_to_sleep(
-            [this] { return !queue_.empty() || table_.has_dirty(); },
-            napping_ ? WakeFlag::Sleep::kNap : WakeFlag::Sleep::kDeep);
-      },
-      [this] { wake_flag_.woke(); }, [this] { turn(); });
+  loop_.run([this] { return inbox_.prepare_to_sleep(table_, napping_); },
+            [this] { inbox_.flag.woke(); }, [this] { turn(); });
   loop_close_rc_ = close_all();
-  // A late wake-up must not reach another thread that gets this tid: with
-  // no handler installed, the signal's default action ends the process.
-  tid_.store(0, std::memory_order_release);
+  inbox_.leave();
 }
 
-void Runtime::signal_self() const {
-  const pid_t tid = tid_.load(std::memory_order_acquire);
-  if (tid != 0) (void)::syscall(SYS_tgkill, ::getpid(), tid, wake_signal());
-}
+void Runtime::signal_self() const { inbox_.signal(); }
 
 bool Runtime::push(const Event& e, bool urgent) {
-  if (!queue_.push(e)) {
+  if (!inbox_.queue.push(e)) {
     published_.queue_overflows.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
@@ -108,9 +98,7 @@ bool Runtime::push(const Event& e, bool urgent) {
 }
 
 void Runtime::wake() {
-  if (!wake_flag_.should_wake()) return;
-  wakeups_sent_.fetch_add(1, std::memory_order_relaxed);
-  signal_self();
+  if (inbox_.wake()) wakeups_sent_.fetch_add(1, std::memory_order_relaxed);
 }
 
 int Runtime::stop() {

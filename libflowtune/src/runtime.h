@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "control_thread.h"
 #include "event_loop.h"
 #include "event_queue.h"
 #include "flowtune/common/curve.h"
@@ -241,7 +242,7 @@ class Runtime final : public Backend, private IntakeSink {
   RuntimeConfig config_;
   SocketTable& table_;
   Session session_;
-  EventQueue queue_;
+  ControlInbox inbox_;
 
   // Declared in reverse order of closing: the loop (its handles poll the
   // fds below) goes first, the ZeroMQ context last.
@@ -253,10 +254,8 @@ class Runtime final : public Backend, private IntakeSink {
   UniqueFd pidfd_;
   EventLoop loop_;
   std::thread thread_;
-  std::atomic<pid_t> tid_{0};
   bool private_table_ = false;
   int loop_close_rc_ = 0;  // set by the runtime thread as it exits
-  WakeFlag wake_flag_;
   // Set by arm_timer: the timer fires within kPollUs, so the loop naps.
   bool napping_ = false;
   std::atomic<std::uint64_t> wakeups_sent_{0};
@@ -264,7 +263,7 @@ class Runtime final : public Backend, private IntakeSink {
   // it took plus kLingerUs).
   std::uint64_t linger_until_us_ = 0;
   std::atomic<bool> stopping_{false};
-  Intake intake_{queue_, table_};
+  Intake intake_{inbox_.queue, table_};
   LocalPort local_port_{table_};
   SocketPort* port_;
   // Flowlets the library ended, whose application bit flush() clears.

@@ -81,7 +81,7 @@ Runtime::Runtime(RuntimeConfig config, SessionConfig session, SocketTable& table
     : config_(std::move(config)),
       table_(table),
       session_(with_failover(std::move(session), config_.allocator)),
-      queue_(config_.queue_capacity),
+      inbox_(config_.queue_capacity),
       port_(port != nullptr ? port : &local_port_),
       start_ns_(steady_ns()) {}
 
