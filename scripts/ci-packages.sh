@@ -15,13 +15,14 @@ apid=
 cleanup() {
   [ -z "$apid" ] || kill "$apid" 2>/dev/null || true
   wait 2>/dev/null || true
-  apt-get purge -y -qq flowtune-allocator flowtune-run flowtune-pacer flowtune-relay flowtune-witness \
+  apt-get purge -y -qq flowtune-allocator flowtune-run flowtune-pacer flowtune-relay flowtune-witness flowtune-agent \
     libflowtune-dev libflowtune0.2 > /dev/null 2>&1 || true
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 apt-get install -y -qq "${debs[@]}" > "$tmp/apt.log" 2>&1 || { tail -n 20 "$tmp/apt.log"; exit 1; }
-for u in flowtune-allocator.service flowtune-relay.service flowtune-witness.service flowtune-pacer@eth0.service; do
+for u in flowtune-allocator.service flowtune-relay.service flowtune-witness.service flowtune-pacer@eth0.service \
+         flowtune-agent.service; do
   out=$(systemd-analyze verify "$u" 2>&1) && [ -z "$out" ] || { echo "systemd-analyze verify $u: $out"; exit 1; }
 done
 # The installed example, with the demo's 200 Mbit/s links and a private
@@ -45,4 +46,8 @@ flowlets=$(python3 -c '
 import re, sys
 print(int(sum(float(v) for v in re.findall(r"^flowtune_allocator_flows_started_total\{[^}]*\} (\S+)$", open(sys.argv[1]).read(), re.M))))' "$tmp/metrics.txt")
 [ "$flowlets" -ge 3 ] || { echo "flowtune_allocator_flows_started_total sums to $flowlets after the demo's three transfers"; exit 1; }
+# The host agent's settings may hold the host's CURVE secret: root's alone.
+[ "$(stat -c %a:%U /etc/default/flowtune-agent)" = 600:root ] ||
+  { echo "/etc/default/flowtune-agent is $(stat -c %a:%U /etc/default/flowtune-agent), not 600:root"; exit 1; }
+flowtune-agent --help > /dev/null
 echo "packages: installed, demo ran against them, $flowlets flowlets in the metrics"

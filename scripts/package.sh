@@ -7,12 +7,12 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$top/build/release}
 "$top/scripts/build.sh" release flowtune-allocator flowtune-ctl flowtune flowtune_static flowtune_preload \
-  flowtune-run flowtune-pacer flowtune-relay flowtune-witness > /dev/null
+  flowtune-run flowtune-pacer flowtune-relay flowtune-witness flowtune-agent > /dev/null
 rm -rf "$build/packages"
 cpack --config "$build/CPackConfig.cmake" -B "$build/packages" > "$build/cpack.log" 2>&1 ||
   { tail -n 30 "$build/cpack.log"; exit 1; }
 debs=("$build"/packages/*.deb)
-[ ${#debs[@]} -eq 7 ] || { echo "package: expected 7 packages, got ${#debs[@]}: ${debs[*]}" >&2; exit 1; }
+[ ${#debs[@]} -eq 8 ] || { echo "package: expected 8 packages, got ${#debs[@]}: ${debs[*]}" >&2; exit 1; }
 if command -v lintian > /dev/null; then
   # Errors fail (and are printed); warnings are counted, kept in the log.
   lintian --fail-on error "${debs[@]}" > "$build/lintian.log" 2>&1 ||
