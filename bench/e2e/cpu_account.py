@@ -9,8 +9,9 @@ interrupt contexts are.
 Components:
   allocator          the flowtune-allocator process
   endpoint_control   threads of the applications that run Flowtune's control
-                     plane (libflowtune's runtime thread, "ft-runtime", and
-                     ZeroMQ's "ZMQbg/*" threads)
+                     plane (libflowtune's runtime thread, "ft-runtime", its
+                     link to a host agent, "ft-agent-link", and ZeroMQ's
+                     "ZMQbg/*" threads), and the host agents (flowtune-agent)
   host_shaper        flowtune-pacer processes and their tc children
   applications       the rest of the applications' own user and system
                      time (the data path's system calls included)
@@ -20,7 +21,7 @@ Components:
 import os
 
 TICK = os.sysconf("SC_CLK_TCK")
-CONTROL_THREADS = ("ft-runtime", "ZMQbg")
+CONTROL_THREADS = ("ft-runtime", "ft-agent-link", "ZMQbg")
 
 
 def _stat_fields(path):
@@ -105,6 +106,10 @@ class Round:
         control = control_threads_cpu_s(pid)
         self.parts["endpoint_control"] += control
         self.parts["applications"] += max(0.0, process_cpu_s(pid) - control)
+
+    def take_agent(self, pid):
+        """A live host agent: all of it is endpoint control."""
+        self.parts["endpoint_control"] += process_cpu_s(pid)
 
     def add_application_s(self, seconds):
         """An application that ended (its rusage), with no control plane."""
