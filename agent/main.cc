@@ -194,6 +194,7 @@ int main(int argc, char** argv) {
   agent::ServerConfig sc;
   sc.listen = o.listen;
   sc.allocator = o.allocator;
+  sc.host = o.host;
   sc.session.min_flowlet_bytes = o.min_flowlet_bytes;
   sc.session.min_rate_bytes_per_sec = o.min_pacing_rate;
   sc.max_sockets_per_process = o.max_sockets;

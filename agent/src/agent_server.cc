@@ -213,9 +213,13 @@ void Server::on_hello(Client& c, const Record& r, std::string_view payload) {
   if (r.value != client::agent::kProtocolVersion || payload.size() < sizeof body) {
     why = "protocol version " + std::to_string(r.value) + ", the agent speaks " +
           std::to_string(client::agent::kProtocolVersion);
+  } else if (std::memcpy(&body, payload.data(), sizeof body);
+             body.host_bytes > payload.size() - sizeof body) {
+    why = "its hello is malformed (a host longer than the hello)";
   } else {
-    std::memcpy(&body, payload.data(), sizeof body);
-    const std::string_view allocator = payload.substr(sizeof body);
+    std::string_view allocator = payload.substr(sizeof body);
+    const std::string_view host = allocator.substr(allocator.size() - body.host_bytes);
+    allocator.remove_suffix(body.host_bytes);
     const auto& want = config_.session;
     if (body.min_flowlet_bytes != want.min_flowlet_bytes ||
         body.max_rate_bytes_per_sec != want.max_rate_bytes_per_sec ||
@@ -224,6 +228,10 @@ void Server::on_hello(Client& c, const Record& r, std::string_view payload) {
     } else if (body.explicit_allocator != 0 && allocator != config_.allocator) {
       why = "it names allocator \"" + std::string(allocator) + "\", the agent uses \"" +
             config_.allocator + "\"";
+    } else if (!host.empty() && host != config_.host) {
+      why = "it names host \"" + std::string(host) + "\", the agent's session is " +
+            (config_.host.empty() ? std::string("for no named host (no --host)")
+                                  : "host \"" + config_.host + "\"");
     }
   }
   Record w;

@@ -32,6 +32,7 @@ namespace flowtune::agent {
 struct ServerConfig {
   std::string listen = std::string(client::agent::kDefaultAddress);
   std::string allocator;             // the runtime's: processes that name another are refused
+  std::string host;                  // the session's (--host): likewise
   client::agent::HelloBody session;  // processes that ask for other settings are refused
   std::size_t max_sockets_per_process = 65536;
   // Users whose processes are served (empty: every user's); root's and the

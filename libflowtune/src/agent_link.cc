@@ -126,8 +126,10 @@ int AgentLink::connect_agent() {
   r.value = agent::kProtocolVersion;
   agent::HelloBody body = config_.hello;
   body.explicit_allocator = config_.allocator.empty() ? 0 : 1;
+  body.host_bytes = static_cast<std::uint32_t>(config_.host.size());
   std::string payload(reinterpret_cast<const char*>(&body), sizeof body);
   payload += config_.allocator;
+  payload += config_.host;
   agent::append(hello, r, payload);
   if (::send(s.get(), hello.data(), hello.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(hello.size())) {

@@ -47,6 +47,7 @@ struct AgentLinkConfig {
   int log_level = 2;
   agent::HelloBody hello;
   std::string allocator;  // named by the program (hello.explicit_allocator)
+  std::string host;       // named by the program (hello.host_bytes)
   std::size_t queue_capacity = std::size_t{1} << 14;
 };
 

@@ -79,7 +79,9 @@ struct HelloBody {
   std::uint64_t max_rate_bytes_per_sec = 0;
   std::uint64_t min_rate_bytes_per_sec = 0;
   std::uint32_t explicit_allocator = 0;  // 1: the allocator string follows
-  std::uint32_t reserved = 0;
+  // The host the process names (ft_config.host, FLOWTUNE_HOST): the last
+  // host_bytes of the payload; 0: it names none.
+  std::uint32_t host_bytes = 0;
 };
 
 // Appends a record and its payload to a packet being built.

@@ -184,6 +184,7 @@ std::unique_ptr<flowtune::client::Backend> agent_link(const ft_config& cfg,
   a.hello.max_rate_bytes_per_sec = s.max_rate_bytes_per_sec;
   a.hello.min_rate_bytes_per_sec = s.min_rate_bytes_per_sec;
   if (cfg.allocator != nullptr) a.allocator = cfg.allocator;
+  a.host = s.host;
   auto link = std::make_unique<flowtune::client::AgentLink>(std::move(a), c->table, c->tenants);
   if (link->start() != FT_OK) return nullptr;
   return link;

@@ -287,6 +287,39 @@ TEST_F(AgentTest, AProcessAskingForOtherSettingsRunsItsOwnSession) {
   EXPECT_EQ(ft_client_close(served), FT_OK);
 }
 
+// A process that names its host is served only by an agent whose session
+// is that host's: otherwise its flows would be placed at another host.
+TEST_F(AgentTest, AProcessNamingAnotherHostRunsItsOwnSession) {
+  agent_.start({"--listen", address_, "--allocator", listen_, "--min-flowlet-bytes", "10000",
+                "--host", "h-agent", "--log-level", "3"});
+  ASSERT_TRUE(eventually([&] { return listening(address_); }, 5000)) << agent_.log();
+  const auto open_as = [&](const char* host) {
+    ft_config cfg;
+    ft_config_init(&cfg);
+    cfg.min_flowlet_bytes = 10000;
+    cfg.host = host;
+    ft_client* c = nullptr;
+    EXPECT_EQ(ft_client_open(&cfg, &c), FT_OK);
+    return c;
+  };
+  ft_client* same = open_as("h-agent");
+  ft_client* other = open_as("h-other");
+  Transfer a, b;
+  ASSERT_EQ(ft_socket_register(same, a.send_fd), FT_OK);
+  ASSERT_EQ(ft_socket_register(other, b.send_fd), FT_OK);
+  ASSERT_EQ(ft_flowlet_begin(same, a.send_fd, 100 << 20, nullptr), FT_OK);
+  ASSERT_EQ(ft_flowlet_begin(other, b.send_fd, 100 << 20, nullptr), FT_OK);
+  EXPECT_TRUE(eventually([&] {
+    ft_stats st{};
+    ft_client_stats(other, &st);
+    return st.flowlets_started == 1 && rate(other, b.send_fd) > 0 && rate(same, a.send_fd) > 0;
+  })) << agent_.log();
+  EXPECT_EQ(endpoints(), 2u);  // the agent's session and the other host's own
+  EXPECT_NE(agent_.log().find("names host \"h-other\""), std::string::npos) << agent_.log();
+  EXPECT_EQ(ft_client_close(other), FT_OK);
+  EXPECT_EQ(ft_client_close(same), FT_OK);
+}
+
 TEST_F(AgentTest, WithNothingListeningAProcessRunsItsOwnSession) {
   // No agent started: the address is free, as the default is on a host
   // without one.
