@@ -52,6 +52,11 @@ options:
   --heartbeat-ms N         default 1000
   --max-sockets-per-process N
                            registrations one process may hold (default 65536)
+  --max-events-per-sec N   flowlet events (starts, ends, registrations) the
+                           agent forwards for the whole host, shared equally
+                           by the processes sending them; a process past its
+                           share is read later (default 20000, under the
+                           allocator's default per-source quota; 0: no limit)
   --allow-uid UID[,UID...]
                            serve only these users' processes (and root's
                            and the agent's own user's); default: every user
@@ -76,6 +81,7 @@ struct Options {
   std::uint64_t min_pacing_rate = 16000;
   std::uint64_t heartbeat_ms = 1000;
   std::uint64_t max_sockets = 65536;
+  std::uint64_t max_events_per_sec = 20000;
   int rt_priority = 0;
   std::vector<uid_t> allowed_uids;
   int log_level = 2;
@@ -122,6 +128,8 @@ Options parse(int argc, char** argv) {
       o.heartbeat_ms = std::max<std::uint64_t>(1, args.count(3'600'000));
     else if (args.is("--max-sockets-per-process"))
       o.max_sockets = args.count();
+    else if (args.is("--max-events-per-sec"))
+      o.max_events_per_sec = args.count();
     else if (args.is("--log-level"))
       o.log_level = static_cast<int>(args.count(4));
     else if (args.is("--allow-uid"))
@@ -198,6 +206,7 @@ int main(int argc, char** argv) {
   sc.session.min_flowlet_bytes = o.min_flowlet_bytes;
   sc.session.min_rate_bytes_per_sec = o.min_pacing_rate;
   sc.max_sockets_per_process = o.max_sockets;
+  sc.max_events_per_sec = static_cast<double>(o.max_events_per_sec);
   sc.allowed_uids = o.allowed_uids;
   sc.log_level = o.log_level;
   agent::Server server(sc, tenants);

@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -20,10 +21,29 @@ using client::agent::Record;
 
 namespace {
 std::uint64_t key_of(std::int32_t fd, std::uint32_t gen) { return SocketRef{fd, gen}.packed(); }
+
+// What a record costs of its process's share: an event that becomes a
+// message to the allocator (a start, an end, a registration) one, a byte
+// count, which only updates the session's books, a sixteenth.
+double cost_of(Op op) {
+  switch (op) {
+    case Op::kRegister:
+    case Op::kUnregister:
+    case Op::kBegin:
+    case Op::kEnd:
+      return 1;
+    case Op::kSent:
+    case Op::kWrote:
+    case Op::kUnsent:
+      return 1.0 / 16;
+    default:
+      return 0;
+  }
+}
 }  // namespace
 
 Server::Server(ServerConfig config, std::shared_ptr<client::TenantNames> tenants)
-    : config_(std::move(config)), tenants_(std::move(tenants)) {}
+    : config_(std::move(config)), tenants_(std::move(tenants)), fair_(config_.max_events_per_sec) {}
 
 Server::~Server() = default;
 
@@ -78,6 +98,11 @@ Result<void> Server::open() {
       ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, tick_fd_.get(), &ev) != 0) {
     return io_error("tick timer");
   }
+  throttle_fd_ = UniqueFd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  ev.data.fd = throttle_fd_.get();
+  if (!throttle_fd_ || ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, throttle_fd_.get(), &ev) != 0) {
+    return io_error("throttle timer");
+  }
   return ok();
 }
 
@@ -85,6 +110,7 @@ void Server::on_ready() {
   if (!drain_backlog()) return;  // the processes wait until the queue took it
   epoll_event ready[32];
   const int n = ::epoll_wait(epoll_fd_.get(), ready, 32, 0);
+  turn_us_ = now_us();
   for (int i = 0; i < n; ++i) {
     const int fd = ready[i].data.fd;
     if (fd == listen_fd_.get()) {
@@ -93,8 +119,14 @@ void Server::on_ready() {
       std::uint64_t expirations;
       (void)::read(tick_fd_.get(), &expirations, sizeof expirations);
       tick();
+    } else if (fd == throttle_fd_.get()) {
+      on_throttle_timer();
     } else if (const auto it = clients_.find(fd); it != clients_.end()) {
-      if (!read_client(*it->second)) drop_client(*it->second);
+      // A throttled process is reported only when its connection ends.
+      Client& c = *it->second;
+      if (c.throttled ? (ready[i].events & (EPOLLHUP | EPOLLERR)) != 0 : !read_client(c)) {
+        drop_client(c);
+      }
     }
   }
 }
@@ -169,6 +201,10 @@ bool Server::read_client(Client& c) {
   // A fair share per turn, and nothing more once the queue is full; the
   // rest stays readable for the next turn.
   for (int k = 0; k < 64 && backlog_.empty(); ++k) {
+    if (c.welcomed && !fair_.may_read(c.share, turn_us_)) {
+      throttle(c);
+      return true;
+    }
     const ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
@@ -205,6 +241,7 @@ void Server::on_record(Client& c, const Record& r, std::string_view payload) {
   } else {
     forward(c, e);
   }
+  fair_.spend(c.share, cost_of(r.op), turn_us_);
 }
 
 void Server::on_hello(Client& c, const Record& r, std::string_view payload) {
@@ -308,6 +345,53 @@ bool Server::drain_backlog() {
   return backlog_.empty();
 }
 
+void Server::throttle(Client& c) {
+  if (c.throttled) return;
+  epoll_event ev{};
+  ev.events = 0;  // hang-ups and errors are still reported
+  ev.data.fd = c.fd.get();
+  (void)::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
+  c.throttled = true;
+  if (!c.told_share) {
+    log(2, "process " + std::to_string(c.pid) + " sends past its share of the host's " +
+               std::to_string(static_cast<long long>(config_.max_events_per_sec)) +
+               " events/s (--max-events-per-sec); it is read at its share");
+    c.told_share = true;
+  }
+  arm_throttle_timer(fair_.wait_us(c.share));
+}
+
+void Server::arm_throttle_timer(std::uint64_t wait_us) {
+  const std::uint64_t due = turn_us_ + std::max<std::uint64_t>(wait_us, 1);
+  if (throttle_due_us_ != 0 && throttle_due_us_ <= due) return;  // fires sooner already
+  throttle_due_us_ = due;
+  itimerspec at{};
+  at.it_value.tv_sec = static_cast<time_t>(wait_us / 1'000'000);
+  at.it_value.tv_nsec = static_cast<long>(std::max<std::uint64_t>(wait_us % 1'000'000, 1) * 1000);
+  (void)timerfd_settime(throttle_fd_.get(), 0, &at, nullptr);
+}
+
+void Server::on_throttle_timer() {
+  std::uint64_t expirations;
+  (void)::read(throttle_fd_.get(), &expirations, sizeof expirations);
+  throttle_due_us_ = 0;
+  std::uint64_t next = 0;
+  for (auto& [fd, c] : clients_) {
+    if (!c->throttled) continue;
+    if (!fair_.may_read(c->share, turn_us_)) {
+      const std::uint64_t w = fair_.wait_us(c->share);
+      next = next == 0 ? w : std::min(next, w);
+      continue;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    (void)::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, fd, &ev);
+    c->throttled = false;
+  }
+  if (next != 0) arm_throttle_timer(next);
+}
+
 void Server::tick() {
   Record t;
   t.op = Op::kTick;
@@ -315,13 +399,17 @@ void Server::tick() {
   client::agent::append(out, t);
   const std::uint64_t now = now_us();
   std::vector<Client*> silent;
+  std::uint32_t sharing = 0;
   for (const auto& [fd, c] : clients_) {
+    if (c->throttled) c->heard_us = now;  // it has something to say: its share is spent
+    if (fair_.active(c->share, now)) ++sharing;
     if (now > c->heard_us + kClientSilenceUs) {
       silent.push_back(c.get());
     } else if (c->welcomed) {
       (void)::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     }
   }
+  fair_.set_active(sharing);
   for (Client* c : silent) {
     log(2, "process " + std::to_string(c->pid) + " silent for 3 s; its sockets are released");
     drop_client(*c);

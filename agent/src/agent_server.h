@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "agent_proto.h"
+#include "fair_share.h"
 #include "flowtune/common/fd.h"
 #include "flowtune/common/result.h"
 #include "runtime.h"
@@ -38,6 +39,10 @@ struct ServerConfig {
   // Users whose processes are served (empty: every user's); root's and the
   // agent's own always are.
   std::vector<uid_t> allowed_uids;
+  // Flowlet events a second (begins, ends, registrations; each byte count
+  // a sixteenth) the agent forwards for the whole host, shared equally by
+  // the processes sending them (fair_share.h); 0: unlimited.
+  double max_events_per_sec = 20'000;
   int log_level = 2;
 };
 
@@ -77,6 +82,9 @@ class Server final : public client::SocketPort {
     std::unordered_map<std::uint64_t, std::uint32_t> ids;  // SocketRef::packed() -> id
     std::vector<std::uint8_t> out;                         // replies gathered this turn
     bool told_full = false;
+    FairShare::Bucket share;
+    bool throttled = false;   // past its share: not read until the bucket refills
+    bool told_share = false;  // logged the first time it was
   };
   struct Route {
     Client* client;
@@ -94,6 +102,11 @@ class Server final : public client::SocketPort {
   void forward(Client& c, client::Event e);
   void drop_client(Client& c);
   void tick();
+  // A process past its share leaves the epoll set's reads until its bucket
+  // refills (the throttle timer); one whose bucket did is read again.
+  void throttle(Client& c);
+  void on_throttle_timer();
+  void arm_throttle_timer(std::uint64_t wait_us);
   // Queues a reply to the process behind id.
   void reply(std::uint32_t id, client::agent::Op op, std::uint64_t value);
   // Into the runtime's queue; what does not fit waits in backlog_, and no
@@ -114,6 +127,10 @@ class Server final : public client::SocketPort {
   UniqueFd listen_fd_;
   UniqueFd epoll_fd_;
   UniqueFd tick_fd_;
+  UniqueFd throttle_fd_;
+  FairShare fair_;
+  std::uint64_t turn_us_ = 0;          // the time at the turn's start
+  std::uint64_t throttle_due_us_ = 0;  // when the throttle timer fires (0: disarmed)
   std::unordered_map<int, std::unique_ptr<Client>> clients_;  // by connection fd
   std::unordered_map<std::uint32_t, Route> routes_;
   std::deque<client::Event> backlog_;
