@@ -7,12 +7,8 @@
 // JSON object with medians and the agent/own ratios.
 //
 //   agent_open [--rounds N]
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,22 +22,14 @@
 #include <thread>
 #include <vector>
 
+#include "agent_harness.h"
 #include "flowtune/flowtune.h"
-
-extern char** environ;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-pid_t spawn(std::vector<std::string> args) {
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
-  return pid;
-}
+using flowtune::bench::Pair;
+using flowtune::bench::spawn;
 
 double self_cpu_s() {
   rusage u{};
@@ -67,33 +55,6 @@ double pid_cpu_s(pid_t pid) {
   return (std::stod(fields[11]) + std::stod(fields[12])) /
          static_cast<double>(sysconf(_SC_CLK_TCK));
 }
-
-// A connected loopback pair, 127.0.0.1 -> 127.0.0.2.
-struct Pair {
-  int lfd = -1, send_fd = -1, recv_fd = -1;
-  Pair() {
-    lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(0x7f000002);
-    ::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
-    ::listen(lfd, 1);
-    send_fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in l{};
-    l.sin_family = AF_INET;
-    l.sin_addr.s_addr = htonl(0x7f000001);
-    ::bind(send_fd, reinterpret_cast<sockaddr*>(&l), sizeof l);
-    ::connect(send_fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    recv_fd = ::accept(lfd, nullptr, nullptr);
-  }
-  ~Pair() {
-    ::close(send_fd);
-    ::close(recv_fd);
-    ::close(lfd);
-  }
-};
 
 struct Sample {
   double open_us = 0, first_rate_us = 0, self_cpu_ms = 0;
