@@ -18,13 +18,20 @@ Each row gives the wall time per send() and the sending thread's CPU time
 per send() (which a busy machine does not inflate: waiting for a CPU is not
 counted), each with its ratio to plain. Prints one JSON object.
 
+  shim+agent         flowtune-run served by a flowtune-agent (docs/agent.md)
+                     that holds the session with the same allocator
+The other configs run with FLOWTUNE_AGENT=off, so an agent that happens to
+listen on the machine does not serve them.
+
 --instructions (needs valgrind) counts instead of timing: the user-space
-instructions per send() of every thread, the runtime's included, plain and
-under the shim with the allocator unreachable, from callgrind runs of the
-same loop at two lengths (the difference over the extra sends, so start-up
-cancels out). Timed ratios on a shared 2-vCPU VM move by +-15-35% between
-runs; the counts do not. Cases: a mouse back to back (mice rate 1 Tbit/s),
-a mouse after a 2 ms pause.
+instructions per send() of every thread (the runtime's included) and of the
+sending thread alone, plain and under the shim with the allocator
+unreachable, from callgrind runs of the same loop at two lengths (the
+difference over the extra sends, so start-up cancels out). Timed ratios on
+a shared 2-vCPU VM move by +-15-35% between runs; the counts do not. Cases:
+a mouse back to back (mice rate 1 Tbit/s), a mouse after a 2 ms pause, and
+a flowlet start (64 KB after a 2 ms pause): the application thread's share
+of a start, issue 47's goal 5.
 
 Usage: python3 bench/shim_bench.py [BUILD_DIR] [--rounds N] [--quick]
        python3 bench/shim_bench.py [BUILD_DIR] --instructions [--preload-alt SO]
@@ -40,16 +47,24 @@ import time
 
 
 def callgrind_instructions(cmd, env):
-    """User-space instructions of every thread of `cmd`, by callgrind."""
+    """User-space instructions of `cmd` by callgrind: (every thread, the
+    main thread alone)."""
     with tempfile.TemporaryDirectory(prefix="ft-shim-cg-") as d:
         out = os.path.join(d, "cg.out")
-        subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out] + cmd,
+        subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes",
+                        "--callgrind-out-file=" + out] + cmd,
                        env={**os.environ, **env}, capture_output=True, check=True, timeout=600)
-        with open(out) as f:
-            for line in f:
-                if line.startswith("summary:"):
-                    return int(line.split()[1])
-    raise RuntimeError("callgrind wrote no summary")
+        per_thread = {}
+        for name in os.listdir(d):
+            with open(os.path.join(d, name)) as f:
+                for line in f:
+                    if line.startswith(("summary:", "totals:")):
+                        per_thread[name] = int(line.split()[1])
+                        break
+        main = [v for k, v in per_thread.items() if k.endswith("-01")]
+        if not per_thread or not main:
+            raise RuntimeError("callgrind wrote no summary")
+        return sum(per_thread.values()), main[0]
 
 
 def instructions(build, alt):
@@ -59,24 +74,44 @@ def instructions(build, alt):
         sys.exit("shim_bench: --instructions needs valgrind (apt-get install valgrind)")
     loop = os.path.join(build, "bench", "send_loop")
     shim = os.path.abspath(os.path.join(build, "preload", "libflowtune-preload.so"))
-    nobody = {"FLOWTUNE_ALLOCATOR": "ipc:///nonexistent/flowtune-shim-bench.sock"}
+    nobody = {"FLOWTUNE_ALLOCATOR": "ipc:///nonexistent/flowtune-shim-bench.sock",
+              "FLOWTUNE_AGENT": "off"}
     configs = {"plain": {}, "shim": {"LD_PRELOAD": shim, **nobody}}
     if alt:
         configs["alt"] = {"LD_PRELOAD": os.path.abspath(alt), **nobody}
-    cases = [("mouse back to back", "coalesced", 20000, {"FLOWTUNE_MICE_MBPS": "1000000"}),
-             ("mouse after a pause", "starts", 300, {})]
+    # Served by an agent (whose allocator is as unreachable): the process's
+    # link thread instead of its own runtime.
+    agent_addr = "@ft-shim-bench-cg-%d" % os.getpid()
+    agent = subprocess.Popen([os.path.join(build, "agent", "flowtune-agent"), "--listen", agent_addr,
+                              "--allocator", nobody["FLOWTUNE_ALLOCATOR"], "--log-level", "0"])
+    configs["shim+agent"] = {"LD_PRELOAD": shim, **nobody, "FLOWTUNE_AGENT": agent_addr}
+    try:
+        rows = instruction_rows(loop, configs)
+    finally:
+        agent.terminate()
+        agent.wait()
+    print(json.dumps({"benchmark": "shim_instructions", "rows": rows}, indent=2))
+
+
+def instruction_rows(loop, configs):
+    """callgrind_instructions per send for each case and config."""
+    cases = [("mouse back to back", "coalesced", 64, 20000, {"FLOWTUNE_MICE_MBPS": "1000000"}),
+             ("mouse after a pause", "starts", 64, 300, {}),
+             ("flowlet start after a pause", "starts", 65536, 100, {})]
     rows = []
-    for label, mode, n, env in cases:
+    for label, mode, size, n, env in cases:
         per = {}
         for name, cfg in configs.items():
             e = {**cfg, **env}
-            short = callgrind_instructions([loop, mode, "64", str(n)], e)
-            long = callgrind_instructions([loop, mode, "64", str(2 * n)], e)
-            per[name] = (long - short) / n
-        for name, v in per.items():
-            rows.append({"case": label, "config": name, "instructions_per_send": round(v, 1),
-                         "added": round(v - per["plain"], 1)})
-    print(json.dumps({"benchmark": "shim_instructions", "rows": rows}, indent=2))
+            short = callgrind_instructions([loop, mode, str(size), str(n)], e)
+            long = callgrind_instructions([loop, mode, str(size), str(2 * n)], e)
+            per[name] = [(b - a) / n for a, b in zip(short, long)]
+        for name, (every, app) in per.items():
+            rows.append({"case": label, "config": name, "instructions_per_send": round(every, 1),
+                         "added": round(every - per["plain"][0], 1),
+                         "app_thread_instructions_per_send": round(app, 1),
+                         "app_thread_added": round(app - per["plain"][1], 1)})
+    return rows
 
 
 def main():
@@ -105,13 +140,18 @@ def main():
     dead = "ipc://" + os.path.join(tmp, "nobody.sock")
     daemon = subprocess.Popen([allocator, "--listen", live, "--host-gbps", "1000",
                                "--log-level", "error"])
+    agent_addr = "@ft-shim-bench-%d" % os.getpid()
+    agent = subprocess.Popen([os.path.join(build, "agent", "flowtune-agent"), "--listen", agent_addr,
+                              "--allocator", live, "--log-level", "1"])
     time.sleep(0.5)
     # 1 Tbit/s less the allocator's 1% threshold, in bytes/s.
     pacing = str(int(1e12 * 0.99 / 8))
+    off = ["env", "FLOWTUNE_AGENT=off"]
     configs = {
         "plain": [],
-        "shim": [run, "--allocator", dead, "--"],
-        "shim+allocator": [run, "--allocator", live, "--"],
+        "shim": off + [run, "--allocator", dead, "--"],
+        "shim+allocator": off + [run, "--allocator", live, "--"],
+        "shim+agent": ["env", "FLOWTUNE_AGENT=" + agent_addr, run, "--allocator", live, "--"],
         "plain+pacing": ["env", "SEND_LOOP_PACING_BYTES_PER_SEC=" + pacing],
     }
     if shutil.which("trickle"):
@@ -149,8 +189,9 @@ def main():
                     samples[(name, label, size)].append(result["ns_per_send"])
                     cpu[(name, label, size)].append(result["cpu_ns_per_send"])
     finally:
-        daemon.terminate()
-        daemon.wait()
+        for p in (agent, daemon):
+            p.terminate()
+            p.wait()
         shutil.rmtree(tmp, ignore_errors=True)
     rows = []
     def median(key, of=samples):
@@ -167,7 +208,7 @@ def main():
                                          - median(("plain", mode, size), cpu), 1)}
             if "trickle" in configs:
                 row["vs_trickle"] = round(med / median(("trickle", mode, size)), 3)
-            if name == "shim+allocator":
+            if name in ("shim+allocator", "shim+agent"):
                 row["vs_plain_pacing"] = round(med / median(("plain+pacing", mode, size)), 3)
             rows.append(row)
     print(json.dumps({"benchmark": "shim", "rounds": rounds, "rows": rows}, indent=2))
