@@ -4,9 +4,14 @@
 // input quota (--max-source-bytes-per-sec): a process that floods would
 // spend it for the whole host, the allocator would drop the session's
 // messages whole, and a neighbour's start would wait for the resync. So
-// the agent forwards at most `per_sec` events a second for the host, and
-// each process that sends events gets an equal share of it, as a token
-// bucket; a process past its share is not read until its bucket refills,
+// the agent forwards about `per_sec` events a second for the host:
+//   - each process that sends events has an equal share of it, as a token
+//     bucket; while its bucket holds tokens it is read;
+//   - the host has a bucket of the whole budget too, and a process past its
+//     share may still be read while the host's bucket is more than half
+//     full: a burst borrows what the others leave unused, and only a host
+//     that spends its budget holds anyone to a share.
+// A process that may not be read is not, until one of the buckets refills,
 // and its own events back up in its own process.
 //
 // Pure: the server keeps a Bucket per process and gives the time; tests
@@ -20,7 +25,7 @@ namespace flowtune::agent {
 
 class FairShare {
  public:
-  // A process's allowance. A new one starts full.
+  // An allowance: a process's, or the host's. A new one starts full.
   struct Bucket {
     double tokens = 0;           // may be below zero: a debt
     std::uint64_t at_us = 0;     // when `tokens` was last brought up to date
@@ -29,8 +34,8 @@ class FairShare {
   };
   // A process that spent within this long counts as sharing the budget.
   static constexpr std::uint64_t kActiveUs = 1'000'000;
-  // A bucket holds this long of its share (and at least kMinBurst events),
-  // so a process's burst is served at once and a flood's is short.
+  // A bucket holds this long of its rate (and at least kMinBurst events),
+  // so a burst is served at once and a flood's is short.
   static constexpr std::uint64_t kBurstUs = 100'000;
   static constexpr double kMinBurst = 64;
 
@@ -45,43 +50,51 @@ class FairShare {
   }
   double share_per_sec() const { return per_sec_ / active_; }
 
-  // Whether the process may be read now (its balance is positive), after
-  // bringing its bucket up to date.
+  // Whether the process may be read now: its own balance is positive, or
+  // the host's bucket is more than half full.
   bool may_read(Bucket& b, std::uint64_t now_us) {
     if (unlimited()) return true;
-    refill(b, now_us);
-    return b.tokens > 0;
+    refill(b, share_per_sec(), now_us);
+    refill(host_, per_sec_, now_us);
+    return b.tokens > 0 || host_.tokens > capacity(per_sec_) / 2;
   }
-  // What it sent: the balance may go below zero (a packet is read whole).
+  // What it sent, from its bucket and the host's (either may go below
+  // zero: a packet is read whole).
   void spend(Bucket& b, double cost, std::uint64_t now_us) {
     if (unlimited() || cost <= 0) return;
-    refill(b, now_us);
+    refill(b, share_per_sec(), now_us);
+    refill(host_, per_sec_, now_us);
     b.tokens -= cost;
-    b.spent_us = now_us;
+    host_.tokens -= cost;
+    b.spent_us = host_.spent_us = now_us;
   }
-  // Microseconds until the balance is positive again (0: it is).
+  // Microseconds until may_read() can be true again (0: it is).
   std::uint64_t wait_us(const Bucket& b) const {
-    if (unlimited() || b.tokens > 0) return 0;
-    return static_cast<std::uint64_t>((1 - b.tokens) / share_per_sec() * 1e6) + 1;
+    const double half = capacity(per_sec_) / 2;
+    if (unlimited() || b.tokens > 0 || host_.tokens > half) return 0;
+    const double own = (1 - b.tokens) / share_per_sec();
+    const double host = (half + 1 - host_.tokens) / per_sec_;
+    return static_cast<std::uint64_t>(std::min(own, host) * 1e6) + 1;
   }
 
  private:
-  double capacity() const {
-    return std::max(kMinBurst, share_per_sec() * static_cast<double>(kBurstUs) / 1e6);
+  static double capacity(double per_sec) {
+    return std::max(kMinBurst, per_sec * static_cast<double>(kBurstUs) / 1e6);
   }
-  void refill(Bucket& b, std::uint64_t now_us) {
+  static void refill(Bucket& b, double per_sec, std::uint64_t now_us) {
     if (!b.started) {
-      b.tokens = capacity();
+      b.tokens = capacity(per_sec);
       b.started = true;
     } else if (now_us > b.at_us) {
-      b.tokens = std::min(capacity(),
-                          b.tokens + static_cast<double>(now_us - b.at_us) * share_per_sec() / 1e6);
+      b.tokens = std::min(capacity(per_sec),
+                          b.tokens + static_cast<double>(now_us - b.at_us) * per_sec / 1e6);
     }
     b.at_us = std::max(b.at_us, now_us);
   }
 
   double per_sec_;
   std::uint32_t active_ = 1;
+  Bucket host_;
 };
 
 }  // namespace flowtune::agent
