@@ -58,6 +58,33 @@ Result<int> connect_to(const std::string& host, std::uint16_t port, std::uint32_
   return fd;
 }
 
+// A block's body as fetch_from() reads it after the header: its CRC, the
+// start of the server's message when the block was refused, and whether
+// it came whole (if not, the errno of the receive that failed).
+struct BlockBody {
+  std::uint32_t crc = 0;
+  std::string message;
+  bool whole = true;
+  int lost_errno = 0;
+};
+
+BlockBody recv_body(int fd, const BlockHeader& h, std::vector<char>& buf) {
+  BlockBody body;
+  std::uint64_t left = h.length;
+  while (left > 0) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size()));
+    if (!recv_all(fd, buf.data(), n)) {
+      body.whole = false;
+      body.lost_errno = errno;
+      break;
+    }
+    body.crc = crc32c(body.crc, buf.data(), n);
+    if (h.status != Status::kOk && body.message.size() < 4096) body.message.append(buf.data(), n);
+    left -= n;
+  }
+  return body;
+}
+
 // One source: every request at once, then the answers in order.
 void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t partition,
                 std::uint64_t coflow, std::uint32_t read_timeout_ms, Clock::time_point t0,
@@ -112,32 +139,17 @@ void fetch_from(const FetchSource& src, std::uint32_t shuffle, std::uint32_t par
       fail_rest(k, "not a flowtune-shuffle server (bad header)");
       break;
     }
-    std::uint32_t crc = 0;
-    std::uint64_t left = h->length;
-    std::string message;
-    bool whole = true;
-    int lost_errno = 0;
-    while (left > 0) {
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size()));
-      if (!recv_all(fd, buf.data(), n)) {
-        whole = false;
-        lost_errno = errno;
-        break;
-      }
-      crc = crc32c(crc, buf.data(), n);
-      if (h->status != Status::kOk && message.size() < 4096) message.append(buf.data(), n);
-      left -= n;
-    }
+    const BlockBody body = recv_body(fd, *h, buf);
     BlockResult& b = out[k];
     b.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (!whole) {
-      fail_rest(k, lost("mid-block", lost_errno));
+    if (!body.whole) {
+      fail_rest(k, lost("mid-block", body.lost_errno));
       break;
     }
-    if (crc != h->crc) {
+    if (body.crc != h->crc) {
       b.error = "CRC mismatch";
     } else if (h->status != Status::kOk) {
-      b.error = std::string(to_string(h->status)) + ": " + message;
+      b.error = std::string(to_string(h->status)) + ": " + body.message;
     } else {
       b.bytes = h->length;
     }
