@@ -93,6 +93,10 @@ run options (defaults: the paper's §5.3 network and web workload):
   --seed N                   workload seed (1); a seed gives the same run
   --sample-every N           measure links every N iterations, 0 = never (10)
   --oracle-every N           compare with the optimum every N iterations, 0 = never (0)
+  --flows FILE               run these flowlets (a flow list, as flowtune-packet's
+                             --flows-out writes) instead of drawing them; stops
+                             once all finished (workload, load, seed unused)
+  --flows-out FILE           write every flowlet's arrival and end (a flow list)
   --out FILE                 write the JSON there instead of standard output
   --progress | --no-progress progress bar on standard error (default: if a tty)
 
@@ -332,13 +336,18 @@ flowtune::sim::SimResult simulate_showing_progress(flowtune::sim::SimConfig& c, 
 
 int cmd_run(int argc, char** argv) {
   flowtune::sim::SimConfig c;
-  std::string out_file;
+  std::string out_file, flows_out;
   bool progress = stderr_is_tty();
   for (auto args = command_args(argc, argv); args.next();) {
     std::string_view a = args.arg();
     if (parse_run_flag(a, args, c)) continue;
     if (a == "--out") {
       out_file = args.value();
+    } else if (a == "--flows") {
+      c.flows = flowtune::sim::load_flow_list(std::string(args.value()));
+    } else if (a == "--flows-out") {
+      flows_out = args.value();
+      c.record_flows = true;
     } else if (a == "--progress") {
       progress = true;
     } else if (a == "--no-progress") {
@@ -354,6 +363,7 @@ int cmd_run(int argc, char** argv) {
   }
   const flowtune::sim::SimResult r = simulate_showing_progress(c, progress);
   json out = {{"config", flowtune::sim::to_json(c)}, {"result", flowtune::sim::to_json(r)}};
+  if (!flows_out.empty()) write_text(flows_out, flowtune::sim::format_flow_list(r.flow_records));
   if (out_file.empty()) {
     std::cout << out.dump(2) << '\n';
   } else {

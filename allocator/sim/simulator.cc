@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <variant>
@@ -38,6 +39,14 @@ void validate(const SimConfig& c) {
   need(c.short_bytes > 0, "short flowlet size must be positive");
   need(!c.clos_engine || (c.normalizer == alloc::Normalizer::kFNorm && !c.tagged_class0),
        "the Clos engine runs F-NORM with one class: no --norm other than fnorm, no --class0");
+  const std::uint64_t hosts = static_cast<std::uint64_t>(t.racks) * t.hosts_per_rack;
+  for (std::size_t i = 0; i < c.flows.size(); ++i) {
+    const ListedFlow& f = c.flows[i];
+    need(f.src < hosts && f.dst < hosts && f.src != f.dst && f.bytes > 0 && f.start_s >= 0,
+         "a given flow needs two distinct hosts of the network, bytes and a start >= 0");
+    need(i == 0 || f.start_s >= c.flows[i - 1].start_s, "given flows must be sorted by start");
+  }
+  need(c.flows.empty() || c.tagged_fraction == 0, "given flows are not tagged: no --class0");
 }
 
 std::uint64_t total_steps(const SimConfig& c) {
@@ -178,6 +187,7 @@ struct Flowlet {
   FlowId oracle_id = 0;
   std::uint32_t active_pos = 0;
   bool tagged = false;
+  std::uint32_t record = 0;  // index in SimResult::flow_records
 };
 
 class Simulation {
@@ -187,6 +197,10 @@ class Simulation {
 
  private:
   void arrive(double now);
+  void admit(double now, HostId src, HostId dst, std::uint64_t key, std::uint64_t hash, bool tagged,
+             double bytes);
+  double next_arrival();
+  void finalize(std::uint64_t steps, std::uint64_t warm_steps, double engine_s);
   void finish(FlowId id, double when);
   void step_updates(bool measuring);
   void drain(double t0);
@@ -216,6 +230,7 @@ class Simulation {
   std::vector<FlowId> active_;      // dense list of live ids
   std::vector<std::uint64_t> next_key_;  // per host
   double next_arrival_s_;
+  std::size_t next_given_ = 0;  // SimConfig::flows
   bool measuring_ = false;
   SimResult r_;
   std::vector<double> fct_us_, short_tagged_us_, short_other_us_;
@@ -265,31 +280,54 @@ Simulation::Simulation(const SimConfig& c)
     oracle_ = std::make_unique<Engine>(scaled(topo_.capacities_bps(), c),
                                        topo_.num_sites(), o);
   }
-  next_arrival_s_ = arrivals_.next(rng_);
+  next_arrival_s_ = next_arrival();
   y_raw_.resize(topo_.num_links());
   y_norm_.resize(topo_.num_links());
   y_applied_.resize(topo_.num_links());
 }
 
+// The 5-tuple an endpoint would report for its key-th flowlet (10.h.h.h, an
+// ephemeral port per flowlet) and its ECMP hash, which picks the spine.
+wire::FiveTuple endpoint_tuple(HostId src, HostId dst, std::uint64_t key) {
+  return wire::FiveTuple{0x0a000000u | src, 0x0a000000u | dst,
+                         static_cast<std::uint16_t>(32768 + key % 28000), 5201, 6};
+}
+
+// The next arrival's time: the next given flowlet's start, or the Poisson
+// process's next draw; infinity once the given ones have all arrived.
+double Simulation::next_arrival() {
+  if (c_.flows.empty()) return arrivals_.next(rng_);
+  if (next_given_ < c_.flows.size()) return c_.flows[next_given_].start_s;
+  return std::numeric_limits<double>::infinity();
+}
+
 void Simulation::arrive(double now) {
+  if (!c_.flows.empty()) {
+    const ListedFlow& g = c_.flows[next_given_++];
+    admit(now, g.src, g.dst, ++next_key_[g.src], g.ecmp_hash, false, static_cast<double>(g.bytes));
+    return;
+  }
   HostId src = rng_.below(topo_.num_hosts());
   HostId dst = rng_.below(topo_.num_hosts() - 1);
   if (dst >= src) ++dst;
-  std::uint64_t key = ++next_key_[src];
-  // Addresses and ports as an endpoint would report them (10.h.h.h, an
-  // ephemeral port per flowlet); the 5-tuple also picks the ECMP spine.
-  wire::FiveTuple t{0x0a000000u | src, 0x0a000000u | dst,
-                    static_cast<std::uint16_t>(32768 + key % 28000), 5201, 6};
-  alloc::FiveTuple at{t.src_ip, t.dst_ip, t.src_port, t.dst_port, t.protocol};
-  alloc::FlowSpec spec = alloc::make_flow(topo_, src, dst, alloc::ecmp_hash(at));
+  const std::uint64_t key = ++next_key_[src];
+  const wire::FiveTuple t = endpoint_tuple(src, dst, key);
+  const std::uint64_t hash =
+      alloc::ecmp_hash(alloc::FiveTuple{t.src_ip, t.dst_ip, t.src_port, t.dst_port, t.protocol});
   // Drawn only when tagging is on, so runs without it keep their arrivals.
   const bool tagged = c_.tagged_fraction > 0 && rng_.uniform() < c_.tagged_fraction;
+  admit(now, src, dst, key, hash, tagged, sizes_.sample(rng_));
+}
+
+void Simulation::admit(double now, HostId src, HostId dst, std::uint64_t key, std::uint64_t hash,
+                       bool tagged, double bytes) {
+  alloc::FlowSpec spec = alloc::make_flow(topo_, src, dst, hash);
   if (tagged && c_.tagged_class0) spec.priority = 0;
   FlowId id = add_flow(spec);
   if (id >= flows_.size()) flows_.resize(id + 1);
   Flowlet& f = flows_[id];
   f = Flowlet{};
-  f.size_bytes = f.remaining_bytes = sizes_.sample(rng_);
+  f.size_bytes = f.remaining_bytes = bytes;
   f.arrival_s = now;
   f.key = key;
   f.path = spec.path;
@@ -298,8 +336,13 @@ void Simulation::arrive(double now) {
   f.active_pos = static_cast<std::uint32_t>(active_.size());
   if (oracle_) f.oracle_id = oracle_->add_flow(spec);
   active_.push_back(id);
-  control_.start(src, key, t, static_cast<std::uint64_t>(f.size_bytes));
+  control_.start(src, key, endpoint_tuple(src, dst, key), static_cast<std::uint64_t>(f.size_bytes));
   if (measuring_) ++r_.flowlets_started;
+  if (c_.record_flows) {
+    f.record = static_cast<std::uint32_t>(r_.flow_records.size());
+    r_.flow_records.push_back(
+        {src, dst, static_cast<std::uint64_t>(std::llround(bytes)), now, hash, -1.0});
+  }
 }
 
 void Simulation::finish(FlowId id, double when) {
@@ -310,6 +353,7 @@ void Simulation::finish(FlowId id, double when) {
     fct_us_.push_back(fct);
     if (f.size_bytes <= c_.short_bytes) (f.tagged ? short_tagged_us_ : short_other_us_).push_back(fct);
   }
+  if (c_.record_flows) r_.flow_records[f.record].end_s = when;
   control_.end(f.src, f.key);
   remove_flow(id);
   if (oracle_) oracle_->remove_flow(f.oracle_id);
@@ -414,7 +458,7 @@ void Simulation::sample_oracle() {
 
 SimResult Simulation::run() {
   auto wall0 = std::chrono::steady_clock::now();
-  const std::uint64_t steps = total_steps(c_);
+  std::uint64_t steps = total_steps(c_);
   const std::uint64_t warm_steps = static_cast<std::uint64_t>(std::llround(c_.warmup_s / c_.iteration_s));
   std::uint64_t reported = 0;
   double engine_s = 0;
@@ -423,7 +467,7 @@ SimResult Simulation::run() {
     measuring_ = k > warm_steps;
     while (next_arrival_s_ <= t) {
       arrive(next_arrival_s_);
-      next_arrival_s_ = arrivals_.next(rng_);
+      next_arrival_s_ = next_arrival();
     }
     if (measuring_) {
       const auto e0 = std::chrono::steady_clock::now();
@@ -444,9 +488,21 @@ SimResult Simulation::run() {
       c_.progress->fetch_add(k - reported, std::memory_order_relaxed);
       reported = k;
     }
+    // Given flowlets: done once every one arrived and finished.
+    if (!c_.flows.empty() && next_given_ == c_.flows.size() && active_.empty()) {
+      if (c_.progress != nullptr) c_.progress->fetch_add(steps - k, std::memory_order_relaxed);
+      steps = k;
+    }
   }
   if (c_.progress != nullptr) c_.progress->fetch_add(steps - reported, std::memory_order_relaxed);
+  finalize(steps, warm_steps, engine_s);
+  r_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  return r_;
+}
 
+// The result's totals and means over the `steps` run, of which the first
+// `warm_steps` were not measured.
+void Simulation::finalize(std::uint64_t steps, std::uint64_t warm_steps, double engine_s) {
   const std::uint64_t measured = steps - std::min(steps, warm_steps);
   const double seconds = static_cast<double>(measured) * c_.iteration_s;
   const double capacity = topo_.num_hosts() * c_.topology.host_link_bps;
@@ -477,8 +533,6 @@ SimResult Simulation::run() {
       r_.fairness_score_vs_optimal = fair_opt_log_sum_ != 0 ? fair_log_sum_ / fair_opt_log_sum_ : 0;
     }
   }
-  r_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  return r_;
 }
 
 }  // namespace
@@ -491,7 +545,7 @@ nlohmann::json to_json(const Distribution& d) {
 }
 
 nlohmann::json to_json(const SimConfig& c) {
-  return {{"racks", c.topology.racks},
+  nlohmann::json j = {{"racks", c.topology.racks},
           {"hosts_per_rack", c.topology.hosts_per_rack},
           {"spines", c.topology.spines},
           {"hosts", c.topology.racks * c.topology.hosts_per_rack},
@@ -517,6 +571,8 @@ nlohmann::json to_json(const SimConfig& c) {
           {"tagged_class0", c.tagged_class0},
           {"engine", c.clos_engine ? "clos" : "general"},
           {"short_bytes", c.short_bytes}};
+  if (!c.flows.empty()) j["given_flows"] = c.flows.size();
+  return j;
 }
 
 nlohmann::json to_json(const SimResult& r) {

@@ -27,6 +27,7 @@
 #include "flowtune/alloc/engine.h"
 #include "flowtune/alloc/topology.h"
 #include "flowtune/common/rules.h"
+#include "flow_list.h"
 
 namespace flowtune::sim {
 
@@ -75,6 +76,13 @@ struct SimConfig {
   // link sums, faster on large networks. F-NORM, one class.
   bool clos_engine = false;
   double short_bytes = 100e3;
+  // Given flowlets (a flow list, flow_list.h): when not empty, these arrive
+  // instead of the Poisson draw (workload and load unused), each on the
+  // spine its ecmp_hash picks, and the run stops early once every one has
+  // finished. Used to run the packet-level simulator's flows.
+  std::vector<ListedFlow> flows;
+  // Keep every flowlet's arrival and end in SimResult::flow_records.
+  bool record_flows = false;
   // Optional: incremented by the number of steps run, for a progress bar.
   std::atomic<std::uint64_t>* progress = nullptr;
 };
@@ -145,6 +153,10 @@ struct SimResult {
   double fairness_points_per_flow = 0;
   // Σ log2(rate) / Σ log2(optimal rate), rates in Mbit/s.
   double fairness_score_vs_optimal = 0;
+
+  // SimConfig::record_flows: every flowlet that arrived, in arrival order,
+  // warm-up included; end_s -1 for those still running at the end.
+  std::vector<ListedFlow> flow_records;
 };
 
 SimResult simulate(const SimConfig& config);

@@ -58,6 +58,58 @@ TEST(Simulator, ALoneFlowletDrainsAtItsRateAfterOneIteration) {
   EXPECT_GE(r.fct_us.mean, alone_us);
 }
 
+TEST(Simulator, GivenFlowsRunOnTheirSpinesAndAreRecorded) {
+  // Two 1 MB flowlets from rack 0 to rack 1 arriving together: on one spine
+  // (same hash) they share its 40 Gbit/s uplink and still each get a
+  // host link's 9.9; the run stops once both finished, and the records
+  // carry what was given plus each end.
+  SimConfig c = small();
+  c.warmup_s = 0;
+  c.duration_s = 0.05;
+  c.record_flows = true;
+  c.flows = {{0, 8, 1'000'000, 1e-6, 7, -1}, {1, 9, 1'000'000, 1e-6, 7, -1}};
+  const SimResult r = simulate(c);
+  ASSERT_EQ(r.flow_records.size(), 2u);
+  const double alone_s = 1e6 * 8 / 9.9e9;
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(r.flow_records[i].src, c.flows[i].src);
+    EXPECT_EQ(r.flow_records[i].bytes, c.flows[i].bytes);
+    EXPECT_EQ(r.flow_records[i].ecmp_hash, 7u);
+    EXPECT_GE(r.flow_records[i].end_s, 1e-6 + alone_s);
+    EXPECT_LE(r.flow_records[i].end_s, 1e-6 + alone_s + 20e-6);
+  }
+  EXPECT_LT(static_cast<double>(r.steps) * c.iteration_s, 2 * alone_s);
+  c.flows[1].start_s = 0;  // out of order
+  EXPECT_THROW(validate(c), std::invalid_argument);
+}
+
+TEST(Simulator, AFlowListRoundTripsAndBadOnesNameTheirLine) {
+  const std::vector<ListedFlow> flows = {{0, 1, 100, 0.5e-6, 42, -1}, {3, 2, 7, 1e-3, 9, 2e-3}};
+  const auto path = std::filesystem::temp_directory_path() / "flowtune_flow_list_test.csv";
+  auto write = [&](const std::string& text) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  write(format_flow_list(flows));
+  const std::vector<ListedFlow> back = load_flow_list(path.string());
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[1].src, 3u);
+  EXPECT_EQ(back[1].ecmp_hash, 9u);
+  EXPECT_EQ(back[0].start_s, 0.5e-6);
+  EXPECT_EQ(back[1].end_s, 2e-3);
+  write(std::string(kFlowListHeader) + "\n0,1,1,5,0,0,-1\n");
+  EXPECT_THROW(load_flow_list(path.string()), WorkloadError);
+  write(std::string(kFlowListHeader) + "\n0,1,2,5,1,0,-1\n1,1,2,5,0.5,0,-1\n");
+  try {
+    load_flow_list(path.string());
+    ADD_FAILURE() << "unsorted starts accepted";
+  } catch (const WorkloadError& e) {
+    EXPECT_NE(std::string(e.what()).find(":3:"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
 TEST(Simulator, HeadroomIsLeftUnscheduledAsByTheAllocator) {
   // The daemon's capacity rule (rules::capacity_scale): a lone flowlet gets
   // (1 - threshold)(1 - headroom) of its link, rounded down to bytes/s.
