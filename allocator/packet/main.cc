@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "flow_list.h"
 #include "packet.h"
 
 namespace {
@@ -27,7 +28,9 @@ Flags (defaults: the paper's network, docs/packet.md):
   --traffic poisson|joinleave|incast --workload NAME|FILE --load L
   --duration-ms T --drain-ms T --incast-senders N --incast-receivers M
   --incast-bytes B --join-interval-ms T --seed N
-  --turn-us T --threshold F --bin-us T --queue-host H
+  --turn-us T --threshold F --control network|instant --bin-us T --queue-host H
+  --flows-out FILE: every flowlet's arrival, ECMP hash and end as a flow list
+  (CSV, flowtune-sim run --flows reads it); one scheme only.
 )";
 
 double number(const std::string& flag, const std::string& v) {
@@ -58,6 +61,12 @@ const std::map<std::string, Setter>& setters() {
        [](Config& c, const std::string&, const std::string& v) { c.shape = parse_shape(v); }},
       {"--traffic",
        [](Config& c, const std::string&, const std::string& v) { c.traffic = parse_traffic(v); }},
+      {"--control",
+       [](Config& c, const std::string&, const std::string& v) {
+         if (v != "network" && v != "instant")
+           throw std::invalid_argument("--control must be network or instant (got '" + v + "')");
+         c.instant_control = v == "instant";
+       }},
       {"--workload", [](Config& c, const std::string&, const std::string& v) { c.workload = v; }},
       {"--racks", num(&Config::racks)},
       {"--hosts-per-rack", num(&Config::hosts_per_rack)},
@@ -107,10 +116,21 @@ Config quick_config() {
   return c;
 }
 
+// The run's flowlets as a flow list (allocator/sim/flow_list.h).
+void write_flows(const std::string& path, const flowtune::packet::Result& r) {
+  std::vector<flowtune::sim::ListedFlow> list;
+  for (const auto& f : r.flows) {
+    list.push_back({f.spec.src, f.spec.dst, f.spec.bytes, f.spec.start_s, f.ecmp_hash, f.end_s});
+  }
+  std::ofstream out(path);
+  out << flowtune::sim::format_flow_list(list);
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
 int run_main(int argc, char** argv) {
   using namespace flowtune::packet;
   bool quick = false;
-  std::string out_path, schemes = "flowtune";
+  std::string out_path, flows_out, schemes = "flowtune";
   for (int i = 1; i < argc; ++i) quick = quick || std::string(argv[i]) == "--quick";
   Config c = quick ? quick_config() : Config{};
   if (quick) schemes = "flowtune,dctcp,cubic,bbr,fqcodel";
@@ -125,6 +145,8 @@ int run_main(int argc, char** argv) {
     const std::string value = argv[++i];
     if (flag == "--out") {
       out_path = value;
+    } else if (flag == "--flows-out") {
+      flows_out = value;
     } else if (flag == "--schemes") {
       schemes = value;
     } else if (auto it = setters().find(flag); it != setters().end()) {
@@ -133,8 +155,11 @@ int run_main(int argc, char** argv) {
       throw std::invalid_argument("unknown flag " + flag);
     }
   }
+  const std::vector<Scheme> list = split_schemes(schemes);
+  if (!flows_out.empty() && list.size() != 1)
+    throw std::invalid_argument("--flows-out takes one scheme");
   nlohmann::json runs = nlohmann::json::array();
-  for (Scheme s : split_schemes(schemes)) {
+  for (Scheme s : list) {
     c.scheme = s;
     validate(c);
     Result r = run(c);
@@ -143,6 +168,7 @@ int run_main(int argc, char** argv) {
                  to_string(s), static_cast<unsigned long long>(j["finished"].get<std::uint64_t>()),
                  static_cast<unsigned long long>(r.flows.size()), r.simulated_s * 1e3, r.wall_s);
     runs.push_back(std::move(j));
+    if (!flows_out.empty()) write_flows(flows_out, r);
   }
   const nlohmann::json doc = {{"runs", runs}};
   if (out_path.empty()) {

@@ -324,6 +324,7 @@ nlohmann::json to_json(const Config& c) {
           {"join_interval_ms", c.join_interval_ms},
           {"seed", c.seed},
           {"turn_us", c.turn_us},
+          {"control", c.instant_control ? "instant" : "network"},
           {"threshold", c.threshold}};
 }
 

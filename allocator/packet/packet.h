@@ -68,6 +68,10 @@ struct Config {
 
   // Flowtune.
   double turn_us = 45;  // the daemon's measured turn (docs/sim.md: 41-49 µs)
+  // Control messages reach the allocator and the endpoints the moment they
+  // are sent, off the network (counted as sent all the same): no control
+  // delay, as in the flow-level model (docs/packet.md).
+  bool instant_control = false;
   double threshold = rules::kThreshold;
 
   // Traces: per-flow received bytes in bins of bin_us (0 = none), and the
@@ -92,8 +96,9 @@ Distribution summarize(std::vector<double> v);
 
 struct FlowResult {
   FlowSpec spec;
-  double end_s = -1;   // last byte at the receiver; < 0: not finished
-  double ideal_s = 0;  // the FCT alone on the empty network (closed form)
+  double end_s = -1;            // last byte at the receiver; < 0: not finished
+  double ideal_s = 0;           // the FCT alone on the empty network (closed form)
+  std::uint64_t ecmp_hash = 0;  // of its 5-tuple: the spine its packets take
   std::uint64_t received = 0;
   std::vector<std::uint64_t> bins;  // bytes received per bin (Config::bin_us)
 };

@@ -131,6 +131,7 @@ class Run {
   void finish(std::uint32_t i);
   void send_control(ControlMessage m, std::size_t encoded_bytes);
   void on_control(Ptr<Socket> s);
+  void deliver(std::uint32_t id);
   void allocator_receive(const ControlMessage& m);
   void endpoint_receive(const ControlMessage& m);
   void turn();
@@ -178,6 +179,8 @@ void Run::start_flow(std::uint32_t i) {
   s.socket->GetSockName(local);
   const std::uint16_t port = InetSocketAddress::ConvertFrom(local).GetPort();
   by_peer_[peer_key(net_.host_addr[f.src], port)] = i;
+  flows_[i].ecmp_hash =
+      flow_hash(net_.host_addr[f.src].Get(), net_.host_addr[f.dst].Get(), port, kDataPort, 6);
   s.socket->SetConnectCallback(MakeCallback(&Run::on_connected, this),
                                MakeNullCallback<void, Ptr<Socket>>());
   s.socket->SetSendCallback(MakeCallback(&Run::on_send, this));
@@ -288,15 +291,17 @@ void Run::send_control(ControlMessage m, std::size_t encoded_bytes) {
   const bool up = m.to_allocator;
   const std::uint32_t host = m.host;
   messages_.push_back(std::move(m));
-  Ptr<Packet> p = Create<Packet>(payload.data(), static_cast<std::uint32_t>(payload.size()));
   const std::uint64_t wire_bytes = payload.size() + kControlHeaderBytes;
+  (up ? r_.bytes_to_allocator : r_.bytes_from_allocator) += wire_bytes;
+  ++(up ? r_.messages_to_allocator : r_.messages_from_allocator);
+  if (c_.instant_control) {
+    Simulator::ScheduleNow(&Run::deliver, this, id);
+    return;
+  }
+  Ptr<Packet> p = Create<Packet>(payload.data(), static_cast<std::uint32_t>(payload.size()));
   if (up) {
-    r_.bytes_to_allocator += wire_bytes;
-    ++r_.messages_to_allocator;
     control_sockets_[host]->SendTo(p, 0, InetSocketAddress(net_.allocator_addr, kControlPort));
   } else {
-    r_.bytes_from_allocator += wire_bytes;
-    ++r_.messages_from_allocator;
     control_sockets_.back()->SendTo(p, 0, InetSocketAddress(net_.host_addr[host], kControlPort));
   }
 }
@@ -306,12 +311,16 @@ void Run::on_control(Ptr<Socket> s) {
     if (p->GetSize() < 4) continue;
     std::uint32_t id = 0;
     p->CopyData(reinterpret_cast<std::uint8_t*>(&id), 4);
-    const ControlMessage& m = messages_.at(id);
-    if (m.to_allocator) {
-      allocator_receive(m);
-    } else {
-      endpoint_receive(m);
-    }
+    deliver(id);
+  }
+}
+
+void Run::deliver(std::uint32_t id) {
+  const ControlMessage& m = messages_.at(id);
+  if (m.to_allocator) {
+    allocator_receive(m);
+  } else {
+    endpoint_receive(m);
   }
 }
 
@@ -345,12 +354,7 @@ void Run::turn() {
   for (std::uint32_t i : pending_ends_) model_.end(i);
   for (std::uint32_t i : pending_starts_) {
     const FlowSpec& f = flows_[i].spec;
-    Address local;
-    senders_[i].socket->GetSockName(local);
-    const std::uint64_t hash =
-        flow_hash(net_.host_addr[f.src].Get(), net_.host_addr[f.dst].Get(),
-                  InetSocketAddress::ConvertFrom(local).GetPort(), kDataPort, 6);
-    model_.start(i, senders_[i].key, f.src, f.dst, hash);
+    model_.start(i, senders_[i].key, f.src, f.dst, flows_[i].ecmp_hash);
   }
   pending_starts_.clear();
   pending_ends_.clear();
