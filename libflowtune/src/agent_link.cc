@@ -178,14 +178,26 @@ bool AgentLink::open_wakeups() {
                        (void)::read(timer_fd_.get(), &expirations, sizeof expirations);
                        turn();
                      }) == 0 &&
-         loop_.watch(sock_.get(), [this] { turn(); }) == 0;
+         loop_.watch(sock_.get(), [this] { on_readable(); }) == 0;
+}
+
+void AgentLink::on_readable() {
+  readable_ = true;
+  turn();
 }
 
 void AgentLink::turn() {
   const bool stopping = stopping_.load(std::memory_order_acquire);
   std::uint64_t now = now_us();
   if (intake_.drain(now, *this)) linger_until_us_ = now + kLingerUs;
-  if (sock_) receive(now);
+  // The socket is read when the loop said it is readable: a turn of the
+  // nap timer or a wake-up would mostly find it empty (a system call for
+  // nothing on every turn). And before the agent is called silent: what it
+  // said may be waiting behind this turn in the loop's batch.
+  if (sock_ && (readable_ || now > heard_us_ + kSilenceUs)) {
+    readable_ = false;
+    receive(now);
+  }
   now = now_us();
   if (sock_ && now > heard_us_ + kSilenceUs) lost(now, "host agent silent");
   if (!sock_ && !stopping && now >= retry_at_us_) try_reconnect(now);
@@ -320,6 +332,7 @@ void AgentLink::lost(std::uint64_t now, const std::string& why) {
     }
   }
   sock_.reset();  // closing it takes it out of the loop's set
+  readable_ = false;
   pending_.clear();
   pending_bytes_ = 0;
   out_.clear();
@@ -329,7 +342,7 @@ void AgentLink::lost(std::uint64_t now, const std::string& why) {
 }
 
 void AgentLink::try_reconnect(std::uint64_t now) {
-  if (connect_agent() != FT_OK || loop_.watch(sock_.get(), [this] { turn(); }) != 0) {
+  if (connect_agent() != FT_OK || loop_.watch(sock_.get(), [this] { on_readable(); }) != 0) {
     sock_.reset();
     backoff_us_ = std::min(std::max(backoff_us_ * 2, kRetryMinUs), kRetryMaxUs);
     retry_at_us_ = now + backoff_us_;

@@ -106,6 +106,8 @@ class AgentLink final : public Backend, private IntakeSink {
   void close_all();
   void turn();
   void receive(std::uint64_t now);
+  // The agent's socket is readable (the loop's callback): receive, then turn.
+  void on_readable();
   void on_record(const agent::Record& r);
   void send_out(std::uint64_t now);
   // The agent is gone or stalled: remove every cap, reconnect later.
@@ -145,6 +147,7 @@ class AgentLink final : public Backend, private IntakeSink {
   EventLoop loop_;
   std::thread thread_;
   bool napping_ = false;
+  bool readable_ = false;  // set by on_readable, cleared by the turn that reads
   std::atomic<bool> stopping_{false};
   std::uint64_t linger_until_us_ = 0;
   std::uint64_t heard_us_ = 0;     // the agent's last packet
