@@ -252,9 +252,8 @@ int cmd_stages(int argc, char** argv) {
   std::ifstream in(plan_path);
   if (!in) throw std::runtime_error("cannot read " + plan_path);
   const std::string text((std::istreambuf_iterator<char>(in)), {});
-  std::string why;
-  const auto plan = sh::parse_plan(text, &why);
-  if (!plan) throw std::runtime_error(plan_path + ": " + why);
+  const auto plan = sh::parse_plan(text);
+  if (!plan) throw std::runtime_error(plan_path + ": " + plan.error().message);
   using std::chrono::system_clock;
   const auto t0 = start_at > 0 ? system_clock::time_point(std::chrono::duration_cast<system_clock::duration>(
                                      std::chrono::duration<double>(start_at)))

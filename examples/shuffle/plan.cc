@@ -24,21 +24,23 @@ std::vector<std::string_view> words(std::string_view line) {
   return out;
 }
 
-// Why a line is not a planned fetch; empty when *f holds it.
-std::string parse_line(const std::vector<std::string_view>& w, PlannedFetch* f) {
-  if (w.size() < 5) return "expected START_MS SHUFFLE PARTITION COFLOW SOURCE...";
-  if (!parse_whole(w[0], f->start_ms) || !(f->start_ms >= 0) || f->start_ms > 1e9) {
-    return "START_MS must be a number of milliseconds in [0, 1e9]";
+// The planned fetch a line's words give, or why they do not give one.
+Result<PlannedFetch> parse_line(const std::vector<std::string_view>& w) {
+  const auto bad = [](std::string why) { return fail(ErrorCause::kInvalid, std::move(why)); };
+  if (w.size() < 5) return bad("expected START_MS SHUFFLE PARTITION COFLOW SOURCE...");
+  PlannedFetch f;
+  if (!parse_whole(w[0], f.start_ms) || !(f.start_ms >= 0) || f.start_ms > 1e9) {
+    return bad("START_MS must be a number of milliseconds in [0, 1e9]");
   }
-  if (!parse_whole(w[1], f->shuffle)) return "bad SHUFFLE '" + std::string(w[1]) + "'";
-  if (!parse_whole(w[2], f->partition)) return "bad PARTITION '" + std::string(w[2]) + "'";
-  if (!parse_whole(w[3], f->coflow)) return "bad COFLOW '" + std::string(w[3]) + "'";
+  if (!parse_whole(w[1], f.shuffle)) return bad("bad SHUFFLE '" + std::string(w[1]) + "'");
+  if (!parse_whole(w[2], f.partition)) return bad("bad PARTITION '" + std::string(w[2]) + "'");
+  if (!parse_whole(w[3], f.coflow)) return bad("bad COFLOW '" + std::string(w[3]) + "'");
   for (std::size_t k = 4; k < w.size(); ++k) {
     auto s = parse_source(w[k]);
-    if (!s) return "bad SOURCE '" + std::string(w[k]) + "' (HOST:PORT:FIRST-LAST)";
-    f->sources.push_back(std::move(*s));
+    if (!s) return bad("bad SOURCE '" + std::string(w[k]) + "' (HOST:PORT:FIRST-LAST)");
+    f.sources.push_back(std::move(*s));
   }
-  return "";
+  return f;
 }
 
 }  // namespace
@@ -67,7 +69,7 @@ std::optional<FetchSource> parse_source(std::string_view v) {
   return s;
 }
 
-std::optional<std::vector<PlannedFetch>> parse_plan(std::string_view text, std::string* why) {
+Result<std::vector<PlannedFetch>> parse_plan(std::string_view text) {
   std::vector<PlannedFetch> plan;
   std::size_t line_no = 0;
   while (!text.empty()) {
@@ -78,12 +80,9 @@ std::optional<std::vector<PlannedFetch>> parse_plan(std::string_view text, std::
     if (const auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
     const auto w = words(line);
     if (w.empty()) continue;
-    PlannedFetch f;
-    if (std::string e = parse_line(w, &f); !e.empty()) {
-      if (why != nullptr) *why = "line " + std::to_string(line_no) + ": " + e;
-      return std::nullopt;
-    }
-    plan.push_back(std::move(f));
+    auto f = parse_line(w);
+    if (!f) return f.error().with_context("line " + std::to_string(line_no));
+    plan.push_back(std::move(*f));
   }
   return plan;
 }

@@ -188,20 +188,19 @@ std::string encode_index(const MapIndex& ix) {
   return out;
 }
 
-std::optional<MapIndex> decode_index(std::string_view bytes, std::string* why) {
-  const auto fail = [&](const char* w) {
-    if (why != nullptr) *why = w;
-    return std::nullopt;
-  };
+Result<MapIndex> decode_index(std::string_view bytes) {
+  const auto bad = [](const char* w) { return fail(ErrorCause::kInvalid, w); };
   const auto* p = reinterpret_cast<const std::uint8_t*>(bytes.data());
-  if (bytes.size() < 16 || get32(p) != kIndexMagic) return fail("not a map index");
+  if (bytes.size() < 16 || get32(p) != kIndexMagic) return bad("not a map index");
   const std::uint64_t r = get32(p + 4);
-  if (bytes.size() != 8 + 8 * (r + 1) + 4 * r) return fail("index size does not match its partitions");
+  if (bytes.size() != 8 + 8 * (r + 1) + 4 * r) {
+    return bad("index size does not match its partitions");
+  }
   MapIndex ix;
   for (std::uint64_t i = 0; i <= r; ++i) {
     ix.offsets.push_back(get64(p + 8 + 8 * i));
     if (i == 0 ? ix.offsets[0] != 0 : ix.offsets[i] < ix.offsets[i - 1]) {
-      return fail("offsets must start at 0 and never decrease");
+      return bad("offsets must start at 0 and never decrease");
     }
   }
   for (std::uint64_t i = 0; i < r; ++i) ix.crcs.push_back(get32(p + 8 + 8 * (r + 1) + 4 * i));

@@ -18,6 +18,8 @@
 #include <variant>
 #include <vector>
 
+#include "flowtune/common/result.h"
+
 namespace flowtune::shuffle {
 
 // The whole of `s` as a number (std::from_chars: no sign for unsigned, no
@@ -101,9 +103,10 @@ struct MapIndex {
 
 std::string data_path(const std::string& dir, std::uint32_t shuffle, std::uint32_t map);
 std::string index_path(const std::string& dir, std::uint32_t shuffle, std::uint32_t map);
-// The index file's bytes, and back (nullopt with *why for a bad file).
+// The index file's bytes, and back (an ErrorCause::kInvalid Error saying
+// what is wrong for a bad file).
 std::string encode_index(const MapIndex& ix);
-std::optional<MapIndex> decode_index(std::string_view bytes, std::string* why);
+Result<MapIndex> decode_index(std::string_view bytes);
 
 // Writes `maps` map outputs of `partitions` blocks each. Block sizes are
 // drawn uniformly from [min_bytes, max_bytes] and their bytes from a

@@ -105,9 +105,8 @@ Job Server::Impl::lookup(const Fetch& f) {
     ssize_t n;
     while ((n = ::read(ifd.get(), tmp, sizeof tmp)) > 0 && bytes.size() < (64u << 20))
       bytes.append(tmp, static_cast<std::size_t>(n));
-    std::string why;
-    auto ix = decode_index(bytes, &why);
-    if (!ix) return error(Status::kServerError, ipath + ": " + why);
+    auto ix = decode_index(bytes);
+    if (!ix) return error(Status::kServerError, ipath + ": " + ix.error().message);
     const std::string dpath = data_path(cfg.dir, f.shuffle, f.map);
     m.fd.reset(::open(dpath.c_str(), O_RDONLY | O_CLOEXEC));
     struct stat st {};

@@ -147,8 +147,9 @@ struct PlannedFetch {
   std::uint64_t coflow = 0;
   std::vector<FetchSource> sources;
 };
-// nullopt with *why naming the first bad line.
-std::optional<std::vector<PlannedFetch>> parse_plan(std::string_view text, std::string* why);
+// The plan's fetches, or an ErrorCause::kInvalid Error naming the first bad
+// line ("line N: ...").
+Result<std::vector<PlannedFetch>> parse_plan(std::string_view text);
 
 struct PlannedOutcome {
   double start_s = 0;   // when its first request went, from the plan's start

@@ -87,10 +87,9 @@ void check_framing(std::string_view stream, std::uint64_t seed, std::size_t max_
 }
 
 void check_index(std::string_view bytes) {
-  std::string why;
-  const auto ix = decode_index(bytes, &why);
+  const auto ix = decode_index(bytes);
   if (!ix) {
-    if (why.empty()) fail("a refused index has no reason");
+    if (ix.error().message.empty()) fail("a refused index has no reason");
     return;
   }
   if (ix->offsets.size() != ix->partitions() + 1) fail("an index has the wrong offset count");

@@ -115,18 +115,19 @@ TEST(ShuffleProtocol, HeadersChecksumsAndIndexesRoundTripAndBadOnesAreRefused) {
   EXPECT_EQ(crc32c(crc32c(0, text.data(), 333), text.data() + 333, 667), crc32c(0, text.data(), 1000));
 
   MapIndex ix{{0, 10, 10, 25}, {1, 2, 3}};
-  std::string why;
-  const auto back = decode_index(encode_index(ix), &why);
-  ASSERT_TRUE(back.has_value()) << why;
+  const auto back = decode_index(encode_index(ix));
+  ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(back->offsets, ix.offsets);
   EXPECT_EQ(back->crcs, ix.crcs);
-  EXPECT_FALSE(decode_index("nonsense", &why).has_value());
+  EXPECT_FALSE(decode_index("nonsense").ok());
   std::string cut = encode_index(ix);
   cut.pop_back();
-  EXPECT_FALSE(decode_index(cut, &why).has_value());
-  EXPECT_EQ(why, "index size does not match its partitions");
+  const auto short_index = decode_index(cut);
+  ASSERT_FALSE(short_index.ok());
+  EXPECT_EQ(short_index.error().cause, ErrorCause::kInvalid);
+  EXPECT_EQ(short_index.error().message, "index size does not match its partitions");
   MapIndex down{{0, 10, 5, 25}, {1, 2, 3}};
-  EXPECT_FALSE(decode_index(encode_index(down), &why).has_value());
+  EXPECT_FALSE(decode_index(encode_index(down)).ok());
 }
 
 // A served directory and a server thread on loopback.
@@ -173,7 +174,7 @@ class ShuffleService : public ::testing::Test {
   std::uint64_t block_bytes(std::uint32_t map, std::uint32_t partition) {
     std::ifstream in(index_path(dir_, 7, map), std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), {});
-    const auto ix = decode_index(bytes, nullptr);
+    const auto ix = decode_index(bytes);
     return ix->offsets[partition + 1] - ix->offsets[partition];
   }
   std::uint64_t partition_bytes(std::uint32_t partition) {
@@ -482,11 +483,9 @@ TEST_F(ShuffleService, APlanRunsEachFetchAtItsTimeAndSizedBlocksHaveTheirSizes) 
   generate(dir_, 12, 2, sizes, 5);
   start(false);
   const std::string src = "127.0.0.1:" + std::to_string(server_->port());
-  std::string why;
   const auto plan = parse_plan("# reducer plan\n150 12 3 77 " + src + ":0-0 " + src + ":1-1\n\n" +
-                                   "0 12 0 76 " + src + ":0-1  # first\n0 12 1 76 " + src + ":0-1\n",
-                               &why);
-  ASSERT_TRUE(plan.has_value()) << why;
+                               "0 12 0 76 " + src + ":0-1  # first\n0 12 1 76 " + src + ":0-1\n");
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
   ASSERT_EQ(plan->size(), 3u);
   const auto t0 = std::chrono::system_clock::now();
   std::mutex mu;
@@ -515,8 +514,8 @@ TEST_F(ShuffleService, APlanRunsEachFetchAtItsTimeAndSizedBlocksHaveTheirSizes) 
   }
   for (std::uint32_t m = 0; m < 2; ++m) {
     std::ifstream in(index_path(dir_, 12, m), std::ios::binary);
-    const auto ix = decode_index(std::string((std::istreambuf_iterator<char>(in)), {}), nullptr);
-    ASSERT_TRUE(ix.has_value());
+    const auto ix = decode_index(std::string((std::istreambuf_iterator<char>(in)), {}));
+    ASSERT_TRUE(ix.ok());
     ASSERT_EQ(ix->partitions(), sizes.size());
     for (std::size_t p = 0; p < sizes.size(); ++p) EXPECT_EQ(ix->offsets[p + 1] - ix->offsets[p], sizes[p]);
   }
@@ -535,11 +534,10 @@ TEST(ShufflePlan, BadLinesAreRefusedWithTheirNumberAndSourcesParse) {
                           "h:x:0-0", "h:1:-1-2", "h:1:0-4294967296", "h:1:0-4294967295"}) {
     EXPECT_FALSE(parse_source(bad).has_value()) << bad;
   }
-  std::string why;
-  EXPECT_EQ(parse_plan("", &why)->size(), 0u);
-  EXPECT_EQ(parse_plan("  # nothing\n\n", &why)->size(), 0u);
-  const auto ok = parse_plan("12.5\t1 2 3 a:1:0-0 b:2:1-1\r\n", &why);
-  ASSERT_TRUE(ok.has_value()) << why;
+  EXPECT_EQ(parse_plan("")->size(), 0u);
+  EXPECT_EQ(parse_plan("  # nothing\n\n")->size(), 0u);
+  const auto ok = parse_plan("12.5\t1 2 3 a:1:0-0 b:2:1-1\r\n");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
   EXPECT_DOUBLE_EQ((*ok)[0].start_ms, 12.5);
   EXPECT_EQ((*ok)[0].coflow, 3u);
   EXPECT_EQ((*ok)[0].sources.size(), 2u);
@@ -551,8 +549,10 @@ TEST(ShufflePlan, BadLinesAreRefusedWithTheirNumberAndSourcesParse) {
       {"0 1 2 3 a:1:0-0\n\n0 1 2 3 a:1\n", "line 3: bad SOURCE 'a:1' (HOST:PORT:FIRST-LAST)"},
   };
   for (const auto& [text, want] : cases) {
-    EXPECT_FALSE(parse_plan(text, &why).has_value()) << text;
-    EXPECT_EQ(why, want);
+    const auto plan = parse_plan(text);
+    ASSERT_FALSE(plan.ok()) << text;
+    EXPECT_EQ(plan.error().cause, ErrorCause::kInvalid);
+    EXPECT_EQ(plan.error().message, want);
   }
 }
 
