@@ -155,8 +155,7 @@ struct Options {
   pacer::PacerConfig config;
   std::string dev, host, allocator;
   std::string curve_server, curve_key;
-  flowtune::curve::ClientKeys keys;
-  bool curve = false;
+  flowtune::curve::ClientCurve curve;
   pacer::Qdisc qdisc = pacer::Qdisc::kTbf;
   int while_pid = 0;
   bool verbose = false;
@@ -206,10 +205,9 @@ Options parse(int argc, char** argv) {
   if (const std::string why = endpoint_port_error(o.allocator); !why.empty()) {
     args.usage_error("flowtune-pacer", "allocator endpoint " + why);
   }
-  if (const std::string why = flowtune::curve::client_keys(o.curve_server, o.curve_key, &o.keys, &o.curve);
-      !why.empty()) {
-    args.usage_error("flowtune-pacer", "CURVE: " + why);
-  }
+  auto curve = flowtune::curve::client_keys(o.curve_server, o.curve_key);
+  if (!curve) args.usage_error("flowtune-pacer", "CURVE: " + curve.error().message);
+  o.curve = std::move(curve).value();
   try {
     pacer::validate(o.config);
   } catch (const std::invalid_argument& e) {
@@ -542,7 +540,7 @@ int run(const Options& o) {
                               state.bucket_bytes(o.config.link_bps, /*allocated=*/true)};
   pacer::Shaper shaper(o.dev, o.qdisc, o.config.link_bps, o.config.burst_bytes, unshaped,
                        control_ip, control_port);
-  Link link(o.allocator, o.curve ? &o.keys : nullptr);
+  Link link(o.allocator, o.curve.on ? &o.curve.keys : nullptr);
   pacer::PacerState shown;
   publish(shown, unshaped, state, shaper);
   const metrics::Exposition exposition = start_metrics(o, shown);

@@ -243,12 +243,8 @@ int main(int argc, char** argv) {
   }
   // Checked here, where a mistake can stop the start: the shim cannot
   // refuse to run the command, it can only leave it unpaced.
-  {
-    flowtune::curve::ClientKeys keys;
-    bool on = false;
-    if (const std::string why = flowtune::curve::client_keys({}, {}, &keys, &on); !why.empty()) {
-      usage_error("CURVE: " + why);
-    }
+  if (const auto curve = flowtune::curve::client_keys({}, {}); !curve) {
+    usage_error("CURVE: " + curve.error().message);
   }
   if (!o.rules.empty()) setenv("FLOWTUNE_RULES", o.rules.c_str(), 1);
   // The shim parses the same way; a mistake stops here, not silently there.

@@ -118,17 +118,18 @@ Options parse(int argc, char** argv) {
       args.fail("--metrics: " + why);
     }
   }
-  flowtune::curve::ClientKeys keys;
-  bool curve = false;
-  if (const std::string why = flowtune::curve::client_keys(curve_server, curve_key, &keys, &curve); !why.empty()) {
-    args.fail("CURVE: " + why);
-  }
-  if (curve) c.curve = keys;
+  auto curve = flowtune::curve::client_keys(curve_server, curve_key);
+  if (!curve) args.fail("CURVE: " + curve.error().message);
+  if (curve->on) c.curve = curve->keys;
   if (!curve_secret.empty()) {
     flowtune::Result<flowtune::curve::KeyPair> own =
         flowtune::curve::load_key_file(curve_secret, true);
     if (!own) args.fail("--curve-secret: " + own.error().message);
-    if (!curve) args.fail("--curve-secret: endpoints' keys mean something only to an allocator that speaks CURVE: give --curve-server too");
+    if (!curve->on) {
+      args.fail(
+          "--curve-secret: endpoints' keys mean something only to an allocator that "
+          "speaks CURVE: give --curve-server too");
+    }
     c.listen_key = *own;
   }
   if ((!c.clients_dir.empty() || !c.ctl_dir.empty()) && !c.listen_key) {

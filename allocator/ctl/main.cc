@@ -94,8 +94,7 @@ struct Options {
   long health_interval_ms = 200;
   std::string curve_server;
   std::string curve_key;
-  flowtune::curve::ClientKeys keys;
-  bool curve = false;
+  flowtune::curve::ClientCurve curve;
   // keygen
   std::string key_name;
   std::string key_dir = ".";
@@ -166,10 +165,9 @@ Options parse(int argc, char** argv) {
   if (const std::string why = flowtune::endpoint_port_error(o.allocator); !why.empty()) {
     args.fail("allocator endpoint " + why);
   }
-  if (const std::string why = flowtune::curve::client_keys(o.curve_server, o.curve_key, &o.keys, &o.curve);
-      !why.empty()) {
-    args.fail("CURVE: " + why);
-  }
+  auto curve = flowtune::curve::client_keys(o.curve_server, o.curve_key);
+  if (!curve) args.fail("CURVE: " + curve.error().message);
+  o.curve = std::move(curve).value();
   return o;
 }
 
@@ -258,7 +256,7 @@ struct Answer {
 Answer ask_once(zmq::context_t& ctx, const Options& o, const std::string& request) {
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
-  if (o.curve && flowtune::curve::apply_client(s.handle(), o.keys) != 0) {
+  if (o.curve.on && flowtune::curve::apply_client(s.handle(), o.curve.keys) != 0) {
     throw zmq::error_t();
   }
   s.connect(o.allocator);
@@ -271,8 +269,8 @@ Answer ask_once(zmq::context_t& ctx, const Options& o, const std::string& reques
       !s.recv(body, zmq::recv_flags::dontwait)) {
     std::cerr << "flowtune-ctl: no reply from " << o.allocator << " within " << o.timeout_ms
               << " ms (is flowtune-allocator running there"
-              << (o.curve ? "? is --curve-server its public key?)\n"
-                          : "? with CURVE on it needs --curve-server and --curve-key)\n");
+              << (o.curve.on ? "? is --curve-server its public key?)\n"
+                             : "? with CURVE on it needs --curve-server and --curve-key)\n");
     return {json(), kExitUnreachable};
   }
   json j = json::parse(body.to_string_view(), nullptr, false);

@@ -237,23 +237,20 @@ int Runtime::connect_allocators() {
 bool Runtime::apply_curve() {
   // CURVE (FLOWTUNE_CURVE_*): keys that do not load keep the client off the
   // allocator, so its sockets stay unpaced rather than unauthenticated.
-  curve::ClientKeys keys;
-  bool curve_on = false;
-  std::string keys_error;
-  {
+  Result<curve::ClientCurve> c = [] {
     ForkShield shield;  // zmq_curve_public: libzmq's process-wide random state
-    keys_error = curve::client_keys({}, {}, &keys, &curve_on);
-  }
-  if (const std::string& why = keys_error; !why.empty()) {
-    log(1, "CURVE: " + why + "; not connecting to the allocator");
+    return curve::client_keys({}, {});
+  }();
+  if (!c) {
+    log(1, "CURVE: " + c.error().message + "; not connecting to the allocator");
     return false;
   }
-  if (curve_on && curve::apply_client(zmq_sock_.get(), keys) != 0) {
+  if (c->on && curve::apply_client(zmq_sock_.get(), c->keys) != 0) {
     log(1,
         std::string("CURVE: ") + zmq_strerror(zmq_errno()) + "; not connecting to the allocator");
     return false;
   }
-  if (curve_on) curve_ = std::move(keys);
+  if (c->on) curve_ = std::move(c->keys);
   return true;
 }
 

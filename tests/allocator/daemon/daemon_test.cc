@@ -369,9 +369,10 @@ TEST(CtlKeygen, WritesAPrivatePairOnceAndItsKeysServe) {
   ASSERT_EQ(run(ctl + " keygen allocator --out " + d).status, 0);
   ASSERT_EQ(run(ctl + " keygen ops --out " + d + "/ctl").status, 0);
   const std::string listen = unique_endpoint();
-  curve::ClientKeys ops;
-  bool on = false;
-  ASSERT_EQ(curve::client_keys(d + "/allocator.pub", d + "/ctl/ops.key", &ops, &on), "");
+  const auto ops_curve = curve::client_keys(d + "/allocator.pub", d + "/ctl/ops.key");
+  ASSERT_TRUE(ops_curve.ok()) << ops_curve.error().message;
+  ASSERT_TRUE(ops_curve->on);
+  const curve::ClientKeys& ops = ops_curve->keys;
   DaemonProcess daemon;
   daemon.set_control_keys(ops);  // how the harness sees it come up
   daemon.start(listen, {"--hosts", "4", "--curve-secret", d + "/allocator.key", "--curve-clients",

@@ -158,11 +158,17 @@ inline Result<bool> follow_server_key(ClientKeys* k) {
   return true;
 }
 
+// Whether a client speaks CURVE to the allocator, and with which keys.
+struct ClientCurve {
+  bool on = false;  // a server key was given (CURVE on)
+  ClientKeys keys;  // when on
+};
+
 // Client keys from explicit values (empty: not given) falling back to the
-// FLOWTUNE_CURVE_* variables. *enabled is false when no server key is given
-// anywhere (CURVE off); the return is why the keys cannot be used.
-inline std::string client_keys(std::string server, std::string key_file, ClientKeys* out,
-                               bool* enabled) {
+// FLOWTUNE_CURVE_* variables. CURVE is off when no server key is given
+// anywhere; an ErrorCause::kInvalid Error (or the key file's own) says why
+// the keys given cannot be used.
+inline Result<ClientCurve> client_keys(std::string server, std::string key_file) {
   auto env = [](const char* name) {
     const char* v = std::getenv(name);
     return std::string(v != nullptr ? v : "");
@@ -170,29 +176,33 @@ inline std::string client_keys(std::string server, std::string key_file, ClientK
   if (server.empty()) server = env("FLOWTUNE_CURVE_SERVER");
   if (key_file.empty()) key_file = env("FLOWTUNE_CURVE_KEY");
   const std::string secret = env("FLOWTUNE_CURVE_SECRET");
-  *enabled = !server.empty();
-  if (!*enabled) {
+  const auto bad = [](std::string why) { return fail(ErrorCause::kInvalid, std::move(why)); };
+  ClientCurve c;
+  c.on = !server.empty();
+  if (!c.on) {
     if (!key_file.empty() || !secret.empty()) {
-      return "a CURVE key was given but not the allocator's public key (FLOWTUNE_CURVE_SERVER)";
+      return bad(
+          "a CURVE key was given but not the allocator's public key (FLOWTUNE_CURVE_SERVER)");
     }
-    return {};
+    return c;
   }
-  ClientKeys k;
+  ClientKeys& k = c.keys;
   if (std::string why = read_public_key(server, &k.server_public, &k.server_file); !why.empty()) {
-    return "the allocator's public key: " + why;
+    return bad("the allocator's public key: " + why);
   }
   if (!key_file.empty()) {
     Result<KeyPair> own = load_key_file(key_file, true);
-    if (!own) return own.error().message;
+    if (!own) return std::move(own).error();
     k.own = std::move(own).value();
   } else if (!secret.empty()) {
-    if (std::string why = key_error(secret); !why.empty()) return "FLOWTUNE_CURVE_SECRET: " + why;
+    if (std::string why = key_error(secret); !why.empty()) {
+      return bad("FLOWTUNE_CURVE_SECRET: " + why);
+    }
     k.own = {public_of(secret), secret};
   } else {
-    return "CURVE needs this client's key too (FLOWTUNE_CURVE_KEY or FLOWTUNE_CURVE_SECRET)";
+    return bad("CURVE needs this client's key too (FLOWTUNE_CURVE_KEY or FLOWTUNE_CURVE_SECRET)");
   }
-  *out = std::move(k);
-  return {};
+  return c;
 }
 
 // Makes a client socket speak CURVE with `k`; before connect. 0 or errno.
