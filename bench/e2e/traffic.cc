@@ -169,7 +169,14 @@ struct Transfer {
   bool complete;
 };
 
-int run_recv(int argc, char** argv) {
+struct RecvOpts {
+  std::string listen;
+  long expect = -1;
+  double bin_ms = 0, timeout_s = 120;
+  std::int64_t origin = 0;
+};
+
+RecvOpts parse_recv(int argc, char** argv) {
   std::string listen;
   long expect = -1;
   double bin_ms = 0, timeout_s = 120;
@@ -185,109 +192,122 @@ int run_recv(int argc, char** argv) {
     else usage_error("recv: unknown or incomplete option '" + a + "'");
   }
   if (listen.empty()) usage_error("recv needs --listen IP:PORT");
-  sockaddr_in addr = parse_addr(listen);
-  if (origin == 0) origin = now_ns();
-  std::int64_t bin_ns = static_cast<std::int64_t>(bin_ms * 1e6);
+  return {listen, expect, bin_ms, timeout_s, origin};
+}
 
-  signal(SIGTERM, on_signal);
-  signal(SIGINT, on_signal);
+// The receiver's connections and what they delivered.
+struct Receiver {
+  int lfd = -1;
+  int ep = -1;
+  std::int64_t origin = 0;
+  std::int64_t bin_ns = 0;
+  std::map<int, std::unique_ptr<Conn>> conns;
+  std::vector<Transfer> transfers;
+  std::map<std::uint32_t, std::vector<std::uint64_t>> bins;  // sender -> bytes per bin
+  std::vector<char> buf = std::vector<char>(256 * 1024);
+  long completed = 0;
+};
+
+// A non-blocking listening socket on `addr` in an epoll set; false (said
+// on stderr) when it cannot listen.
+bool open_listener(Receiver& rx, const sockaddr_in& addr, const std::string& listen) {
   int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
   setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(lfd, 4096) != 0) {
+  if (bind(lfd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(lfd, 4096) != 0) {
     std::fprintf(stderr, "flowtune-traffic: cannot listen on %s: %s\n", listen.c_str(),
                  std::strerror(errno));
-    return 1;
+    return false;
   }
   int ep = epoll_create1(EPOLL_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = lfd;
   epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
-  std::printf("ready\n");
-  std::fflush(stdout);
+  rx.lfd = lfd;
+  rx.ep = ep;
+  return true;
+}
 
-  std::map<int, std::unique_ptr<Conn>> conns;
-  std::vector<Transfer> transfers;
-  std::map<std::uint32_t, std::vector<std::uint64_t>> bins;  // sender -> bytes per bin
-  std::vector<char> buf(256 * 1024);
-  std::int64_t deadline = now_ns() + static_cast<std::int64_t>(timeout_s * 1e9);
-  long completed = 0;
+void finish(Receiver& rx, int fd, Conn& c) {
+  rx.transfers.push_back(
+      {c.h, c.bytes, c.finish_ns ? c.finish_ns : now_ns(),
+       c.header_got == sizeof(Header) && (c.h.bytes == 0 || c.bytes >= c.h.bytes)});
+  ++rx.completed;
+  epoll_ctl(rx.ep, EPOLL_CTL_DEL, fd, nullptr);
+  close(fd);
+  rx.conns.erase(fd);
+}
 
-  auto finish = [&](int fd, Conn& c) {
-    transfers.push_back({c.h, c.bytes, c.finish_ns ? c.finish_ns : now_ns(),
-                         c.header_got == sizeof(Header) && (c.h.bytes == 0 || c.bytes >= c.h.bytes)});
-    ++completed;
-    epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
-    close(fd);
-    conns.erase(fd);
-  };
+void accept_all(Receiver& rx) {
+  for (;;) {
+    int c = accept4(rx.lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c < 0) break;
+    epoll_event cev{};
+    cev.events = EPOLLIN | EPOLLRDHUP;
+    cev.data.fd = c;
+    epoll_ctl(rx.ep, EPOLL_CTL_ADD, c, &cev);
+    rx.conns[c] = std::make_unique<Conn>();
+  }
+}
 
-  std::vector<epoll_event> events(1024);
-  while (!g_stop.load() && (expect < 0 || completed < expect) && now_ns() < deadline) {
-    int n = epoll_wait(ep, events.data(), static_cast<int>(events.size()), 100);
-    for (int e = 0; e < n; ++e) {
-      int fd = events[e].data.fd;
-      if (fd == lfd) {
-        for (;;) {
-          int c = accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (c < 0) break;
-          epoll_event cev{};
-          cev.events = EPOLLIN | EPOLLRDHUP;
-          cev.data.fd = c;
-          epoll_ctl(ep, EPOLL_CTL_ADD, c, &cev);
-          conns[c] = std::make_unique<Conn>();
-        }
-        continue;
-      }
-      auto it = conns.find(fd);
-      if (it == conns.end()) continue;
-      Conn& c = *it->second;
-      bool closed = false;
-      for (;;) {
-        ssize_t r = read(fd, buf.data(), buf.size());
-        if (r == 0) { closed = true; break; }
-        if (r < 0) {
-          if (errno == EINTR) continue;
-          if (errno != EAGAIN) closed = true;
-          break;
-        }
-        std::size_t off = 0;
-        if (c.header_got < sizeof(Header)) {
-          std::size_t take = std::min(sizeof(Header) - c.header_got, static_cast<std::size_t>(r));
-          std::memcpy(reinterpret_cast<char*>(&c.h) + c.header_got, buf.data(), take);
-          c.header_got += take;
-          off = take;
-          if (c.header_got == sizeof(Header) && c.h.magic != kMagic) { closed = true; break; }
-        }
-        std::uint64_t got = static_cast<std::uint64_t>(r) - off;
-        if (got == 0) continue;
-        c.bytes += got;
-        std::int64_t t = now_ns();
-        if (bin_ns > 0 && t >= origin && c.header_got == sizeof(Header)) {
-          auto& b = bins[c.h.sender];
-          std::size_t idx = static_cast<std::size_t>((t - origin) / bin_ns);
-          if (idx < 1'000'000) {
-            if (b.size() <= idx) b.resize(idx + 1, 0);
-            b[idx] += got;
-          }
-        }
-        if (c.h.bytes != 0 && c.bytes >= c.h.bytes && c.finish_ns == 0) c.finish_ns = t;
-      }
-      // A sized transfer is complete at its last byte: closing then lets the
-      // sender see EOF and leave without waiting for its own FIN's turn.
-      if (closed || (c.h.bytes != 0 && c.finish_ns != 0)) finish(fd, c);
+// Counts `got` bytes of `c` that arrived at t in its sender's bin.
+void bin_bytes(Receiver& rx, const Conn& c, std::uint64_t got, std::int64_t t) {
+  if (rx.bin_ns > 0 && t >= rx.origin && c.header_got == sizeof(Header)) {
+    auto& b = rx.bins[c.h.sender];
+    std::size_t idx = static_cast<std::size_t>((t - rx.origin) / rx.bin_ns);
+    if (idx < 1'000'000) {
+      if (b.size() <= idx) b.resize(idx + 1, 0);
+      b[idx] += got;
     }
   }
-  // Whatever is still open is reported as incomplete (or, for unsized
-  // transfers, as what arrived until now).
-  while (!conns.empty()) finish(conns.begin()->first, *conns.begin()->second);
+}
 
-  std::string out = "{\"origin_s\":" + std::to_string(secs(origin)) +
+// Reads what fd holds now; true when the connection closed, failed or
+// does not speak this protocol.
+bool read_conn(Receiver& rx, int fd, Conn& c) {
+  bool closed = false;
+  for (;;) {
+    ssize_t r = read(fd, rx.buf.data(), rx.buf.size());
+    if (r == 0) {
+      closed = true;
+      break;
+    }
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) closed = true;
+      break;
+    }
+    std::size_t off = 0;
+    if (c.header_got < sizeof(Header)) {
+      std::size_t take = std::min(sizeof(Header) - c.header_got, static_cast<std::size_t>(r));
+      std::memcpy(reinterpret_cast<char*>(&c.h) + c.header_got, rx.buf.data(), take);
+      c.header_got += take;
+      off = take;
+      if (c.header_got == sizeof(Header) && c.h.magic != kMagic) {
+        closed = true;
+        break;
+      }
+    }
+    std::uint64_t got = static_cast<std::uint64_t>(r) - off;
+    if (got == 0) continue;
+    c.bytes += got;
+    std::int64_t t = now_ns();
+    bin_bytes(rx, c, got, t);
+    if (c.h.bytes != 0 && c.bytes >= c.h.bytes && c.finish_ns == 0) c.finish_ns = t;
+  }
+  return closed;
+}
+
+// The receiver's report: every transfer and, with --bin-ms, each sender's
+// bytes per bin.
+std::string recv_report(const Receiver& rx, double bin_ms) {
+  std::string out = "{\"origin_s\":" + std::to_string(secs(rx.origin)) +
                     ",\"bin_ms\":" + std::to_string(bin_ms) + ",\"transfers\":[";
   char line[256];
-  for (std::size_t i = 0; i < transfers.size(); ++i) {
-    const Transfer& t = transfers[i];
+  for (std::size_t i = 0; i < rx.transfers.size(); ++i) {
+    const Transfer& t = rx.transfers[i];
     std::snprintf(line, sizeof line,
                   "%s{\"sender\":%u,\"flow\":%u,\"size\":%llu,\"bytes\":%llu,\"start_s\":%.6f,"
                   "\"finish_s\":%.6f,\"complete\":%s}",
@@ -298,13 +318,53 @@ int run_recv(int argc, char** argv) {
   }
   out += "],\"bins\":{";
   bool first = true;
-  for (auto& [sender, b] : bins) {
+  for (const auto& [sender, b] : rx.bins) {
     out += (first ? "\"" : ",\"") + std::to_string(sender) + "\":[";
     first = false;
     for (std::size_t i = 0; i < b.size(); ++i) out += (i ? "," : "") + std::to_string(b[i]);
     out += "]";
   }
   out += "}}\n";
+  return out;
+}
+
+int run_recv(int argc, char** argv) {
+  const RecvOpts o = parse_recv(argc, argv);
+  sockaddr_in addr = parse_addr(o.listen);
+  Receiver rx;
+  rx.origin = o.origin == 0 ? now_ns() : o.origin;
+  rx.bin_ns = static_cast<std::int64_t>(o.bin_ms * 1e6);
+
+  signal(SIGTERM, on_signal);
+  signal(SIGINT, on_signal);
+  if (!open_listener(rx, addr, o.listen)) return 1;
+  std::printf("ready\n");
+  std::fflush(stdout);
+
+  std::int64_t deadline = now_ns() + static_cast<std::int64_t>(o.timeout_s * 1e9);
+  std::vector<epoll_event> events(1024);
+  while (!g_stop.load() && (o.expect < 0 || rx.completed < o.expect) && now_ns() < deadline) {
+    int n = epoll_wait(rx.ep, events.data(), static_cast<int>(events.size()), 100);
+    for (int e = 0; e < n; ++e) {
+      int fd = events[e].data.fd;
+      if (fd == rx.lfd) {
+        accept_all(rx);
+        continue;
+      }
+      auto it = rx.conns.find(fd);
+      if (it == rx.conns.end()) continue;
+      Conn& c = *it->second;
+      const bool closed = read_conn(rx, fd, c);
+      // A sized transfer is complete at its last byte: closing then lets the
+      // sender see EOF and leave without waiting for its own FIN's turn.
+      if (closed || (c.h.bytes != 0 && c.finish_ns != 0)) finish(rx, fd, c);
+    }
+  }
+  // Whatever is still open is reported as incomplete (or, for unsized
+  // transfers, as what arrived until now).
+  while (!rx.conns.empty()) finish(rx, rx.conns.begin()->first, *rx.conns.begin()->second);
+
+  const std::string out = recv_report(rx, o.bin_ms);
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
 }
@@ -481,7 +541,18 @@ void send_flow(const SendOpts& o, std::uint32_t flow, FlowResult& r) {
   r.sent -= std::min<std::uint64_t>(r.sent, sizeof h);
 }
 
-int run_send(int argc, char** argv) {
+// The send command's options: SendOpts and how to run its connections.
+struct SendArgs {
+  SendOpts o;
+  std::string api;
+  std::string tenant;  // o.flowlet.tenant points here (run_send sets it)
+  unsigned flows = 1;
+  std::int64_t start_at = 0;
+  bool fork_each = false;
+  bool rate_latency = false;
+};
+
+SendArgs parse_send(int argc, char** argv) {
   SendOpts o;
   std::string to, api = "shim", tenant;
   ft_flowlet_opts_init(&o.flowlet);
@@ -519,99 +590,114 @@ int run_send(int argc, char** argv) {
   if (flowlet_opts && api != "explicit") usage_error("--deadline-ms, --tenant and --class need --api explicit");
   if (o.flowlet.deadline_ms != 0 && o.stop_at != 0) usage_error("--deadline-ms needs --bytes (a sized transfer)");
   if (tenant.size() > 256) usage_error("--tenant: at most 256 bytes");
-  o.flowlet.tenant = tenant.c_str();
   if (fork_each && rate_latency) usage_error("--rate-latency needs threads (not --fork)");
   if (o.bytes == 0 && o.stop_at == 0) usage_error("--bytes must be positive");
   o.to = parse_addr(to);
+  return {o, api, tenant, flows, start_at, fork_each, rate_latency};
+}
 
-  if (api == "explicit") {
-    ft_config cfg;
-    ft_config_init(&cfg);
-    // Scheduled whatever the size: every transfer of the experiment counts.
-    cfg.min_flowlet_bytes = 1;
-    int rc = ft_client_open(&cfg, &o.ft);
-    if (rc != FT_OK) {
-      std::fprintf(stderr, "flowtune-traffic: ft_client_open: %s\n", ft_strerror(rc));
-      return 1;
+// --api explicit: a library client of its own; false (said on stderr) when
+// it cannot open.
+bool open_explicit(SendOpts& o) {
+  ft_config cfg;
+  ft_config_init(&cfg);
+  // Scheduled whatever the size: every transfer of the experiment counts.
+  cfg.min_flowlet_bytes = 1;
+  int rc = ft_client_open(&cfg, &o.ft);
+  if (rc != FT_OK) {
+    std::fprintf(stderr, "flowtune-traffic: ft_client_open: %s\n", ft_strerror(rc));
+    return false;
+  }
+  return true;
+}
+
+// One process per connection, each reporting into a shared page: for
+// wrappers that are not thread-safe (trickle crashes with threads). False
+// (said on stderr) when the page cannot be mapped.
+bool send_forked(const SendOpts& o, unsigned flows, std::vector<FlowResult>& results) {
+  struct Shared {
+    std::uint64_t sent;
+    int failed;
+  };
+  void* m = mmap(nullptr, sizeof(Shared) * flows, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) {
+    std::fprintf(stderr, "flowtune-traffic: mmap: %s\n", std::strerror(errno));
+    return false;
+  }
+  auto* shared = static_cast<Shared*>(m);
+  std::vector<pid_t> kids;
+  const pid_t parent = getpid();
+  for (unsigned f = 0; f < flows; ++f) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      // A child outlives nothing: if the sender dies, so do its flows.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);  // it died before the line above
+      FlowResult r;
+      send_flow(o, f, r);
+      shared[f] = {r.sent, r.error.empty() ? 0 : 1};
+      if (!r.error.empty()) std::fprintf(stderr, "flowtune-traffic: %s\n", r.error.c_str());
+      std::fflush(stderr);
+      _exit(0);
+    }
+    if (pid < 0) {
+      results[f].error = std::string("fork: ") + std::strerror(errno);
+      continue;
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t k : kids) {
+    int st = 0;
+    while (waitpid(k, &st, 0) < 0 && errno == EINTR) {
     }
   }
-  sleep_until_ns(start_at);
-  std::vector<FlowResult> results(flows);
+  for (unsigned f = 0; f < flows; ++f) {
+    if (!results[f].error.empty()) continue;
+    results[f].sent = shared[f].sent;
+    if (shared[f].failed) results[f].error = "a connection failed (see above)";
+  }
+  munmap(m, sizeof(Shared) * flows);
+  return true;
+}
+
+// A thread per connection; with --rate-latency, the report's
+// rate_latency_us member (else empty).
+std::string send_threaded(SendOpts& o, unsigned flows, bool rate_latency,
+                          std::vector<FlowResult>& results) {
   std::string rate_latency_json;
-  if (fork_each) {
-    // One process per connection, each reporting into a shared page: for
-    // wrappers that are not thread-safe (trickle crashes with threads).
-    struct Shared {
-      std::uint64_t sent;
-      int failed;
-    };
-    void* m = mmap(nullptr, sizeof(Shared) * flows, PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) {
-      std::fprintf(stderr, "flowtune-traffic: mmap: %s\n", std::strerror(errno));
-      return 1;
-    }
-    auto* shared = static_cast<Shared*>(m);
-    std::vector<pid_t> kids;
-    const pid_t parent = getpid();
-    for (unsigned f = 0; f < flows; ++f) {
-      pid_t pid = fork();
-      if (pid == 0) {
-        // A child outlives nothing: if the sender dies, so do its flows.
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(1);  // it died before the line above
-        FlowResult r;
-        send_flow(o, f, r);
-        shared[f] = {r.sent, r.error.empty() ? 0 : 1};
-        if (!r.error.empty()) std::fprintf(stderr, "flowtune-traffic: %s\n", r.error.c_str());
-        std::fflush(stderr);
-        _exit(0);
-      }
-      if (pid < 0) {
-        results[f].error = std::string("fork: ") + std::strerror(errno);
-        continue;
-      }
-      kids.push_back(pid);
-    }
-    for (pid_t k : kids) {
-      int st = 0;
-      while (waitpid(k, &st, 0) < 0 && errno == EINTR) {
-      }
-    }
-    for (unsigned f = 0; f < flows; ++f) {
-      if (!results[f].error.empty()) continue;
-      results[f].sent = shared[f].sent;
-      if (shared[f].failed) results[f].error = "a connection failed (see above)";
-    }
-    munmap(m, sizeof(Shared) * flows);
-  } else {
-    std::unique_ptr<RateWatch> watch;
-    std::thread watcher;
-    if (rate_latency) {
-      watch = std::make_unique<RateWatch>(flows);
-      o.watch = watch.get();
-      watcher = std::thread([&watch] { watch->run(); });
-    }
-    std::vector<std::thread> threads;
-    threads.reserve(flows);
-    for (unsigned f = 0; f < flows; ++f)
-      threads.emplace_back([&o, f, &results] { send_flow(o, f, results[f]); });
-    for (auto& t : threads) t.join();
-    if (watch) {
-      watch->stop = true;
-      watcher.join();
-      rate_latency_json = ",\"rate_latency_us\":[";
-      for (unsigned f = 0; f < flows; ++f) {
-        rate_latency_json += (f ? "," : "") + std::to_string(watch->slots[f].latency_us);
-      }
-      rate_latency_json += "]";
-    }
+  std::unique_ptr<RateWatch> watch;
+  std::thread watcher;
+  if (rate_latency) {
+    watch = std::make_unique<RateWatch>(flows);
+    o.watch = watch.get();
+    watcher = std::thread([&watch] { watch->run(); });
   }
+  std::vector<std::thread> threads;
+  threads.reserve(flows);
+  for (unsigned f = 0; f < flows; ++f)
+    threads.emplace_back([&o, f, &results] { send_flow(o, f, results[f]); });
+  for (auto& t : threads) t.join();
+  if (watch) {
+    watch->stop = true;
+    watcher.join();
+    rate_latency_json = ",\"rate_latency_us\":[";
+    for (unsigned f = 0; f < flows; ++f) {
+      rate_latency_json += (f ? "," : "") + std::to_string(watch->slots[f].latency_us);
+    }
+    rate_latency_json += "]";
+  }
+  return rate_latency_json;
+}
 
+// Prints the sender's report (and closes its library client); the exit
+// status: 1 when a connection failed.
+int report_send(const SendOpts& o, unsigned flows, const std::vector<FlowResult>& results,
+                const std::string& rate_latency_json) {
   std::uint64_t sent = 0;
   unsigned errors = 0;
   std::string first_error;
-  for (auto& r : results) {
+  for (const auto& r : results) {
     sent += r.sent;
     if (!r.error.empty()) {
       if (errors++ == 0) first_error = r.error;
@@ -638,6 +724,22 @@ int run_send(int argc, char** argv) {
   if (errors) std::fprintf(stderr, "flowtune-traffic: %u of %u connections failed: %s\n", errors,
                            flows, first_error.c_str());
   return errors ? 1 : 0;
+}
+
+int run_send(int argc, char** argv) {
+  SendArgs s = parse_send(argc, argv);
+  SendOpts& o = s.o;
+  o.flowlet.tenant = s.tenant.c_str();
+  if (s.api == "explicit" && !open_explicit(o)) return 1;
+  sleep_until_ns(s.start_at);
+  std::vector<FlowResult> results(s.flows);
+  std::string rate_latency_json;
+  if (s.fork_each) {
+    if (!send_forked(o, s.flows, results)) return 1;
+  } else {
+    rate_latency_json = send_threaded(o, s.flows, s.rate_latency, results);
+  }
+  return report_send(o, s.flows, results, rate_latency_json);
 }
 
 }  // namespace
