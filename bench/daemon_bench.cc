@@ -91,6 +91,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -518,6 +519,128 @@ class CtlFlood {
   std::thread thread_;
 };
 
+// One endpoint on each kEndpoints-th host: the background of a latency run.
+std::vector<std::unique_ptr<Endpoint>> background(zmq::context_t& ctx, const std::string& listen) {
+  std::vector<std::unique_ptr<Endpoint>> bg;
+  for (int e = 0; e < kEndpoints; ++e) {
+    bg.push_back(std::make_unique<Endpoint>(ctx, listen,
+                                            static_cast<std::uint32_t>(e * (kHosts / kEndpoints))));
+  }
+  return bg;
+}
+
+void drain_all(std::vector<std::unique_ptr<Endpoint>>& bg) {
+  for (auto& ep : bg) ep->drain();
+}
+
+// One latency run: its setting and what it measured.
+struct LatencyRun {
+  unsigned threads = 0;
+  std::size_t flows = 0;  // active around the probe
+  int probes = 0;
+  double gap_s = 0;
+  std::uint64_t busy_poll_us = 0;
+  double ctl_per_s = 0;
+  std::vector<double> rtt;  // start -> rate of each answered probe, us
+  std::size_t start_bytes = 0;
+  json s0, s1;     // the daemon's status before and after the probes
+  double cpu = 0;  // the daemon's CPU seconds over the probes
+  double elapsed = 0;
+};
+
+// Probe i: a flowlet start from h1, timed until its rate comes back (at
+// most 2 s), then its end.
+void probe_once(Endpoint& probe, int i, LatencyRun& run) {
+  const std::uint64_t key = 1'000'000 + static_cast<std::uint64_t>(i);
+  wire::EndpointMessage m;
+  m.seq = static_cast<std::uint64_t>(i);
+  m.events.emplace_back(flow(key, 1, dst_for(key, 1)));
+  const auto bytes = wire::encode(m);
+  run.start_bytes = bytes.size();
+  const auto t0 = Clock::now();
+  probe.send(bytes);
+  bool got = false;
+  while (!got && seconds_since(t0) < 2) {
+    zmq::message_t reply;
+    if (!probe.socket.recv(reply)) continue;
+    wire::AllocatorMessage a;
+    if (!wire::decode({reply.data<std::uint8_t>(), reply.size()}, &a).ok()) continue;
+    for (const auto& r : a.rates) got = got || r.flow_key == key + 1;
+  }
+  if (got) run.rtt.push_back(seconds_since(t0) * 1e6);
+  wire::EndpointMessage end;
+  end.events.emplace_back(wire::FlowletEnd{key + 1});
+  probe.send(wire::encode(end));
+}
+
+// Waits out the gap between probes without spinning (a spinning generator
+// would steal the daemon's core), draining everyone.
+void wait_gap(std::vector<std::unique_ptr<Endpoint>>& bg, Endpoint& probe, double gap_s) {
+  const auto gap = Clock::now();
+  std::vector<zmq::pollitem_t> items;
+  for (auto& ep : bg) items.push_back({ep->socket.handle(), 0, ZMQ_POLLIN, 0});
+  items.push_back({probe.socket.handle(), 0, ZMQ_POLLIN, 0});
+  while (seconds_since(gap) < gap_s) {
+    const auto left = std::chrono::duration<double>(gap_s - seconds_since(gap));
+    zmq::poll(items, std::chrono::duration_cast<std::chrono::milliseconds>(left) +
+                         std::chrono::milliseconds(1));
+    drain_all(bg);
+    probe.drain();
+  }
+}
+
+// A latency run's JSON (and its line on stderr).
+json latency_report(const LatencyRun& run, const CtlFlood& flood) {
+  const json& s0 = run.s0;
+  const json& s1 = run.s1;
+  // A counter's growth over the probes, per probe.
+  auto per_probe = [&](const char* counter) {
+    return (s1["counters"][counter].get<double>() - s0["counters"][counter].get<double>()) /
+           run.probes;
+  };
+  const Quantiles q = quantiles(run.rtt);
+  std::cerr << "latency threads=" << run.threads << " flows=" << run.flows
+            << " gap_ms=" << run.gap_s * 1e3 << " busy_poll_us=" << run.busy_poll_us << ": p50 "
+            << q.p50 << " us p99 " << q.p99 << " us\n";
+  return {
+      {"threads", run.threads},
+      {"active_flows", run.flows},
+      {"probes", run.probes},
+      {"answered", run.rtt.size()},
+      {"start_message_bytes", run.start_bytes},
+      {"p50_us", q.p50},
+      {"p99_us", q.p99},
+      {"p999_us", q.p999},
+      {"gap_ms", run.gap_s * 1e3},
+      {"busy_poll_us", run.busy_poll_us},
+      {"daemon_turn_p50_us", s1["counters"]["turn_ns"]["p50"].get<double>() / 1e3},
+      {"daemon_turn_p99_us", s1["counters"]["turn_ns"]["p99"].get<double>() / 1e3},
+      {"daemon_early_answer_p50_us", s1["counters"]["early_answer_ns"]["p50"].get<double>() / 1e3},
+      {"daemon_early_answer_p99_us", s1["counters"]["early_answer_ns"]["p99"].get<double>() / 1e3},
+      {"daemon_iteration_p50_us", s1["counters"]["iteration_ns"]["p50"].get<double>() / 1e3},
+      {"iterations_per_probe", per_probe("iterations")},
+      {"early_rates_per_probe", per_probe("early_rates")},
+      {"early_rates_corrected_per_probe", per_probe("early_rates_corrected")},
+      {"rate_updates_per_probe", per_probe("rate_updates")},
+      {"daemon_cpu_fraction", run.cpu / run.elapsed},
+      {"ctl_requests_per_s", run.ctl_per_s},
+      {"ctl_replies", flood.replies()},
+      {"ctl_dumps", flood.dumps()},
+      {"ctl_retries", flood.retries()},
+      {"ctl_replies_by_kind", flood.replies_by_kind()},
+      // Passes over every flow the daemon made for status, links and
+      // tenants replies over the probes (ControlCache; an older
+      // daemon: null).
+      {"daemon_totals_passes",
+       s1.contains("totals_passes")
+           ? json(s1["totals_passes"].get<double>() - s0["totals_passes"].get<double>())
+           : json(nullptr)},
+      {"seconds", run.elapsed},
+      {"ctl_reply_bytes_mean", flood.replies() > 0 ? static_cast<double>(flood.bytes()) /
+                                                         static_cast<double>(flood.replies())
+                                                   : 0.0}};
+}
+
 json latency_run(const std::string& listen, unsigned threads, std::size_t active, int probes,
                  double gap_s, std::uint64_t busy_poll_us, double ctl_per_s = 0,
                  const std::vector<std::string>& daemon_args = {}) {
@@ -525,16 +648,10 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
   args.insert(args.end(), daemon_args.begin(), daemon_args.end());  // later flags win
   Daemon d(listen, threads, busy_poll_us, args);
   zmq::context_t ctx(1);
-  std::vector<std::unique_ptr<Endpoint>> bg;
-  for (int e = 0; e < kEndpoints; ++e) {
-    bg.push_back(std::make_unique<Endpoint>(ctx, listen, static_cast<std::uint32_t>(e * (kHosts / kEndpoints))));
-  }
+  std::vector<std::unique_ptr<Endpoint>> bg = background(ctx, listen);
   const std::size_t per = active / kEndpoints;
   establish(bg, per, 0);
-  auto drain_all = [&] {
-    for (auto& ep : bg) ep->drain();
-  };
-  d.wait_idle(per * kEndpoints, drain_all);
+  d.wait_idle(per * kEndpoints, [&] { drain_all(bg); });
 
   Endpoint probe(ctx, listen, 1);
   {
@@ -542,95 +659,27 @@ json latency_run(const std::string& listen, unsigned threads, std::size_t active
     hello.events.emplace_back(wire::Hello{"probe", "h1"});
     probe.send(wire::encode(hello));
   }
-  std::vector<double> rtt;
-  std::size_t start_bytes = 0;
-  const json s0 = d.status();
+  LatencyRun run;
+  run.threads = threads;
+  run.flows = per * kEndpoints;
+  run.probes = probes;
+  run.gap_s = gap_s;
+  run.busy_poll_us = busy_poll_us;
+  run.ctl_per_s = ctl_per_s;
+  run.s0 = d.status();
   const double cpu0 = d.cpu_s();
   CtlFlood flood(listen, ctl_per_s);
   const auto t_begin = Clock::now();
   for (int i = 0; i < probes; ++i) {
-    const std::uint64_t key = 1'000'000 + static_cast<std::uint64_t>(i);
-    wire::EndpointMessage m;
-    m.seq = static_cast<std::uint64_t>(i);
-    m.events.emplace_back(flow(key, 1, dst_for(key, 1)));
-    const auto bytes = wire::encode(m);
-    start_bytes = bytes.size();
-    const auto t0 = Clock::now();
-    probe.send(bytes);
-    bool got = false;
-    while (!got && seconds_since(t0) < 2) {
-      zmq::message_t reply;
-      if (!probe.socket.recv(reply)) continue;
-      wire::AllocatorMessage a;
-      if (!wire::decode({reply.data<std::uint8_t>(), reply.size()}, &a).ok()) continue;
-      for (const auto& r : a.rates) got = got || r.flow_key == key + 1;
-    }
-    if (got) rtt.push_back(seconds_since(t0) * 1e6);
-    wire::EndpointMessage end;
-    end.events.emplace_back(wire::FlowletEnd{key + 1});
-    probe.send(wire::encode(end));
-    // Wait out the gap without spinning (a spinning generator would steal
-    // the daemon's core), draining everyone.
-    const auto gap = Clock::now();
-    std::vector<zmq::pollitem_t> items;
-    for (auto& ep : bg) items.push_back({ep->socket.handle(), 0, ZMQ_POLLIN, 0});
-    items.push_back({probe.socket.handle(), 0, ZMQ_POLLIN, 0});
-    while (seconds_since(gap) < gap_s) {
-      const auto left = std::chrono::duration<double>(gap_s - seconds_since(gap));
-      zmq::poll(items, std::chrono::duration_cast<std::chrono::milliseconds>(left) +
-                           std::chrono::milliseconds(1));
-      drain_all();
-      probe.drain();
-    }
+    probe_once(probe, i, run);
+    wait_gap(bg, probe, gap_s);
   }
-  const double elapsed = seconds_since(t_begin);
+  run.elapsed = seconds_since(t_begin);
   flood.stop();
-  const double cpu = d.cpu_s() - cpu0;
-  const json s1 = d.status();
-  // A counter's growth over the probes, per probe.
-  auto per_probe = [&](const char* counter) {
-    return (s1["counters"][counter].get<double>() - s0["counters"][counter].get<double>()) / probes;
-  };
-  const Quantiles q = quantiles(rtt);
-  std::cerr << "latency threads=" << threads << " flows=" << per * kEndpoints << " gap_ms="
-            << gap_s * 1e3 << " busy_poll_us=" << busy_poll_us << ": p50 " << q.p50
-            << " us p99 " << q.p99 << " us\n";
-  return {{"threads", threads},
-          {"active_flows", per * kEndpoints},
-          {"probes", probes},
-          {"answered", rtt.size()},
-          {"start_message_bytes", start_bytes},
-          {"p50_us", q.p50},
-          {"p99_us", q.p99},
-          {"p999_us", q.p999},
-          {"gap_ms", gap_s * 1e3},
-          {"busy_poll_us", busy_poll_us},
-          {"daemon_turn_p50_us", s1["counters"]["turn_ns"]["p50"].get<double>() / 1e3},
-          {"daemon_turn_p99_us", s1["counters"]["turn_ns"]["p99"].get<double>() / 1e3},
-          {"daemon_early_answer_p50_us", s1["counters"]["early_answer_ns"]["p50"].get<double>() / 1e3},
-          {"daemon_early_answer_p99_us", s1["counters"]["early_answer_ns"]["p99"].get<double>() / 1e3},
-          {"daemon_iteration_p50_us", s1["counters"]["iteration_ns"]["p50"].get<double>() / 1e3},
-          {"iterations_per_probe", per_probe("iterations")},
-          {"early_rates_per_probe", per_probe("early_rates")},
-          {"early_rates_corrected_per_probe", per_probe("early_rates_corrected")},
-          {"rate_updates_per_probe", per_probe("rate_updates")},
-          {"daemon_cpu_fraction", cpu / elapsed},
-          {"ctl_requests_per_s", ctl_per_s},
-          {"ctl_replies", flood.replies()},
-          {"ctl_dumps", flood.dumps()},
-          {"ctl_retries", flood.retries()},
-          {"ctl_replies_by_kind", flood.replies_by_kind()},
-          // Passes over every flow the daemon made for status, links and
-          // tenants replies over the probes (ControlCache; an older
-          // daemon: null).
-          {"daemon_totals_passes", s1.contains("totals_passes")
-                                       ? json(s1["totals_passes"].get<double>() - s0["totals_passes"].get<double>())
-                                       : json(nullptr)},
-          {"seconds", elapsed},
-          {"ctl_reply_bytes_mean",
-           flood.replies() > 0 ? static_cast<double>(flood.bytes()) / static_cast<double>(flood.replies()) : 0.0}};
+  run.cpu = d.cpu_s() - cpu0;
+  run.s1 = d.status();
+  return latency_report(run, flood);
 }
-
 
 // ---- metrics overhead (--metrics-overhead) ----
 
@@ -849,14 +898,9 @@ std::vector<double> probe_run(Tracked& probe, int n, std::uint64_t first_key, in
   return rtt;
 }
 
-// Legitimate endpoints (from 127.0.0.2, on h0..h7, 125 flows each into
-// h8..h255) and a probe; then a flood from 127.0.0.9 into h256..h511, whose
-// flows share no link with theirs: whatever the flood does, their rates
-// should not move, and the probe's flowlets should be taken and rated as
-// fast as before. quotas: the default per-source quotas, or none.
-json flood_run(const std::string& port, bool quotas, bool quick) {
-  const std::string listen = "tcp://127.0.0.1:" + port;
-  const std::string legit = "tcp://127.0.0.2:0;127.0.0.1:" + port;
+// The daemon's flags for a flood run: quotas on (the defaults, or
+// FT_FLOOD_QUOTAS's) or off.
+std::vector<std::string> flood_daemon_args(bool quotas) {
   std::vector<std::string> extra = {"--max-msg-rate", "100000", "--endpoint-timeout-ms", "3000",
                                     "--lease-refresh-ms", "300"};
   if (!quotas) {
@@ -870,8 +914,12 @@ json flood_run(const std::string& port, bool quotas, bool quick) {
     std::istringstream words(more);
     for (std::string w; words >> w;) extra.push_back(w);
   }
-  Daemon d(listen, 1, 0, extra);
-  zmq::context_t ctx(1);
+  return extra;
+}
+
+// The legitimate endpoints, on h0..h7, 125 flows each into h8..h255.
+std::vector<std::unique_ptr<Tracked>> legit_endpoints(zmq::context_t& ctx,
+                                                      const std::string& legit) {
   std::vector<std::unique_ptr<Tracked>> eps;
   for (std::uint32_t h = 0; h < 8; ++h) {
     eps.push_back(std::make_unique<Tracked>(ctx, legit));
@@ -880,6 +928,136 @@ json flood_run(const std::string& port, bool quotas, bool quick) {
     for (std::uint64_t k = 0; k < 125; ++k) m.events.emplace_back(flow(k, h, 8 + static_cast<std::uint32_t>((h * 31 + k) % 248)));
     eps.back()->send(m);
   }
+  return eps;
+}
+
+using LegitRates = std::map<std::pair<std::size_t, std::uint64_t>, std::uint64_t>;
+
+LegitRates rates_of(const std::vector<std::unique_ptr<Tracked>>& eps) {
+  LegitRates before;
+  for (std::size_t i = 0; i < eps.size(); ++i) {
+    for (const auto& [k, r] : eps[i]->rates) before[{i, k}] = r;
+  }
+  return before;
+}
+
+// One flood run: what it measured.
+struct FloodRun {
+  int flooders = 0;
+  std::uint64_t starts = 0;  // the flood's
+  double flood_s = 0;
+  json s_before, s_flood;  // the daemon's status before and at the end of the flood
+  int n = 0;               // probes while idle
+  Quantiles idle{};
+  std::vector<double> under;  // the probes' start -> rate under the flood, us
+  int refused_idle = 0, refused_flood = 0;
+  double worst = 0;         // the largest relative move of a legitimate flow's rate
+  std::size_t missing = 0;  // legitimate flows without a rate
+  double rss_idle = 0, rss_flood = 0, rss_after = 0;
+};
+
+// The largest relative move of a legitimate rate since `before`, and how
+// many legitimate flows have no rate.
+void rate_moves(const std::vector<std::unique_ptr<Tracked>>& eps, const LegitRates& before,
+                FloodRun& run) {
+  double worst = 0;
+  std::size_t missing = 0;
+  for (std::size_t i = 0; i < eps.size(); ++i) {
+    for (const auto& [k, r] : eps[i]->rates) {
+      const auto it = before.find({i, k});
+      if (it == before.end()) continue;
+      worst = std::max(worst, std::abs(static_cast<double>(r) / static_cast<double>(it->second) - 1));
+    }
+    missing += 125 - std::min<std::size_t>(125, eps[i]->rates.size());
+  }
+  run.worst = worst;
+  run.missing = missing;
+}
+
+// The daemon's RSS once the flood's endpoints have timed out (9 endpoints
+// left), or 0 when they have not within 15 s.
+double rss_once_gone(Daemon& d, Tracked& probe, const std::function<void()>& tick) {
+  const auto t_gone = Clock::now();
+  double rss_after = 0;
+  while (seconds_since(t_gone) < 15) {
+    tick();
+    probe.pump();
+    const json s = d.status();
+    if (s["endpoints"] == 9) {
+      rss_after = d.rss_mb();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return rss_after;
+}
+
+// A flood run's JSON (and its line on stderr).
+json flood_report(bool quotas, const FloodRun& run) {
+  const json& s_before = run.s_before;
+  const json& s_flood = run.s_flood;
+  const Quantiles& idle = run.idle;
+  const Quantiles q = quantiles(run.under.empty() ? std::vector<double>{0} : run.under);
+  const json& errs = s_flood["counters"]["errors"];
+  std::cerr << "flood quotas=" << quotas << ": " << run.starts << " starts in " << run.flood_s
+            << " s; flows " << s_flood["flows"] << "; probe p99 " << idle.p99 << " -> " << q.p99
+            << " us, refused " << run.refused_idle << " -> " << run.refused_flood
+            << "; worst legit rate move " << run.worst << "; rss " << run.rss_idle << " -> "
+            << run.rss_flood << " -> " << run.rss_after << " MB\n";
+  auto grew = [&](const char* k) {
+    return s_flood["counters"][k].get<double>() - s_before["counters"][k].get<double>();
+  };
+  return {{"quotas", quotas},
+          {"apart", g_apart},
+          {"flood_endpoints", run.flooders},
+          {"flood_starts", run.starts},
+          {"daemon_messages_in", grew("messages_in")},
+          {"daemon_bytes_in", grew("bytes_in")},
+          {"daemon_starts", grew("starts")},
+          {"flood_seconds", run.flood_s},
+          {"flows_during_flood", s_flood["flows"]},
+          {"max_flows_per_source", s_flood["config"]["max_flows_per_source"]},
+          {"endpoints_during_flood", s_flood["endpoints"]},
+          {"refused_too_many_flows", errs.value("too_many_flows", 0)},
+          {"refused_too_many_endpoints", errs.value("too_many_endpoints", 0)},
+          {"refused_rate_limited", errs.value("rate_limited", 0)},
+          {"refused_bad_value", errs.value("bad_value", 0)},
+          {"refused_unknown_flow", errs.value("unknown_flow", 0)},
+          {"probes_idle", run.n},
+          {"probes_under_flood", run.under.size() + static_cast<std::size_t>(run.refused_flood)},
+          {"probe_refused_idle", run.refused_idle},
+          {"probe_refused_under_flood", run.refused_flood},
+          {"probe_p50_us_idle", idle.p50},
+          {"probe_p99_us_idle", idle.p99},
+          {"probe_p50_us_flood", q.p50},
+          {"probe_p99_us_flood", q.p99},
+          {"probe_p99_vs_idle", idle.p99 > 0 ? q.p99 / idle.p99 : 0.0},
+          {"legit_flows_without_rate", run.missing},
+          {"legit_worst_rate_change", run.worst},
+          {"iterations_flood", grew("iterations")},
+          {"iteration_p50_us", s_flood["counters"]["iteration_ns"]["p50"].get<double>() / 1e3},
+          {"iteration_p99_us", s_flood["counters"]["iteration_ns"]["p99"].get<double>() / 1e3},
+          {"turn_p99_us", s_flood["counters"]["turn_ns"]["p99"].get<double>() / 1e3},
+          // The tick's scan, a slice per call (over the whole run).
+          {"timer_p99_us", s_flood["counters"]["timer_ns"]["p99"].get<double>() / 1e3},
+          {"timer_p999_us", s_flood["counters"]["timer_ns"]["p999"].get<double>() / 1e3},
+          {"rss_mb_idle", run.rss_idle},
+          {"rss_mb_flood", run.rss_flood},
+          // null: the flood's endpoints had not all timed out within 15 s
+          {"rss_mb_after", run.rss_after > 0 ? json(run.rss_after) : json(nullptr)}};
+}
+
+// Legitimate endpoints (from 127.0.0.2, on h0..h7, 125 flows each into
+// h8..h255) and a probe; then a flood from 127.0.0.9 into h256..h511, whose
+// flows share no link with theirs: whatever the flood does, their rates
+// should not move, and the probe's flowlets should be taken and rated as
+// fast as before. quotas: the default per-source quotas, or none.
+json flood_run(const std::string& port, bool quotas, bool quick) {
+  const std::string listen = "tcp://127.0.0.1:" + port;
+  const std::string legit = "tcp://127.0.0.2:0;127.0.0.1:" + port;
+  Daemon d(listen, 1, 0, flood_daemon_args(quotas));
+  zmq::context_t ctx(1);
+  std::vector<std::unique_ptr<Tracked>> eps = legit_endpoints(ctx, legit);
   auto pump_all = [&] {
     for (auto& e : eps) e->pump();
   };
@@ -897,10 +1075,7 @@ json flood_run(const std::string& port, bool quotas, bool quick) {
   };
   d.wait_idle(1000, pump_all);
   pump_all();
-  std::map<std::pair<std::size_t, std::uint64_t>, std::uint64_t> before;
-  for (std::size_t i = 0; i < eps.size(); ++i) {
-    for (const auto& [k, r] : eps[i]->rates) before[{i, k}] = r;
-  }
+  const LegitRates before = rates_of(eps);
   Tracked probe(ctx, legit);
   probe_ptr = &probe;
   {
@@ -908,91 +1083,26 @@ json flood_run(const std::string& port, bool quotas, bool quick) {
     hello.events.emplace_back(wire::Hello{"probe", "h1"});
     probe.send(hello);
   }
-  const int n = quick ? 100 : 300;
-  int refused_idle = 0, refused_flood = 0;
-  const double rss_idle = d.rss_mb();
-  const Quantiles idle = quantiles(probe_run(probe, n, 1'000'000, &refused_idle, tick));
+  FloodRun run;
+  run.n = quick ? 100 : 300;
+  run.rss_idle = d.rss_mb();
+  run.idle = quantiles(probe_run(probe, run.n, 1'000'000, &run.refused_idle, tick));
   const double flood_seconds = quick ? 2 : 10;
-  const int flooders = g_flood_endpoints > 0 ? g_flood_endpoints : quick ? 64 : 300;
-  const json s_before = d.status();
-  Flooder flood(port, flooders, flood_seconds);
+  run.flooders = g_flood_endpoints > 0 ? g_flood_endpoints : quick ? 64 : 300;
+  run.s_before = d.status();
+  Flooder flood(port, run.flooders, flood_seconds);
   const auto t_flood = Clock::now();
-  const std::vector<double> under = probe_run(probe, n, 2'000'000, &refused_flood, tick,
-                                              [&] { return flood.done(); });
-  const double flood_s = seconds_since(t_flood);
+  run.under =
+      probe_run(probe, run.n, 2'000'000, &run.refused_flood, tick, [&] { return flood.done(); });
+  run.flood_s = seconds_since(t_flood);
   pump_all();
-  const json s_flood = d.status();
-  const double rss_flood = d.rss_mb();
-  double worst = 0;
-  std::size_t missing = 0;
-  for (std::size_t i = 0; i < eps.size(); ++i) {
-    for (const auto& [k, r] : eps[i]->rates) {
-      const auto it = before.find({i, k});
-      if (it == before.end()) continue;
-      worst = std::max(worst, std::abs(static_cast<double>(r) / static_cast<double>(it->second) - 1));
-    }
-    missing += 125 - std::min<std::size_t>(125, eps[i]->rates.size());
-  }
+  run.s_flood = d.status();
+  run.rss_flood = d.rss_mb();
+  rate_moves(eps, before, run);
   flood.stop();  // its sockets close: its endpoints time out
-  const auto t_gone = Clock::now();
-  double rss_after = 0;
-  while (seconds_since(t_gone) < 15) {
-    tick();
-    probe.pump();
-    const json s = d.status();
-    if (s["endpoints"] == 9) {
-      rss_after = d.rss_mb();
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  const Quantiles q = quantiles(under.empty() ? std::vector<double>{0} : under);
-  const json& errs = s_flood["counters"]["errors"];
-  std::cerr << "flood quotas=" << quotas << ": " << flood.starts() << " starts in " << flood_s
-            << " s; flows " << s_flood["flows"] << "; probe p99 " << idle.p99 << " -> " << q.p99
-            << " us, refused " << refused_idle << " -> " << refused_flood << "; worst legit rate move "
-            << worst << "; rss " << rss_idle << " -> " << rss_flood << " -> " << rss_after << " MB\n";
-  auto grew = [&](const char* k) {
-    return s_flood["counters"][k].get<double>() - s_before["counters"][k].get<double>();
-  };
-  return {{"quotas", quotas},
-          {"apart", g_apart},
-          {"flood_endpoints", flooders},
-          {"flood_starts", flood.starts()},
-          {"daemon_messages_in", grew("messages_in")},
-          {"daemon_bytes_in", grew("bytes_in")},
-          {"daemon_starts", grew("starts")},
-          {"flood_seconds", flood_s},
-          {"flows_during_flood", s_flood["flows"]},
-          {"max_flows_per_source", s_flood["config"]["max_flows_per_source"]},
-          {"endpoints_during_flood", s_flood["endpoints"]},
-          {"refused_too_many_flows", errs.value("too_many_flows", 0)},
-          {"refused_too_many_endpoints", errs.value("too_many_endpoints", 0)},
-          {"refused_rate_limited", errs.value("rate_limited", 0)},
-          {"refused_bad_value", errs.value("bad_value", 0)},
-          {"refused_unknown_flow", errs.value("unknown_flow", 0)},
-          {"probes_idle", n},
-          {"probes_under_flood", under.size() + static_cast<std::size_t>(refused_flood)},
-          {"probe_refused_idle", refused_idle},
-          {"probe_refused_under_flood", refused_flood},
-          {"probe_p50_us_idle", idle.p50},
-          {"probe_p99_us_idle", idle.p99},
-          {"probe_p50_us_flood", q.p50},
-          {"probe_p99_us_flood", q.p99},
-          {"probe_p99_vs_idle", idle.p99 > 0 ? q.p99 / idle.p99 : 0.0},
-          {"legit_flows_without_rate", missing},
-          {"legit_worst_rate_change", worst},
-          {"iterations_flood", grew("iterations")},
-          {"iteration_p50_us", s_flood["counters"]["iteration_ns"]["p50"].get<double>() / 1e3},
-          {"iteration_p99_us", s_flood["counters"]["iteration_ns"]["p99"].get<double>() / 1e3},
-          {"turn_p99_us", s_flood["counters"]["turn_ns"]["p99"].get<double>() / 1e3},
-          // The tick's scan, a slice per call (over the whole run).
-          {"timer_p99_us", s_flood["counters"]["timer_ns"]["p99"].get<double>() / 1e3},
-          {"timer_p999_us", s_flood["counters"]["timer_ns"]["p999"].get<double>() / 1e3},
-          {"rss_mb_idle", rss_idle},
-          {"rss_mb_flood", rss_flood},
-          // null: the flood's endpoints had not all timed out within 15 s
-          {"rss_mb_after", rss_after > 0 ? json(rss_after) : json(nullptr)}};
+  run.rss_after = rss_once_gone(d, probe, tick);
+  run.starts = flood.starts();
+  return flood_report(quotas, run);
 }
 
 // ---- memory (--memory) ----
@@ -1260,9 +1370,25 @@ json memory_run(const std::string& port, bool quick) {
   out["rss_after_vs_idle_worst"] = worst_after / idle;
   return out;
 }
-}  // namespace
+// daemon_bench's command line.
+struct BenchArgs {
+  bool quick = false;
+  bool latency_only = false;
+  bool throughput_only = false;
+  bool ctl_flood = false;
+  bool metrics_overhead = false;
+  bool curve = false;
+  bool flood = false;
+  bool memory = false;
+  bool quotas_only = false;
+  bool early = false;
+  std::uint64_t early_busy_poll_us = 0;
+  std::string transport;
+};
 
-int main(int argc, char** argv) {
+// Reads the command line into `out`; an exit status when main should stop
+// (after --help, or on a bad option).
+std::optional<int> parse_args(int argc, char** argv, BenchArgs& out) {
   // --quick: one short run per kind (CI smoke); default: the full grid.
   // --latency-only skips the throughput runs.
   bool quick = false;
@@ -1313,6 +1439,153 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  out = {quick, latency_only, throughput_only, ctl_flood, metrics_overhead,   curve,
+         flood, memory,       quotas_only,     early,     early_busy_poll_us, transport};
+  return std::nullopt;
+}
+
+// --ctl-flood: latency runs without and with a flowtune-ctl flood.
+void ctl_flood_runs(json& out, const std::string& listen, bool quick) {
+  // Interleaved: without, with, without, with; 100,000 flows (quick:
+  // 10,000), 1,000 probes 10 ms apart (quick: 100).
+  // The flows carry 10,000 distinct tenant names (quick: 2,000), each
+  // in the tenants pages (status once listed them all).
+  const std::size_t active = quick ? 10000 : 100000;
+  const int n = quick ? 100 : 1000;
+  g_flow_tenants = quick ? 2000 : 10000;
+  for (int round = 0; round < (quick ? 1 : 2); ++round) {
+    for (double per_s : {0.0, 5.0}) {
+      json r = latency_run(listen, 1, active, n, 0.01, 0, per_s);
+      r["tenants"] = g_flow_tenants;
+      r["round"] = round;
+      out["ctl_flood"].push_back(r);
+    }
+  }
+  g_flow_tenants = 0;
+}
+
+// --flood --apart: this process (and so the daemon) in SCHED_FIFO; false
+// (said on stderr) when it cannot be.
+bool go_apart(json& out) {
+  // The daemon, spawned from here, inherits the class; the flood
+  // thread leaves it for SCHED_IDLE.
+  sched_param sp{};
+  sp.sched_priority = 1;
+  if (::sched_setscheduler(0, SCHED_FIFO, &sp) != 0) {
+    std::cerr << "daemon_bench: --apart needs SCHED_FIFO (root or CAP_SYS_NICE): "
+              << std::strerror(errno) << "\n";
+    return false;
+  }
+  // The real-time throttle (top of file): recorded, not changed, since
+  // it is the machine's setting.
+  std::ifstream rt("/proc/sys/kernel/sched_rt_runtime_us");
+  long long runtime_us = 0;
+  if (rt >> runtime_us) {
+    out["rt_runtime_us"] = runtime_us;
+    if (runtime_us >= 0) {
+      std::cerr << "daemon_bench: the kernel's real-time throttle is on (sched_rt_runtime_us "
+                << runtime_us << "): a busy daemon is stopped for the rest of each period; "
+                << "'echo -1 > /proc/sys/kernel/sched_rt_runtime_us' turns it off\n";
+    }
+  }
+  return true;
+}
+
+// --flood: flood runs with quotas and without.
+void flood_runs(json& out, bool quick, bool quotas_only) {
+  // Interleaved: quotas on, off (quick: on only, the CI check).
+  const std::string port = std::to_string(20000 + getpid() % 20000);
+  for (int round = 0; round < (quick ? 1 : 2); ++round) {
+    for (bool quotas : {true, false}) {
+      if ((quick || quotas_only) && !quotas) continue;
+      out["flood"].push_back(flood_run(port, quotas, quick));
+    }
+  }
+}
+
+// --memory: room for thousands of descriptors.
+void raise_fd_limit() {
+  // Thousands of connections: the bench's and the daemon's (which
+  // inherits the limit) descriptors.
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < 65536) {
+    lim.rlim_cur = std::min<rlim_t>(std::max<rlim_t>(lim.rlim_max, 65536), 1 << 20);
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) {
+      lim.rlim_cur = lim.rlim_max;
+      (void)::setrlimit(RLIMIT_NOFILE, &lim);
+    }
+  }
+}
+
+// --curve: throughput and latency runs without and with CURVE.
+void curve_runs(json& out, const std::string& listen, bool quick) {
+  // Interleaved: without, with, twice (quick: once); each with its own
+  // keys, removed after.
+  const std::string dir = "/tmp/ft-bench-curve-" + std::to_string(getpid());
+  const Curve keys = make_curve(dir);
+  const int n = quick ? 200 : 2000;
+  for (int round = 0; round < (quick ? 1 : 2); ++round) {
+    for (bool on : {false, true}) {
+      g_curve = on ? &keys : nullptr;
+      json t = throughput_run(listen, 1, 10000, 128, quick ? 1.0 : 3.0);
+      t["curve"] = on;
+      out["curve"]["throughput"].push_back(t);
+      for (double gap : {0.0005, 0.005}) {
+        json l = latency_run(listen, 1, 1000, n, gap, 0);
+        l["curve"] = on;
+        out["curve"]["latency"].push_back(l);
+      }
+    }
+  }
+  g_curve = nullptr;
+  std::filesystem::remove_all(dir);
+}
+
+// The default latency grid, and a bare ZeroMQ echo to compare it with.
+void latency_runs(json& out, const std::string& listen, bool quick,
+                  const std::vector<unsigned>& threads) {
+  const std::vector<std::size_t> lat_sizes =
+      quick ? std::vector<std::size_t>{1000} : std::vector<std::size_t>{1000, 10000};
+  const int probes = quick ? 500 : 5000;
+  for (unsigned t : threads) {
+    for (std::size_t a : lat_sizes) {
+      // Probes 0.5 ms apart keep the allocator iterating (churn); 5 ms
+      // apart most find it settled and blocked in poll.
+      for (double gap : {0.0005, 0.005}) {
+        const int n = gap > 0.001 && !quick ? probes / 5 : probes;
+        out["latency"].push_back(latency_run(listen, t, a, n, gap, 0));
+        // The same with the daemon spinning 1 ms after traffic.
+        if (t == 1) out["latency"].push_back(latency_run(listen, t, a, n, gap, 1000));
+      }
+    }
+  }
+  // Baseline in the same run: bare ZeroMQ echo of a start-sized message,
+  // with the probes' gaps.
+  const std::size_t bytes = out["latency"][0]["start_message_bytes"].get<std::size_t>();
+  for (double gap : {0.0005, 0.005}) {
+    const Quantiles b = echo_baseline(listen, bytes, quick ? probes : probes / 2, gap);
+    out["zmq_echo_baseline"].push_back({{"message_bytes", bytes},
+                                        {"gap_ms", gap * 1e3},
+                                        {"p50_us", b.p50},
+                                        {"p99_us", b.p99},
+                                        {"p999_us", b.p999}});
+    for (json& l : out["latency"]) {
+      if (std::abs(l["gap_ms"].get<double>() - gap * 1e3) > 1e-9) continue;
+      l["echo_p50_us"] = b.p50;
+      l["echo_p99_us"] = b.p99;
+      l["p50_vs_echo"] = l["p50_us"].get<double>() / b.p50;
+      l["p99_vs_echo"] = l["p99_us"].get<double>() / b.p99;
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  BenchArgs o;
+  if (const std::optional<int> exit = parse_args(argc, argv, o)) return *exit;
+  const bool quick = o.quick;
+  const std::string transport = o.transport;
   const std::string listen = transport == "tcp"
                                  ? "tcp://127.0.0.1:" + std::to_string(20000 + getpid() % 20000)
                                  : "ipc:///tmp/ft-bench-" + std::to_string(getpid());
@@ -1322,149 +1595,47 @@ int main(int argc, char** argv) {
   const std::vector<unsigned> threads = quick ? std::vector<unsigned>{1} : std::vector<unsigned>{1, 2};
   const double seconds = quick ? 1.0 : 3.0;
   try {
-    if (ctl_flood) {
-      // Interleaved: without, with, without, with; 100,000 flows (quick:
-      // 10,000), 1,000 probes 10 ms apart (quick: 100).
-      // The flows carry 10,000 distinct tenant names (quick: 2,000), each
-      // in the tenants pages (status once listed them all).
-      const std::size_t active = quick ? 10000 : 100000;
-      const int n = quick ? 100 : 1000;
-      g_flow_tenants = quick ? 2000 : 10000;
-      for (int round = 0; round < (quick ? 1 : 2); ++round) {
-        for (double per_s : {0.0, 5.0}) {
-          json r = latency_run(listen, 1, active, n, 0.01, 0, per_s);
-          r["tenants"] = g_flow_tenants;
-          r["round"] = round;
-          out["ctl_flood"].push_back(r);
-        }
-      }
-      g_flow_tenants = 0;
+    if (o.ctl_flood) {
+      ctl_flood_runs(out, listen, quick);
       std::cout << out.dump(2) << "\n";
       return 0;
     }
-    if (metrics_overhead) {
+    if (o.metrics_overhead) {
       out["metrics_overhead"] = metrics_overhead_runs(listen, quick);
       std::cout << out.dump(2) << "\n";
       return 0;
     }
-    if (flood) {
-      if (g_apart) {
-        // The daemon, spawned from here, inherits the class; the flood
-        // thread leaves it for SCHED_IDLE.
-        sched_param sp{};
-        sp.sched_priority = 1;
-        if (::sched_setscheduler(0, SCHED_FIFO, &sp) != 0) {
-          std::cerr << "daemon_bench: --apart needs SCHED_FIFO (root or CAP_SYS_NICE): "
-                    << std::strerror(errno) << "\n";
-          return 2;
-        }
-        // The real-time throttle (top of file): recorded, not changed, since
-        // it is the machine's setting.
-        std::ifstream rt("/proc/sys/kernel/sched_rt_runtime_us");
-        long long runtime_us = 0;
-        if (rt >> runtime_us) {
-          out["rt_runtime_us"] = runtime_us;
-          if (runtime_us >= 0) {
-            std::cerr << "daemon_bench: the kernel's real-time throttle is on (sched_rt_runtime_us "
-                      << runtime_us << "): a busy daemon is stopped for the rest of each period; "
-                      << "'echo -1 > /proc/sys/kernel/sched_rt_runtime_us' turns it off\n";
-          }
-        }
-      }
-      // Interleaved: quotas on, off (quick: on only, the CI check).
-      const std::string port = std::to_string(20000 + getpid() % 20000);
-      for (int round = 0; round < (quick ? 1 : 2); ++round) {
-        for (bool quotas : {true, false}) {
-          if ((quick || quotas_only) && !quotas) continue;
-          out["flood"].push_back(flood_run(port, quotas, quick));
-        }
-      }
+    if (o.flood) {
+      if (g_apart && !go_apart(out)) return 2;
+      flood_runs(out, quick, o.quotas_only);
       std::cout << out.dump(2) << "\n";
       return 0;
     }
-    if (early) {
-      out["early_rates"] = early_rates_runs(listen, quick, early_busy_poll_us);
+    if (o.early) {
+      out["early_rates"] = early_rates_runs(listen, quick, o.early_busy_poll_us);
       std::cout << out.dump(2) << "\n";
       return 0;
     }
-    if (memory) {
-      // Thousands of connections: the bench's and the daemon's (which
-      // inherits the limit) descriptors.
-      rlimit lim{};
-      if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < 65536) {
-        lim.rlim_cur = std::min<rlim_t>(std::max<rlim_t>(lim.rlim_max, 65536), 1 << 20);
-        if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) {
-          lim.rlim_cur = lim.rlim_max;
-          (void)::setrlimit(RLIMIT_NOFILE, &lim);
-        }
-      }
+    if (o.memory) {
+      raise_fd_limit();
       out["memory"] = memory_run(std::to_string(20000 + getpid() % 20000), quick);
       std::cout << out.dump(2) << "\n";
       return 0;
     }
-    if (curve) {
-      // Interleaved: without, with, twice (quick: once); each with its own
-      // keys, removed after.
-      const std::string dir = "/tmp/ft-bench-curve-" + std::to_string(getpid());
-      const Curve keys = make_curve(dir);
-      const int n = quick ? 200 : 2000;
-      for (int round = 0; round < (quick ? 1 : 2); ++round) {
-        for (bool on : {false, true}) {
-          g_curve = on ? &keys : nullptr;
-          json t = throughput_run(listen, 1, 10000, 128, quick ? 1.0 : 3.0);
-          t["curve"] = on;
-          out["curve"]["throughput"].push_back(t);
-          for (double gap : {0.0005, 0.005}) {
-            json l = latency_run(listen, 1, 1000, n, gap, 0);
-            l["curve"] = on;
-            out["curve"]["latency"].push_back(l);
-          }
-        }
-      }
-      g_curve = nullptr;
-      std::filesystem::remove_all(dir);
+    if (o.curve) {
+      curve_runs(out, listen, quick);
       std::cout << out.dump(2) << "\n";
       return 0;
     }
     for (unsigned t : threads) {
-      if (latency_only) break;
+      if (o.latency_only) break;
       for (std::size_t a : sizes) out["throughput"].push_back(throughput_run(listen, t, a, 128, seconds));
     }
-    if (throughput_only) {
+    if (o.throughput_only) {
       std::cout << out.dump(2) << "\n";
       return 0;
     }
-    const std::vector<std::size_t> lat_sizes = quick ? std::vector<std::size_t>{1000}
-                                                     : std::vector<std::size_t>{1000, 10000};
-    const int probes = quick ? 500 : 5000;
-    for (unsigned t : threads) {
-      for (std::size_t a : lat_sizes) {
-        // Probes 0.5 ms apart keep the allocator iterating (churn); 5 ms
-        // apart most find it settled and blocked in poll.
-        for (double gap : {0.0005, 0.005}) {
-          const int n = gap > 0.001 && !quick ? probes / 5 : probes;
-          out["latency"].push_back(latency_run(listen, t, a, n, gap, 0));
-          // The same with the daemon spinning 1 ms after traffic.
-          if (t == 1) out["latency"].push_back(latency_run(listen, t, a, n, gap, 1000));
-        }
-      }
-    }
-    // Baseline in the same run: bare ZeroMQ echo of a start-sized message,
-    // with the probes' gaps.
-    const std::size_t bytes = out["latency"][0]["start_message_bytes"].get<std::size_t>();
-    for (double gap : {0.0005, 0.005}) {
-      const Quantiles b = echo_baseline(listen, bytes, quick ? probes : probes / 2, gap);
-      out["zmq_echo_baseline"].push_back({{"message_bytes", bytes}, {"gap_ms", gap * 1e3},
-                                          {"p50_us", b.p50}, {"p99_us", b.p99},
-                                          {"p999_us", b.p999}});
-      for (json& l : out["latency"]) {
-        if (std::abs(l["gap_ms"].get<double>() - gap * 1e3) > 1e-9) continue;
-        l["echo_p50_us"] = b.p50;
-        l["echo_p99_us"] = b.p99;
-        l["p50_vs_echo"] = l["p50_us"].get<double>() / b.p50;
-        l["p99_vs_echo"] = l["p99_us"].get<double>() / b.p99;
-      }
-    }
+    latency_runs(out, listen, quick, threads);
   } catch (const std::exception& e) {
     std::cerr << "daemon_bench: " << e.what() << "\n";
     return 1;
