@@ -167,54 +167,100 @@ struct Other {
   double consumer_cpu_ns_per_wake;
 };
 
-Other measure_other(const std::string& way, int gap_us, int spin_us_, int rounds) {
+// What measure_other's producer and consumer share.
+struct OtherWay {
+  std::string way;
+  int spin_period_us = 0;  // the consumer's spin (spin-futex) or period (timer)
+  bool uring = false;
   Futex f;
   std::atomic<bool> stop{false};
   std::atomic<std::int64_t> woke_ns{0};
   std::atomic<std::uint32_t> seen{0};
   std::atomic<double> consumer_cpu{0};
   io_uring consumer_ring{}, producer_ring{};
-  const bool uring = way == "uring-msg";
-  if (uring && (io_uring_queue_init(8, &consumer_ring, 0) < 0 || io_uring_queue_init(8, &producer_ring, 0) < 0)) {
-    return {{-1, -1, -1, -1, -1, -1}, -1};
-  }
-  auto note = [&](std::uint32_t v) {
+
+  void note(std::uint32_t v) {
     if (v != seen.load(std::memory_order_relaxed)) {
       seen = v;
       woke_ns = Clock::now().time_since_epoch().count();
     }
-  };
-  std::thread consumer([&] {
-    const double cpu0 = thread_cpu_ns();
-    while (!stop.load()) {
-      if (way == "timer") {
-        note(f.word.load());
-        std::this_thread::sleep_for(std::chrono::microseconds(spin_us_));
-      } else if (uring) {
-        io_uring_cqe* cqe = nullptr;
-        if (io_uring_wait_cqe(&consumer_ring, &cqe) == 0) {
-          note(static_cast<std::uint32_t>(cqe->user_data));
-          io_uring_cqe_seen(&consumer_ring, cqe);
-        }
-      } else {
-        if (way == "spin-futex") {  // spin a while for the next one
-          const auto t = Clock::now();
-          while (f.word.load() == seen.load() && !stop.load() &&
-                 Clock::now() - t < std::chrono::microseconds(spin_us_)) {
-          }
-          note(f.word.load());
-          if (f.word.load() != seen.load()) continue;
-        }
-        const std::uint32_t v = seen.load();
-        f.waiting = true;
-        // Waits only while the word is still what was seen: no lost wake-up.
-        if (f.word.load() == v && !stop.load()) futex(&f.word, FUTEX_WAIT_PRIVATE, v, nullptr);
-        f.waiting = false;
-        note(f.word.load());
+  }
+};
+
+// The consumer: waits for wake-ups the way `w.way` says until told to stop.
+void consume(OtherWay& w) {
+  Futex& f = w.f;
+  const double cpu0 = thread_cpu_ns();
+  while (!w.stop.load()) {
+    if (w.way == "timer") {
+      w.note(f.word.load());
+      std::this_thread::sleep_for(std::chrono::microseconds(w.spin_period_us));
+    } else if (w.uring) {
+      io_uring_cqe* cqe = nullptr;
+      if (io_uring_wait_cqe(&w.consumer_ring, &cqe) == 0) {
+        w.note(static_cast<std::uint32_t>(cqe->user_data));
+        io_uring_cqe_seen(&w.consumer_ring, cqe);
       }
+    } else {
+      if (w.way == "spin-futex") {  // spin a while for the next one
+        const auto t = Clock::now();
+        while (f.word.load() == w.seen.load() && !w.stop.load() &&
+               Clock::now() - t < std::chrono::microseconds(w.spin_period_us)) {
+        }
+        w.note(f.word.load());
+        if (f.word.load() != w.seen.load()) continue;
+      }
+      const std::uint32_t v = w.seen.load();
+      f.waiting = true;
+      // Waits only while the word is still what was seen: no lost wake-up.
+      if (f.word.load() == v && !w.stop.load()) futex(&f.word, FUTEX_WAIT_PRIVATE, v, nullptr);
+      f.waiting = false;
+      w.note(f.word.load());
     }
-    consumer_cpu = thread_cpu_ns() - cpu0;
-  });
+  }
+  w.consumer_cpu = thread_cpu_ns() - cpu0;
+}
+
+// The producer's wake-up for the word's new value v (none for the timer).
+void wake_consumer(OtherWay& w, std::uint32_t v) {
+  if (w.way == "futex" || (w.way == "spin-futex" && w.f.waiting.load())) {
+    futex(&w.f.word, FUTEX_WAKE_PRIVATE, 1, nullptr);
+  } else if (w.uring) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&w.producer_ring);
+    io_uring_prep_msg_ring(sqe, w.consumer_ring.ring_fd, 0, v, 0);
+    sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+    io_uring_submit(&w.producer_ring);
+  }
+}
+
+// Tells the consumer to stop, wakes it whichever way it waits, joins it
+// and frees the rings.
+void stop_consumer(OtherWay& w, std::thread& consumer) {
+  w.stop = true;
+  w.f.word.fetch_add(1);
+  futex(&w.f.word, FUTEX_WAKE_PRIVATE, 1, nullptr);
+  if (w.uring) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&w.producer_ring);
+    io_uring_prep_msg_ring(sqe, w.consumer_ring.ring_fd, 0, 0, 0);
+    io_uring_submit(&w.producer_ring);
+  }
+  consumer.join();
+  if (w.uring) {
+    io_uring_queue_exit(&w.consumer_ring);
+    io_uring_queue_exit(&w.producer_ring);
+  }
+}
+
+Other measure_other(const std::string& way, int gap_us, int spin_us_, int rounds) {
+  OtherWay w;
+  w.way = way;
+  w.spin_period_us = spin_us_;
+  w.uring = way == "uring-msg";
+  if (w.uring && (io_uring_queue_init(8, &w.consumer_ring, 0) < 0 ||
+                  io_uring_queue_init(8, &w.producer_ring, 0) < 0)) {
+    return {{-1, -1, -1, -1, -1, -1}, -1};
+  }
+  std::thread consumer([&w] { consume(w); });
   std::vector<double> wake, with_work, woken;
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   for (int i = 0; i < rounds; ++i) {
@@ -225,47 +271,28 @@ Other measure_other(const std::string& way, int gap_us, int spin_us_, int rounds
       while (Clock::now() < gap_end) {
       }
     }
-    woke_ns = 0;
+    w.woke_ns = 0;
     const auto t0 = Clock::now();
-    const std::uint32_t v = f.word.fetch_add(1) + 1;
-    if (way == "futex" || (way == "spin-futex" && f.waiting.load())) {
-      futex(&f.word, FUTEX_WAKE_PRIVATE, 1, nullptr);
-    } else if (uring) {
-      io_uring_sqe* sqe = io_uring_get_sqe(&producer_ring);
-      io_uring_prep_msg_ring(sqe, consumer_ring.ring_fd, 0, v, 0);
-      sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-      io_uring_submit(&producer_ring);
-    }
+    wake_consumer(w, w.f.word.fetch_add(1) + 1);
     const auto t1 = Clock::now();
     spin_us(15);
     const auto t2 = Clock::now();
     wake.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
     with_work.push_back(std::chrono::duration<double, std::nano>(t2 - t0).count());
-    while (woke_ns.load() == 0 && Clock::now() - t0 < std::chrono::milliseconds(100)) {
+    while (w.woke_ns.load() == 0 && Clock::now() - t0 < std::chrono::milliseconds(100)) {
       std::this_thread::yield();
     }
-    woken.push_back(static_cast<double>(woke_ns.load() - t0.time_since_epoch().count()));
-    if (uring) {  // reap what the producer's ring may have posted (errors)
+    woken.push_back(static_cast<double>(w.woke_ns.load() - t0.time_since_epoch().count()));
+    if (w.uring) {  // reap what the producer's ring may have posted (errors)
       io_uring_cqe* cqe = nullptr;
-      while (io_uring_peek_cqe(&producer_ring, &cqe) == 0) io_uring_cqe_seen(&producer_ring, cqe);
+      while (io_uring_peek_cqe(&w.producer_ring, &cqe) == 0)
+        io_uring_cqe_seen(&w.producer_ring, cqe);
     }
   }
-  stop = true;
-  f.word.fetch_add(1);
-  futex(&f.word, FUTEX_WAKE_PRIVATE, 1, nullptr);
-  if (uring) {
-    io_uring_sqe* sqe = io_uring_get_sqe(&producer_ring);
-    io_uring_prep_msg_ring(sqe, consumer_ring.ring_fd, 0, 0, 0);
-    io_uring_submit(&producer_ring);
-  }
-  consumer.join();
-  if (uring) {
-    io_uring_queue_exit(&consumer_ring);
-    io_uring_queue_exit(&producer_ring);
-  }
-  return {{pct(wake, 0.5), pct(wake, 0.9), pct(with_work, 0.5), pct(with_work, 0.9), pct(woken, 0.5),
-           pct(woken, 0.9)},
-          consumer_cpu.load() / rounds};
+  stop_consumer(w, consumer);
+  return {{pct(wake, 0.5), pct(wake, 0.9), pct(with_work, 0.5), pct(with_work, 0.9),
+           pct(woken, 0.5), pct(woken, 0.9)},
+          w.consumer_cpu.load() / rounds};
 }
 
 const char* policy_name(int p) {
