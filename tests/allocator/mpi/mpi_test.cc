@@ -319,36 +319,23 @@ TEST(MpiDriver, AllreduceMatchesTheSingleProcessEngineToRounding) {
   }
 }
 
-// Mirrors: rank 0 makes every change (with floors, prices, compaction,
-// which an engine holding only its own blocks' flows cannot share); the
-// other ranks replay its journal; after each lead() rank 0 must hold every
-// flow's rate as the single-process engine computes it, bit for bit.
+// Whether `got` is off `want`: any difference when rel is 0 (where the
+// exchange adds the sums in the engine's order), else by more than rel.
+bool off_by(double got, double want, double rel) {
+  return rel == 0 ? got != want : std::fabs(got - want) > rel * std::fabs(want);
+}
+
+// Rank 0's side of a mirror test: the engine the other ranks mirror, the
+// single-process reference, and the flows both hold.
 template <typename Real>
-void mirror(std::uint32_t blocks, std::uint64_t seed, Exchange x, double gather = 0, double rel = 0) {
-  SCOPED_TRACE(std::string(to_string(x)) + " blocks " + std::to_string(blocks) +
-               (sizeof(Real) == 4 ? " float" : " double") + " gather " + std::to_string(gather));
-  const Topology t = two_tier_6x6x3();
-  EngineConfig cfg;
-  cfg.blocks = blocks;
-  cfg.tolerance = 1e-12;
-  MpiDriver driver(MPI_COMM_WORLD, x);
-  driver.set_gather_threshold(gather);
-  driver.set_link_sites(t.link_sites());
-  JournaledEngine<Real> e(t.capacities_bps(), t.num_sites(), cfg);
-  // rel: 0 where the exchange adds the sums in the engine's order.
-  auto off = [rel](double got, double want) {
-    return rel == 0 ? got != want : std::fabs(got - want) > rel * std::fabs(want);
-  };
-  if (driver.rank() != 0) {
-    EXPECT_TRUE(driver.follow(e));
-    return;
-  }
-  BasicEngine<Real> ref(t.capacities_bps(), t.num_sites(), cfg);
-  std::vector<std::uint8_t> journal;
-  e.set_journal(&journal);
-  std::mt19937_64 rng(seed);
+struct Leader {
+  const Topology& t;
+  JournaledEngine<Real>& e;
+  BasicEngine<Real>& ref;
+  std::mt19937_64 rng;
   std::vector<FlowId> live;
-  auto add = [&] {
+
+  void add() {
     const FlowSpec f = random_flow(t, rng, true);
     const FlowId a = e.add_flow(f), b = ref.add_flow(f);
     EXPECT_EQ(a, b);
@@ -356,10 +343,10 @@ void mirror(std::uint32_t blocks, std::uint64_t seed, Exchange x, double gather 
     if (rng() % 4 == 0) {
       EXPECT_EQ(e.set_floor(a, 1e8), ref.set_floor(b, 1e8));
     }
-  };
-  for (int i = 0; i < 200; ++i) add();
-  int mismatched = 0;
-  for (int it = 0; it < 40 && mismatched < 3; ++it) {
+  }
+
+  // Round `it`'s changes, made to both engines.
+  void change(int it) {
     // A burst leaves every 10th round, then compaction; else some churn.
     const std::size_t leave = it % 10 == 9 ? live.size() * 3 / 4 : rng() % 20;
     for (std::size_t j = 0; j < leave && !live.empty(); ++j) {
@@ -383,21 +370,28 @@ void mirror(std::uint32_t blocks, std::uint64_t seed, Exchange x, double gather 
       e.set_price(5, 1.0);
       ref.set_price(5, 1.0);
     }
-    driver.lead(e, &journal);
-    EXPECT_TRUE(journal.empty());
-    ref.iterate();
+  }
+
+  // The flows whose rate or raw rate is off the reference's.
+  int off_rates(double rel) {
     int bad = 0;
     for (FlowId id : live) {
-      if (off(e.rate_bps(id), ref.rate_bps(id)) || off(e.raw_rate_bps(id), ref.raw_rate_bps(id))) ++bad;
+      if (off_by(e.rate_bps(id), ref.rate_bps(id), rel) ||
+          off_by(e.raw_rate_bps(id), ref.raw_rate_bps(id), rel)) {
+        ++bad;
+      }
     }
-    EXPECT_EQ(bad, 0) << "round " << it << ": flows whose rate differs from the single process's";
-    EXPECT_FALSE(off(e.stats().max_residual, ref.stats().max_residual))
-        << e.stats().max_residual << " vs " << ref.stats().max_residual;
-    if (bad > 0) ++mismatched;
+    return bad;
   }
-  // Quiet rounds (no changes, an empty journal): without a gather
-  // threshold every rate still comes bit for bit; with one, only those
-  // that moved past it, so rank 0's are within it of the computed rates.
+};
+
+// Quiet rounds (no changes, an empty journal): without a gather
+// threshold every rate still comes bit for bit; with one, only those
+// that moved past it, so rank 0's are within it of the computed rates.
+template <typename Real>
+void quiet_rounds(MpiDriver& driver, Leader<Real>& l, std::vector<std::uint8_t>& journal,
+                  double gather, double rel, int mismatched) {
+  JournaledEngine<Real>& e = l.e;
   std::uint64_t others = 0;
   for (std::size_t b = 0; b < e.num_blocks(); ++b) {
     if (driver.owner_of(b, e.num_blocks()) != 0) others += e.block_size(b);
@@ -406,11 +400,14 @@ void mirror(std::uint32_t blocks, std::uint64_t seed, Exchange x, double gather 
   constexpr int kQuiet = 30;
   for (int it = 0; it < kQuiet && mismatched < 3; ++it) {
     driver.lead(e, &journal);
-    ref.iterate();
+    l.ref.iterate();
     int bad = 0;
-    for (FlowId id : live) {
-      const double got = e.rate_bps(id), want = ref.rate_bps(id);
-      if (gather == 0 ? off(got, want) : std::fabs(got - want) > (gather + rel) * std::fabs(got) * (1 + 1e-6)) ++bad;
+    for (FlowId id : l.live) {
+      const double got = e.rate_bps(id), want = l.ref.rate_bps(id);
+      if (gather == 0 ? off_by(got, want, rel)
+                      : std::fabs(got - want) > (gather + rel) * std::fabs(got) * (1 + 1e-6)) {
+        ++bad;
+      }
     }
     EXPECT_EQ(bad, 0) << "quiet round " << it << ": flows off the computed rate";
     if (bad > 0) ++mismatched;
@@ -421,6 +418,48 @@ void mirror(std::uint32_t blocks, std::uint64_t seed, Exchange x, double gather 
   } else if (others > 0) {
     EXPECT_LT(received, kQuiet * others / 2) << others << " flows on other ranks";
   }
+}
+
+// Mirrors: rank 0 makes every change (with floors, prices, compaction,
+// which an engine holding only its own blocks' flows cannot share); the
+// other ranks replay its journal; after each lead() rank 0 must hold every
+// flow's rate as the single-process engine computes it, bit for bit.
+// rel: 0 where the exchange adds the sums in the engine's order.
+template <typename Real>
+void mirror(std::uint32_t blocks, std::uint64_t seed, Exchange x, double gather = 0,
+            double rel = 0) {
+  SCOPED_TRACE(std::string(to_string(x)) + " blocks " + std::to_string(blocks) +
+               (sizeof(Real) == 4 ? " float" : " double") + " gather " + std::to_string(gather));
+  const Topology t = two_tier_6x6x3();
+  EngineConfig cfg;
+  cfg.blocks = blocks;
+  cfg.tolerance = 1e-12;
+  MpiDriver driver(MPI_COMM_WORLD, x);
+  driver.set_gather_threshold(gather);
+  driver.set_link_sites(t.link_sites());
+  JournaledEngine<Real> e(t.capacities_bps(), t.num_sites(), cfg);
+  if (driver.rank() != 0) {
+    EXPECT_TRUE(driver.follow(e));
+    return;
+  }
+  BasicEngine<Real> ref(t.capacities_bps(), t.num_sites(), cfg);
+  std::vector<std::uint8_t> journal;
+  e.set_journal(&journal);
+  Leader<Real> l{t, e, ref, std::mt19937_64(seed), {}};
+  for (int i = 0; i < 200; ++i) l.add();
+  int mismatched = 0;
+  for (int it = 0; it < 40 && mismatched < 3; ++it) {
+    l.change(it);
+    driver.lead(e, &journal);
+    EXPECT_TRUE(journal.empty());
+    ref.iterate();
+    const int bad = l.off_rates(rel);
+    EXPECT_EQ(bad, 0) << "round " << it << ": flows whose rate differs from the single process's";
+    EXPECT_FALSE(off_by(e.stats().max_residual, ref.stats().max_residual, rel))
+        << e.stats().max_residual << " vs " << ref.stats().max_residual;
+    if (bad > 0) ++mismatched;
+  }
+  quiet_rounds(driver, l, journal, gather, rel, mismatched);
   driver.finish();
 }
 
