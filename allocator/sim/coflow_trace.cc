@@ -122,6 +122,17 @@ CoflowTrace load_coflow_trace(const std::string& name_or_path) {
   return parse_coflow_trace(in, path);
 }
 
+std::vector<TraceFlow> trace_flows(const TraceCoflow& c) {
+  std::vector<TraceFlow> out;
+  for (const auto& [rp, bytes] : c.reducers) {
+    const double each = bytes / static_cast<double>(c.mappers.size());
+    for (std::uint32_t mp : c.mappers) {
+      if (mp != rp && each > 0) out.push_back({mp, rp, each});
+    }
+  }
+  return out;
+}
+
 std::string check(const CoflowSimConfig& c) {
   if (c.policy != "pf" && c.policy != "pf-engine" && c.policy != "fair" && c.policy != "stf" &&
       c.policy != "sebf" && c.policy != "bssi" && c.policy != "offline") {
@@ -148,21 +159,17 @@ Expanded expand(const TraceCoflow& c, std::uint32_t ports, double port_bps) {
   Expanded e;
   e.out.id = c.id;
   std::vector<double> load(2 * static_cast<std::size_t>(ports), 0.0);
-  for (const auto& [rp, bytes] : c.reducers) {
-    const double each = bytes / static_cast<double>(c.mappers.size());
-    for (std::uint32_t mp : c.mappers) {
-      if (mp == rp || each <= 0) continue;
-      alloc::CoflowFlow f;
-      f.coflow = c.id;
-      f.remaining_bytes = each;
-      f.path.push(mp);
-      f.path.push(ports + rp);
-      load[mp] += each;
-      load[ports + rp] += each;
-      e.flows.push_back(f);
-      e.out.bytes += each;
-      e.out.longest_flow_bytes = std::max(e.out.longest_flow_bytes, each);
-    }
+  for (const TraceFlow& t : trace_flows(c)) {
+    alloc::CoflowFlow f;
+    f.coflow = c.id;
+    f.remaining_bytes = t.bytes;
+    f.path.push(t.mapper);
+    f.path.push(ports + t.reducer);
+    load[t.mapper] += t.bytes;
+    load[ports + t.reducer] += t.bytes;
+    e.flows.push_back(f);
+    e.out.bytes += t.bytes;
+    e.out.longest_flow_bytes = std::max(e.out.longest_flow_bytes, t.bytes);
   }
   e.out.flows = static_cast<std::uint32_t>(e.flows.size());
   for (double b : load) e.out.bound_s = std::max(e.out.bound_s, 8 * b / port_bps);

@@ -52,6 +52,17 @@ CoflowTrace parse_coflow_trace(std::istream& in, const std::string& name);
 // "fb" (the shipped Facebook trace, workloads/fb_coflows.txt) or a path.
 CoflowTrace load_coflow_trace(const std::string& name_or_path);
 
+// One flow of a coflow over the fabric: a reducer's bytes come evenly from
+// every mapper of its coflow; a mapper and a reducer on one port exchange
+// nothing over the fabric (no flow). The replay below and the packet model
+// (allocator/packet) both expand coflows with this.
+struct TraceFlow {
+  std::uint32_t mapper = 0;   // port
+  std::uint32_t reducer = 0;  // port
+  double bytes = 0;           // > 0
+};
+std::vector<TraceFlow> trace_flows(const TraceCoflow& c);
+
 struct CoflowSimConfig {
   std::string policy = "sebf";  // pf | pf-engine | fair | stf | sebf | bssi | offline
   // pf-engine: the most NED iterations per event (it stops at the engine's
