@@ -23,7 +23,9 @@ std::uint64_t flow_hash(std::uint32_t src_ip, std::uint32_t dst_ip, std::uint16_
 
 // The allocator node: the engine over the run's topology (capacities scaled
 // by rules::capacity_scale, as the daemon does), fed starts and ends, one
-// iteration per turn, and the update rule deciding what to send.
+// iteration per turn, and the update rule deciding what to send. With a
+// coflow policy (Config::coflow_policy), the daemon's PolicyBook plans the
+// coflow order into floors before an iteration, as the daemon does.
 class AllocatorModel {
  public:
   explicit AllocatorModel(const Config& c);
@@ -31,9 +33,10 @@ class AllocatorModel {
   AllocatorModel(const AllocatorModel&) = delete;
   AllocatorModel& operator=(const AllocatorModel&) = delete;
 
-  // `flow` is the run's flow index; key what the endpoint calls it.
-  void start(std::uint32_t flow, std::uint64_t key, std::uint32_t src, std::uint32_t dst,
-             std::uint64_t hash);
+  // `flow` is the run's flow index; key what the endpoint calls it; the
+  // spec's bytes (0: unknown) and coflow go to the policy.
+  void start(std::uint32_t flow, std::uint64_t key, const FlowSpec& spec, std::uint64_t hash,
+             double now_s);
   void end(std::uint32_t flow);
   bool busy() const;
   // One engine iteration, then the rates to send: (flow, bytes/s) grouped by
@@ -43,7 +46,7 @@ class AllocatorModel {
     std::vector<std::vector<std::pair<std::uint32_t, std::uint64_t>>> rates;
     std::vector<std::size_t> message_bytes;
   };
-  Turn turn();
+  Turn turn(double now_s);
   std::uint64_t iterations() const;
 
  private:
@@ -61,7 +64,13 @@ class EndpointCodec {
   EndpointCodec& operator=(const EndpointCodec&) = delete;
   std::size_t start(std::uint32_t host, std::uint64_t key, std::uint32_t src_ip,
                     std::uint32_t dst_ip, std::uint16_t src_port, std::uint16_t dst_port,
-                    std::uint64_t bytes);
+                    std::uint64_t bytes, std::uint64_t coflow = 0);
+  // Several starts in one message, as an endpoint sends the events of one
+  // poll: add() each, then flush() encodes them (0 when none was added).
+  void add(std::uint32_t host, std::uint64_t key, std::uint32_t src_ip, std::uint32_t dst_ip,
+           std::uint16_t src_port, std::uint16_t dst_port, std::uint64_t bytes,
+           std::uint64_t coflow);
+  std::size_t flush(std::uint32_t host);
   std::size_t end(std::uint32_t host, std::uint64_t key);
 
  private:

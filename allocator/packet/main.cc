@@ -25,10 +25,12 @@ Flags (defaults: the paper's network, docs/packet.md):
   --host-gbps G --core-gbps G --allocator-gbps G --link-delay-us T
   --buffer-packets N --dctcp-k N --codel-target-us T --codel-interval-us T
   --min-rto-us T --mss B
-  --traffic poisson|joinleave|incast --workload NAME|FILE --load L
+  --traffic poisson|joinleave|incast|coflow-trace --workload NAME|FILE --load L
   --duration-ms T --drain-ms T --incast-senders N --incast-receivers M
   --incast-bytes B --join-interval-ms T --seed N
+  --trace fb|FILE --trace-coflows N --time-scale S --trace-byte-scale B
   --turn-us T --threshold F --control network|instant --bin-us T --queue-host H
+  --coflow-policy none|stf|sebf|bssi --coflow-share F (Flowtune)
   --flows-out FILE: every flowlet's arrival, ECMP hash and end as a flow list
   (CSV, flowtune-sim run --flows reads it); one scheme only.
 )";
@@ -68,6 +70,13 @@ const std::map<std::string, Setter>& setters() {
          c.instant_control = v == "instant";
        }},
       {"--workload", [](Config& c, const std::string&, const std::string& v) { c.workload = v; }},
+      {"--trace", [](Config& c, const std::string&, const std::string& v) { c.trace = v; }},
+      {"--coflow-policy",
+       [](Config& c, const std::string&, const std::string& v) { c.coflow_policy = v; }},
+      {"--trace-coflows", num(&Config::trace_coflows)},
+      {"--time-scale", num(&Config::time_scale)},
+      {"--trace-byte-scale", num(&Config::trace_byte_scale)},
+      {"--coflow-share", num(&Config::coflow_share)},
       {"--racks", num(&Config::racks)},
       {"--hosts-per-rack", num(&Config::hosts_per_rack)},
       {"--spines", num(&Config::spines)},

@@ -1,8 +1,11 @@
 // Config, workloads and the summaries of a run: no ns-3 here.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 
+#include "coflow_trace.h"
+#include "flowtune/alloc/coflow.h"
 #include "packet.h"
 #include "workload.h"
 
@@ -34,6 +37,8 @@ const char* to_string(Traffic t) {
       return "incast";
     case Traffic::kGiven:
       return "given";
+    case Traffic::kCoflowTrace:
+      return "coflow-trace";
   }
   return "?";
 }
@@ -62,7 +67,8 @@ Shape parse_shape(const std::string& s) {
   return parse(s, all, "topology");
 }
 Traffic parse_traffic(const std::string& s) {
-  const Traffic all[] = {Traffic::kPoisson, Traffic::kJoinLeave, Traffic::kIncast};
+  const Traffic all[] = {Traffic::kPoisson, Traffic::kJoinLeave, Traffic::kIncast,
+                         Traffic::kCoflowTrace};
   return parse(s, all, "traffic");
 }
 
@@ -100,6 +106,12 @@ void validate(const Config& c) {
   need(rules::valid_threshold(c.threshold), "threshold must be in [0, 0.5]");
   need(c.bin_us >= 0 && c.queue_sample_us > 0, "bins must be >= 0 and queue samples > 0 µs");
   need(c.queue_host < static_cast<int>(num_hosts(c)), "queue host must be a host");
+  alloc::CoflowPolicy policy{};
+  need(alloc::parse_coflow_policy(c.coflow_policy, policy) &&
+           alloc::check(alloc::CoflowConfig{policy, c.coflow_share, 0}).empty(),
+       "coflow policy must be none, stf, sebf or bssi, and its share in (0, 1]");
+  need(c.time_scale > 0 && c.time_scale <= 1e6 && c.trace_byte_scale > 0 && c.trace_byte_scale <= 1,
+       "time scale must be in (0, 1e6] and the trace's byte scale in (0, 1]");
   for (const auto& f : c.flows) {
     need(f.src != f.dst && f.src < num_hosts(c) && f.dst < num_hosts(c) && f.bytes > 0 &&
              f.start_s >= 0,
@@ -157,6 +169,32 @@ std::vector<FlowSpec> incast_flows(const Config& c) {
   return out;
 }
 
+// The trace's first coflows as flows (sim::trace_flows: as flowtune-sim
+// coflows expands them), trace port p on host p % hosts; a flow whose two
+// ports land on one host is left out. Throws if the trace does not load.
+std::vector<FlowSpec> coflow_trace_flows(const Config& c) {
+  const sim::CoflowTrace trace = sim::load_coflow_trace(c.trace);
+  const std::uint32_t hosts = num_hosts(c);
+  const std::size_t n = c.trace_coflows == 0
+                            ? trace.coflows.size()
+                            : std::min<std::size_t>(c.trace_coflows, trace.coflows.size());
+  std::vector<FlowSpec> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    const sim::TraceCoflow& k = trace.coflows[i];
+    for (const sim::TraceFlow& t : sim::trace_flows(k)) {
+      FlowSpec f;
+      f.src = t.mapper % hosts;
+      f.dst = t.reducer % hosts;
+      if (f.src == f.dst) continue;
+      f.bytes = std::max<std::uint64_t>(1, std::llround(t.bytes * c.trace_byte_scale));
+      f.start_s = k.arrival_s * c.time_scale * c.trace_byte_scale;
+      f.coflow = k.id + 1;
+      out.push_back(f);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<FlowSpec> make_flows(const Config& c) {
@@ -169,6 +207,8 @@ std::vector<FlowSpec> make_flows(const Config& c) {
       return incast_flows(c);
     case Traffic::kGiven:
       return c.flows;
+    case Traffic::kCoflowTrace:
+      return coflow_trace_flows(c);
   }
   return {};
 }
@@ -297,35 +337,46 @@ nlohmann::json dist(const Distribution& d) {
 }  // namespace
 
 nlohmann::json to_json(const Config& c) {
-  return {{"scheme", to_string(c.scheme)},
-          {"topology", to_string(c.shape)},
-          {"racks", c.racks},
-          {"hosts_per_rack", c.hosts_per_rack},
-          {"spines", c.spines},
-          {"star_hosts", c.star_hosts},
-          {"host_gbps", c.host_gbps},
-          {"core_gbps", c.core_gbps},
-          {"allocator_gbps", c.allocator_gbps},
-          {"link_delay_us", c.link_delay_us},
-          {"buffer_packets", c.buffer_packets},
-          {"dctcp_k_packets", c.dctcp_k_packets},
-          {"codel_target_us", c.codel_target_us},
-          {"codel_interval_us", c.codel_interval_us},
-          {"min_rto_us", c.min_rto_us},
-          {"mss", c.mss},
-          {"traffic", to_string(c.traffic)},
-          {"workload", c.workload},
-          {"load", c.load},
-          {"duration_ms", c.duration_ms},
-          {"drain_ms", c.drain_ms},
-          {"incast_senders", c.incast_senders},
-          {"incast_receivers", c.incast_receivers},
-          {"incast_bytes", c.incast_bytes},
-          {"join_interval_ms", c.join_interval_ms},
-          {"seed", c.seed},
-          {"turn_us", c.turn_us},
-          {"control", c.instant_control ? "instant" : "network"},
-          {"threshold", c.threshold}};
+  nlohmann::json j = {{"scheme", to_string(c.scheme)},
+                      {"topology", to_string(c.shape)},
+                      {"racks", c.racks},
+                      {"hosts_per_rack", c.hosts_per_rack},
+                      {"spines", c.spines},
+                      {"star_hosts", c.star_hosts},
+                      {"host_gbps", c.host_gbps},
+                      {"core_gbps", c.core_gbps},
+                      {"allocator_gbps", c.allocator_gbps},
+                      {"link_delay_us", c.link_delay_us},
+                      {"buffer_packets", c.buffer_packets},
+                      {"dctcp_k_packets", c.dctcp_k_packets},
+                      {"codel_target_us", c.codel_target_us},
+                      {"codel_interval_us", c.codel_interval_us},
+                      {"min_rto_us", c.min_rto_us},
+                      {"mss", c.mss},
+                      {"traffic", to_string(c.traffic)},
+                      {"workload", c.workload},
+                      {"load", c.load},
+                      {"duration_ms", c.duration_ms},
+                      {"drain_ms", c.drain_ms},
+                      {"incast_senders", c.incast_senders},
+                      {"incast_receivers", c.incast_receivers},
+                      {"incast_bytes", c.incast_bytes},
+                      {"join_interval_ms", c.join_interval_ms},
+                      {"seed", c.seed},
+                      {"turn_us", c.turn_us},
+                      {"control", c.instant_control ? "instant" : "network"},
+                      {"threshold", c.threshold}};
+  if (c.traffic == Traffic::kCoflowTrace) {
+    j["trace"] = c.trace;
+    j["trace_coflows"] = c.trace_coflows;
+    j["time_scale"] = c.time_scale;
+    j["trace_byte_scale"] = c.trace_byte_scale;
+  }
+  if (c.traffic == Traffic::kCoflowTrace || c.coflow_policy != "none") {
+    j["coflow_policy"] = c.coflow_policy;
+    j["coflow_share"] = c.coflow_share;
+  }
+  return j;
 }
 
 namespace {
@@ -342,7 +393,68 @@ nlohmann::json slowdowns(const Config& c, const Result& r) {
   return out;
 }
 
+// What flowtune-sim coflows reports (sim::summarize over the finished
+// coflows: mean, p50, p95, Varys's bins, slowdowns against the ideal), the
+// unfinished count, and every coflow.
+nlohmann::json coflows_json(const Config& c, const Result& r) {
+  sim::CoflowSimResult s;
+  std::uint64_t unfinished = 0;
+  nlohmann::json each = nlohmann::json::array();
+  for (const CoflowResult& k : coflow_results(c, r)) {
+    const double cct = k.end_s < 0 ? -1 : k.end_s - k.arrival_s;
+    each.push_back({{"id", k.id},
+                    {"arrival_s", k.arrival_s},
+                    {"cct_s", cct},
+                    {"ideal_s", k.ideal_s},
+                    {"flows", k.flows},
+                    {"bytes", k.bytes}});
+    if (k.end_s < 0) {
+      ++unfinished;
+      continue;
+    }
+    s.coflows.push_back(
+        {k.id, k.arrival_s, cct, k.bytes, k.flows, k.longest_flow_bytes, k.ideal_s});
+  }
+  nlohmann::json j = sim::summarize(s);
+  for (const char* k : {"left_out", "offered_load", "events", "wall_s"}) j.erase(k);
+  j["unfinished"] = unfinished;
+  j["per_coflow"] = std::move(each);
+  return j;
+}
+
 }  // namespace
+
+std::vector<CoflowResult> coflow_results(const Config& c, const Result& r) {
+  std::map<std::uint64_t, CoflowResult> by_id;
+  std::map<std::uint64_t, std::map<std::uint32_t, std::pair<double, double>>> ports;  // up, down
+  for (const FlowResult& f : r.flows) {
+    if (f.spec.coflow == 0) continue;
+    auto [it, fresh] = by_id.try_emplace(f.spec.coflow);
+    CoflowResult& k = it->second;
+    if (fresh) {
+      k.id = f.spec.coflow - 1;
+      k.arrival_s = f.spec.start_s;
+      k.end_s = 0;
+    }
+    k.arrival_s = std::min(k.arrival_s, f.spec.start_s);
+    ++k.flows;
+    const double b = static_cast<double>(f.spec.bytes);
+    k.bytes += b / c.trace_byte_scale;
+    k.longest_flow_bytes = std::max(k.longest_flow_bytes, b / c.trace_byte_scale);
+    ports[f.spec.coflow][f.spec.src].first += b;
+    ports[f.spec.coflow][f.spec.dst].second += b;
+    if (f.end_s < 0) k.end_s = -1;
+    if (k.end_s >= 0) k.end_s = std::max(k.end_s, f.end_s);
+  }
+  std::vector<CoflowResult> out;
+  for (auto& [key, k] : by_id) {
+    double busiest = 0;
+    for (const auto& [host, ud] : ports[key]) busiest = std::max({busiest, ud.first, ud.second});
+    k.ideal_s = 8 * busiest / (c.host_gbps * 1e9);
+    out.push_back(k);
+  }
+  return out;
+}
 
 nlohmann::json summary_json(const Config& c, const Result& r) {
   std::uint64_t finished = 0, bytes = 0, dropped = 0;
@@ -389,6 +501,7 @@ nlohmann::json summary_json(const Config& c, const Result& r) {
     j["throughput_convergence_us"] = dist(summarize(throughput_convergence_us(c, r, 0.25)));
   }
   if (!r.queue_samples.empty()) j["queue_packets"] = dist(summarize(r.queue_samples));
+  if (c.traffic == Traffic::kCoflowTrace) j["coflows"] = coflows_json(c, r);
   return j;
 }
 

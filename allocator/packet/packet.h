@@ -21,7 +21,7 @@ namespace flowtune::packet {
 
 enum class Scheme { kFlowtune, kDctcp, kCubic, kBbr, kFqCodel };
 enum class Shape { kClos, kStar };
-enum class Traffic { kPoisson, kJoinLeave, kIncast, kGiven };
+enum class Traffic { kPoisson, kJoinLeave, kIncast, kGiven, kCoflowTrace };
 
 const char* to_string(Scheme s);
 const char* to_string(Shape s);
@@ -38,6 +38,8 @@ struct FlowSpec {
   std::uint64_t bytes = 0;
   double start_s = 0;
   double stop_s = 0;  // > 0: the sender stops writing then (a leave)
+  // Its coflow (coflow-trace traffic): the trace's coflow id + 1; 0 = none.
+  std::uint64_t coflow = 0;
 };
 
 struct Config {
@@ -64,6 +66,15 @@ struct Config {
   std::uint64_t incast_bytes = 1'000'000;
   double join_interval_ms = 1;  // join/leave: a sender joins, later leaves, every interval
   std::vector<FlowSpec> flows;  // Traffic::kGiven
+  // Traffic::kCoflowTrace (docs/packet.md): the first trace_coflows (0 =
+  // all) of a Coflow-Benchmark trace ("fb" or a file), expanded into flows
+  // as flowtune-sim coflows does, trace port p on host p % hosts. Bytes are
+  // multiplied by trace_byte_scale, arrivals by time_scale and
+  // trace_byte_scale (so the load does not depend on the byte scale).
+  std::string trace = "fb";
+  std::uint64_t trace_coflows = 0;
+  double time_scale = 1;
+  double trace_byte_scale = 1e-3;
   std::uint64_t seed = 1;
 
   // Flowtune.
@@ -73,6 +84,10 @@ struct Config {
   // delay, as in the flow-level model (docs/packet.md).
   bool instant_control = false;
   double threshold = rules::kThreshold;
+  // The allocator's --coflow-policy (none, stf, sebf, bssi) and
+  // --coflow-share: coflow order through the daemon's PolicyBook.
+  std::string coflow_policy = "none";
+  double coflow_share = 0.7;
 
   // Traces: per-flow received bytes in bins of bin_us (0 = none), and the
   // queue of the port into host `queue_host` sampled every queue_sample_us
@@ -144,6 +159,16 @@ std::vector<double> rate_convergence_us(const Config& c, const Result& r, double
 // active flow received within `tolerance` of their mean. Events after which
 // a flow leaves before that are left out. Empty without bins.
 std::vector<double> throughput_convergence_us(const Config& c, const Result& r, double tolerance);
+// Per-coflow completion times (coflow-trace traffic): CCT from the coflow's
+// arrival to its last flow's last byte; its ideal is its busiest host link's
+// payload bytes at the host rate (a bound no schedule beats).
+struct CoflowResult {
+  std::uint64_t id = 0;                           // the trace's
+  double arrival_s = 0, end_s = -1, ideal_s = 0;  // end < 0: not finished
+  std::uint32_t flows = 0;
+  double bytes = 0, longest_flow_bytes = 0;  // as in the trace (unscaled)
+};
+std::vector<CoflowResult> coflow_results(const Config& c, const Result& r);
 nlohmann::json to_json(const Config& c);
 nlohmann::json summary_json(const Config& c, const Result& r);
 

@@ -122,6 +122,7 @@ class Run {
 
  private:
   void start_flow(std::uint32_t i);
+  void flush_starts(std::uint32_t host);
   void on_connected(Ptr<Socket> s);
   void on_send(Ptr<Socket> s, std::uint32_t);
   void pump(std::uint32_t i);
@@ -152,6 +153,7 @@ class Run {
   std::unordered_map<const Socket*, std::uint32_t> by_sender_;  // sending socket -> flow
   std::vector<ControlMessage> messages_;
   std::vector<std::uint32_t> pending_starts_, pending_ends_;  // at the allocator
+  std::vector<std::vector<std::uint32_t>> batched_;           // per host, starts not yet sent
   std::uint32_t finished_ = 0;
   EventId turn_event_;
   Result r_;
@@ -188,6 +190,14 @@ void Run::start_flow(std::uint32_t i) {
   s.socket->Connect(InetSocketAddress(net_.host_addr[f.dst], kDataPort));
   if (c_.scheme != Scheme::kFlowtune) return;
   s.key = i + 1;
+  if (c_.traffic == Traffic::kCoflowTrace) {
+    // A coflow's flowlets from one host start at one instant: one message.
+    if (batched_[f.src].empty()) Simulator::ScheduleNow(&Run::flush_starts, this, f.src);
+    batched_[f.src].push_back(i);
+    codec_.add(f.src, s.key, net_.host_addr[f.src].Get(), net_.host_addr[f.dst].Get(), port,
+               kDataPort, f.bytes, f.coflow);
+    return;
+  }
   ControlMessage m;
   m.host = f.src;
   m.starts.push_back(i);
@@ -195,6 +205,14 @@ void Run::start_flow(std::uint32_t i) {
       codec_.start(f.src, s.key, net_.host_addr[f.src].Get(), net_.host_addr[f.dst].Get(), port,
                    kDataPort, f.stop_s > 0 ? 0 : f.bytes);
   send_control(std::move(m), size);
+}
+
+void Run::flush_starts(std::uint32_t host) {
+  ControlMessage m;
+  m.host = host;
+  m.starts = std::move(batched_[host]);
+  batched_[host].clear();
+  send_control(std::move(m), codec_.flush(host));
 }
 
 void Run::on_connected(Ptr<Socket> s) {
@@ -353,13 +371,13 @@ void Run::endpoint_receive(const ControlMessage& m) {
 void Run::turn() {
   for (std::uint32_t i : pending_ends_) model_.end(i);
   for (std::uint32_t i : pending_starts_) {
-    const FlowSpec& f = flows_[i].spec;
-    model_.start(i, senders_[i].key, f.src, f.dst, flows_[i].ecmp_hash);
+    model_.start(i, senders_[i].key, flows_[i].spec, flows_[i].ecmp_hash,
+                 Simulator::Now().GetSeconds());
   }
   pending_starts_.clear();
   pending_ends_.clear();
   if (model_.busy()) {
-    AllocatorModel::Turn t = model_.turn();
+    AllocatorModel::Turn t = model_.turn(Simulator::Now().GetSeconds());
     for (std::uint32_t h = 0; h < t.rates.size(); ++h) {
       if (t.message_bytes[h] == 0) continue;
       ControlMessage m;
@@ -450,6 +468,7 @@ Result Run::go() {
     flows_.push_back(fr);
   }
   senders_.resize(flows_.size());
+  batched_.resize(num_hosts(c_));
   install_apps();
   for (std::uint32_t i = 0; i < flows_.size(); ++i) {
     Simulator::Schedule(Seconds(flows_[i].spec.start_s), &Run::start_flow, this, i);
