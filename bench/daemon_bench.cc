@@ -1390,33 +1390,25 @@ struct BenchArgs {
 // (after --help, or on a bad option).
 std::optional<int> parse_args(int argc, char** argv, BenchArgs& out) {
   // --quick: one short run per kind (CI smoke); default: the full grid.
-  // --latency-only skips the throughput runs.
-  bool quick = false;
-  bool latency_only = false;
-  bool throughput_only = false;
-  bool ctl_flood = false;
-  bool metrics_overhead = false;
-  bool curve = false;
-  bool flood = false;
-  bool memory = false;
-  bool quotas_only = false;  // --flood: skip the runs without quotas
-  bool early = false;
-  std::uint64_t early_busy_poll_us = 0;  // --early-rates: the daemon's --busy-poll-us
-  std::string transport = "tcp";
+  // --latency-only skips the throughput runs; --quotas-only (with --flood)
+  // the runs without quotas; --busy-poll-us (with --early-rates) is the
+  // daemon's --busy-poll-us.
+  out = BenchArgs{};
+  out.transport = "tcp";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--quick") quick = true;
-    else if (a == "--ipc") transport = "ipc";
-    else if (a == "--latency-only") latency_only = true;
-    else if (a == "--throughput-only") throughput_only = true;
-    else if (a == "--ctl-flood") ctl_flood = true;
-    else if (a == "--metrics-overhead") metrics_overhead = true;
-    else if (a == "--curve") curve = true;
-    else if (a == "--flood") flood = true;
-    else if (a == "--memory") memory = true;
-    else if (a == "--early-rates") early = true;
-    else if (a == "--busy-poll-us" && i + 1 < argc) early_busy_poll_us = std::stoull(argv[++i]);
-    else if (a == "--quotas-only") quotas_only = true;
+    if (a == "--quick") out.quick = true;
+    else if (a == "--ipc") out.transport = "ipc";
+    else if (a == "--latency-only") out.latency_only = true;
+    else if (a == "--throughput-only") out.throughput_only = true;
+    else if (a == "--ctl-flood") out.ctl_flood = true;
+    else if (a == "--metrics-overhead") out.metrics_overhead = true;
+    else if (a == "--curve") out.curve = true;
+    else if (a == "--flood") out.flood = true;
+    else if (a == "--memory") out.memory = true;
+    else if (a == "--early-rates") out.early = true;
+    else if (a == "--busy-poll-us" && i + 1 < argc) out.early_busy_poll_us = std::stoull(argv[++i]);
+    else if (a == "--quotas-only") out.quotas_only = true;
     else if (a == "--apart") g_apart = true;
     else if (a == "--flood-endpoints" && i + 1 < argc) {
       g_flood_endpoints = std::atoi(argv[++i]);
@@ -1439,8 +1431,6 @@ std::optional<int> parse_args(int argc, char** argv, BenchArgs& out) {
       return 2;
     }
   }
-  out = {quick, latency_only, throughput_only, ctl_flood, metrics_overhead,   curve,
-         flood, memory,       quotas_only,     early,     early_busy_poll_us, transport};
   return std::nullopt;
 }
 
