@@ -161,16 +161,26 @@ EndpointCodec::EndpointCodec(std::uint32_t hosts) : impl_(std::make_unique<Impl>
   impl_->open.resize(hosts);
 }
 
-void EndpointCodec::add(std::uint32_t host, std::uint64_t key, std::uint32_t src_ip,
-                        std::uint32_t dst_ip, std::uint16_t src_port, std::uint16_t dst_port,
-                        std::uint64_t bytes, std::uint64_t coflow) {
+namespace {
+// A TCP flowlet's start as the library's session would report it.
+wire::FlowletStart flowlet_start(std::uint64_t key, std::uint32_t src_ip, std::uint32_t dst_ip,
+                                 std::uint16_t src_port, std::uint16_t dst_port,
+                                 std::uint64_t bytes, std::uint64_t coflow) {
   wire::FlowletStart s;
   s.flow_key = key;
   s.endpoints = wire::FiveTuple{src_ip, dst_ip, src_port, dst_port, 6};
   s.bytes = bytes;
   s.coflow_id = coflow;
+  return s;
+}
+}  // namespace
+
+void EndpointCodec::add(std::uint32_t host, std::uint64_t key, std::uint32_t src_ip,
+                        std::uint32_t dst_ip, std::uint16_t src_port, std::uint16_t dst_port,
+                        std::uint64_t bytes, std::uint64_t coflow) {
   impl_->digests[host].add(key);
-  impl_->open[host].events.emplace_back(std::move(s));
+  impl_->open[host].events.emplace_back(
+      flowlet_start(key, src_ip, dst_ip, src_port, dst_port, bytes, coflow));
 }
 
 std::size_t EndpointCodec::flush(std::uint32_t host) {
@@ -188,13 +198,8 @@ std::size_t EndpointCodec::start(std::uint32_t host, std::uint64_t key, std::uin
                                  std::uint32_t dst_ip, std::uint16_t src_port,
                                  std::uint16_t dst_port, std::uint64_t bytes,
                                  std::uint64_t coflow) {
-  wire::FlowletStart s;
-  s.flow_key = key;
-  s.endpoints = wire::FiveTuple{src_ip, dst_ip, src_port, dst_port, 6};
-  s.bytes = bytes;
-  s.coflow_id = coflow;
   impl_->digests[host].add(key);
-  return impl_->send(host, s);
+  return impl_->send(host, flowlet_start(key, src_ip, dst_ip, src_port, dst_port, bytes, coflow));
 }
 
 std::size_t EndpointCodec::end(std::uint32_t host, std::uint64_t key) {
